@@ -1,0 +1,48 @@
+# Every target that needs the environment depends on .venv/.installed, so each command below
+# works on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install codegen codegen-check test bench vendor explain clean
+
+install: $(STAMP)
+
+$(STAMP): requirements-dev.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@start=$$(date +%s); \
+	$(PY) -m pip install -q --upgrade pip && \
+	$(PY) -m pip install -q torch==2.13.0 && \
+	$(PY) -m pip install -q -r requirements-dev.txt && \
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec && \
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . && \
+	echo "install: $$(( $$(date +%s) - start )) s"
+	@touch $(STAMP)
+
+codegen: $(STAMP)
+	$(PY) -m codegen
+	$(PY) -m vllm_fl.dispatch explain --table
+
+codegen-check: $(STAMP)
+	$(PY) -m codegen --check
+
+test: $(STAMP)
+	@start=$$(date +%s); \
+	$(PY) -m codegen --check && \
+	$(PY) -m pytest -q tests; rc=$$?; \
+	echo "tests: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_dispatch.py
+	$(PY) benchmarks/bench_ops.py
+
+vendor: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make vendor NAME=<vendor name>"; exit 2; }
+	$(PY) -m codegen vendor $(NAME)
+
+explain: $(STAMP)
+	$(PY) -m vllm_fl.dispatch explain
+
+clean:
+	rm -rf $(VENV) build *.egg-info
