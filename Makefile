@@ -1,5 +1,7 @@
 # Every target that needs the environment depends on .venv/.installed, so each command below
 # works on a fresh clone.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,11 +14,13 @@ install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
-	$(PY) -m pip install -q --upgrade pip && \
-	$(PY) -m pip install -q torch==2.13.0 && \
-	$(PY) -m pip install -q -r requirements-dev.txt && \
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec && \
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . && \
+	{ $(PY) -m pip install -q --upgrade pip && \
+	  $(PY) -m pip install -q torch==2.13.0 && \
+	  $(PY) -m pip install -q -r requirements-dev.txt && \
+	  $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec && \
+	  $(PY) -m pip install -q --no-deps --no-build-isolation -e . ; } 2>&1 \
+	  | { grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true; } \
+	  || exit 1; \
 	echo "install: $$(( $$(date +%s) - start )) s"
 	@touch $(STAMP)
 
