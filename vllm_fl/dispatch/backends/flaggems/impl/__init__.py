@@ -1,0 +1,1 @@
+"""Hand-written FlagGems implementations, one module per op family."""

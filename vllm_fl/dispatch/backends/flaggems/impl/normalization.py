@@ -1,0 +1,46 @@
+"""FlagGems RMS normalisations.
+
+With a residual, FlagGems' ``fused_add_rms_norm`` writes both results into its inputs. Our
+impls are functional, so instead of cloning x and residual for it (two extra copies: 8
+passes over the activations in all) we add first and normalise the sum with the out-of-place
+kernel (5 passes, one launch fewer). The sum is rounded to x's dtype before it is normalised,
+as vLLM's own CUDA kernel does; vLLM's native path normalises the float32 sum (the difference
+is within the parity tolerances).
+"""
+
+import torch
+
+
+def rms_norm(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``flag_gems.rms_norm(x, [hidden], weight, eps)`` (out of place)."""
+    import flag_gems
+
+    weight = self.weight.data
+    if residual is None:
+        return flag_gems.rms_norm(x, [x.shape[-1]], weight, self.variance_epsilon)
+    total = x + residual
+    return flag_gems.rms_norm(total, [x.shape[-1]], weight, self.variance_epsilon), total
+
+
+def gemma_rms_norm(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Gemma's RMSNorm.
+
+    FlagGems releases that have ``flag_gems.gemma_rms_norm(module, x)`` compute
+    x * rrms * (1 + w) in float32 and round once, exactly like vLLM. Older ones get
+    ``flag_gems.rms_norm`` with the float32 weight (1 + w), which rounds the normalised x to
+    x's dtype before the multiply (one extra rounding, within tolerance).
+    """
+    import flag_gems
+
+    total = x if residual is None else x + residual
+    gemma = getattr(flag_gems, "gemma_rms_norm", None)
+    if gemma is not None:
+        out = gemma(self, total)
+    else:
+        weight = self.weight.float() + 1.0
+        out = flag_gems.rms_norm(total, [x.shape[-1]], weight, self.variance_epsilon)
+    return out if residual is None else (out, total)

@@ -1,0 +1,1 @@
+"""Hand-written reference implementations, one module per op family."""

@@ -1,0 +1,1 @@
+"""Vendor backends: a chip vendor's own kernels, one subpackage per vendor."""

@@ -1,0 +1,1 @@
+"""Hand-written Ascend vendor implementations, one module per op family."""

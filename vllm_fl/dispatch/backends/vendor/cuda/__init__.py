@@ -1,0 +1,1 @@
+"""CUDA vendor backend (``vendor:cuda``): vLLM's compiled kernels (``vllm._custom_ops``)."""

@@ -1,0 +1,1 @@
+"""Hand-written CUDA vendor implementations, one module per op family."""
