@@ -1,1 +1,95 @@
-"""vLLM out-of-tree plugin: operators dispatched between FlagGems, vendor kernels and a PyTorch reference."""
+"""vLLM out-of-tree plugin: operators dispatched between FlagGems, vendor kernels and a PyTorch reference.
+
+Two entry points, declared in pyproject.toml; importing this package imports neither vLLM nor
+torch (vLLM imports it while it is still resolving its platform).
+
+- `register_platform()` (`vllm.platform_plugins`) picks the platform:
+
+  ========================  =============================================================
+  VLLM_FL_PLATFORM          platform
+  ========================  =============================================================
+  unset / ``auto``          ``vllm_fl.platform.PlatformFL`` if an NVIDIA GPU is visible,
+                            else None (vLLM keeps its own platform)
+  ``cuda``                  ``vllm_fl.platform.PlatformFL``
+  ``cpu``                   ``vllm_fl.platform.PlatformFLCpu``: the CPU host mode, real
+                            vLLM (its CPU build) running our dispatch
+  ``ascend`` (or any other  None: no platform of ours; the name still selects the
+  known dispatch platform)  dispatch's platform configuration
+  ========================  =============================================================
+
+  The CPU host mode is opt-in, never automatic: it replaces vLLM's CPU kernels with the
+  reference backend and makes `is_cpu()` False, which is right for testing the plugin and
+  wrong for someone who just serves on CPU with the plugin installed.
+  `VLLM_FL_PREFER_ENABLED=false` turns the plugin off: no platform, no replaced layers.
+
+- `register()` (`vllm.general_plugins`, runs in every vLLM process, possibly several times):
+  on an out-of-tree platform it registers the generated layer classes over vLLM's (see
+  `vllm_fl.registration`) and resolves every op. On an in-tree platform vLLM never calls
+  `forward_oot`, so it registers nothing and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__all__ = ["register", "register_platform"]
+
+logger = logging.getLogger("vllm_fl")
+
+PLATFORM_CLASSES = {
+    "cuda": "vllm_fl.platform.PlatformFL",
+    "cpu": "vllm_fl.platform.PlatformFLCpu",
+}
+# Platforms the dispatch configuration knows that have no vLLM platform of ours.
+_FOREIGN_PLATFORMS = ("ascend",)
+_skip_logged = False
+
+
+def _plugin_enabled() -> bool:
+    raw = os.environ.get("VLLM_FL_PREFER_ENABLED", "").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+def register_platform() -> str | None:
+    """`vllm.platform_plugins` entry point: the platform class path, or None."""
+    if not _plugin_enabled():
+        return None
+    requested = os.environ.get("VLLM_FL_PLATFORM", "").strip().lower() or "auto"
+    if requested in PLATFORM_CLASSES:
+        return PLATFORM_CLASSES[requested]
+    if requested in _FOREIGN_PLATFORMS:
+        return None
+    if requested != "auto":
+        # vLLM swallows exceptions raised here (it logs them at DEBUG), so say it loudly.
+        logger.error(
+            "vllm_fl: VLLM_FL_PLATFORM=%r is not one of %s; the plugin's platform stays off",
+            os.environ["VLLM_FL_PLATFORM"],
+            ["auto", *PLATFORM_CLASSES, *_FOREIGN_PLATFORMS],
+        )
+        return None
+    from vllm_fl import compat
+
+    if not compat.is_cpu_build() and compat.cuda_device_present():
+        return PLATFORM_CLASSES["cuda"]
+    return None
+
+
+def register() -> None:
+    """`vllm.general_plugins` entry point: replace vLLM's layers with ours; idempotent."""
+    global _skip_logged
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_out_of_tree():
+        if not _skip_logged:
+            _skip_logged = True
+            logger.info(
+                "vllm_fl: platform %s is in-tree, so vLLM never calls forward_oot: no layers "
+                "replaced (VLLM_FL_PLATFORM=cpu runs the plugin on vLLM's CPU build)",
+                type(current_platform).__name__,
+            )
+        return
+    from vllm_fl.registration import register_oot_classes, resolve_ops
+
+    if register_oot_classes():
+        resolve_ops()
