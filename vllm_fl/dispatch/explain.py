@@ -1,0 +1,127 @@
+"""Human-readable report of what dispatch would select, and why (``python -m vllm_fl.dispatch
+explain``). Pure: it neither installs selections nor logs them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .manager import OpManager, get_default_manager
+from .policy import DispatchConfig, SelectionPolicy, get_config, get_policy
+
+__all__ = ["explain", "explain_table", "explain_ops"]
+
+
+def _fmt(value) -> str:
+    if isinstance(value, (set, frozenset)):
+        return "[" + ", ".join(sorted(value)) + "]"
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return "{" + "; ".join(f"{k}={'|'.join(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def explain_ops(
+    manager: OpManager | None = None, policy: SelectionPolicy | None = None
+) -> list[dict]:
+    """Per op: ``op``, ``order`` (tokens), ``restricted``, ``candidates`` (OpImpl list, best first),
+    ``rejected`` ([(OpImpl, reason)]), ``selected`` (impl id or None)."""
+    manager = manager if manager is not None else get_default_manager()
+    policy = policy if policy is not None else get_policy()
+    out = []
+    for op in manager.registry.list_operators():
+        ordered, rejected = manager.evaluate(op, policy)
+        tokens, restricted = policy.order_for(op)
+        out.append(
+            {
+                "op": op,
+                "order": tokens,
+                "restricted": restricted,
+                "candidates": ordered,
+                "rejected": rejected,
+                "selected": ordered[0].impl_id if ordered else None,
+            }
+        )
+    return out
+
+
+def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
+    lines = ["Policy settings (value, source):"]
+    for f in dataclasses.fields(policy):
+        if f.name == "sources":
+            continue
+        src = policy.sources.get(f.name, "default")
+        lines.append(f"  {f.name:<28} {_fmt(getattr(policy, f.name)):<36} {src}")
+    lines.append("Process settings (value, source):")
+    proc = [
+        ("platform", cfg.platform),
+        ("platform_file", cfg.platform_file),
+        ("config_file", cfg.config_file),
+        (
+            "log_level",
+            {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}.get(
+                cfg.log_level, cfg.log_level
+            ),
+        ),
+        ("debug", cfg.debug),
+        ("plugin_modules", ", ".join(cfg.plugin_modules) or "(none)"),
+        ("flaggems_enable_oplist_path", cfg.flaggems_enable_oplist_path),
+        ("flagcx_path", f"{cfg.flagcx_path} (passed through; used by communication, not dispatch)"),
+    ]
+    for name, value in proc:
+        src = cfg.sources.get(name, "-")
+        if name == "platform_file":
+            src = "platform YAML" if value else "(none: VLLM_FL_CONFIG set or no file)"
+        lines.append(f"  {name:<28} {str(value):<36} {src}")
+    if cfg.overridden_env:
+        lines.append(f"  ignored (VLLM_FL_CONFIG overrides): {', '.join(cfg.overridden_env)}")
+    return lines
+
+
+def explain(manager: OpManager | None = None) -> str:
+    manager = manager if manager is not None else get_default_manager()
+    cfg = get_config()
+    policy = get_policy()
+    lines = [f"vllm_fl dispatch: platform '{cfg.platform}' ({cfg.sources.get('platform')})", ""]
+    lines += _settings(cfg, policy)
+    if manager.load_errors:
+        lines.append("Load errors:")
+        lines += [f"  {name}: {msg}" for name, msg in manager.load_errors]
+    used = manager.used_impls()
+    for info in explain_ops(manager, policy):
+        op = info["op"]
+        how = (
+            f"op_backends ({policy.sources.get('per_op_order', 'default')}), restricts"
+            if info["restricted"]
+            else f"prefer={policy.prefer} ({policy.sources.get('prefer', 'default')})"
+        )
+        lines += ["", f"Op '{op}': order {' > '.join(info['order'])} from {how}"]
+        for rank, impl in enumerate(info["candidates"], 1):
+            lines.append(
+                f"  {rank}. {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
+                f" priority={impl.priority:<4} available"
+            )
+        for impl, why in info["rejected"]:
+            lines.append(
+                f"  -  {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
+                f" priority={impl.priority:<4} {why}"
+            )
+        sel = info["selected"]
+        lines.append(f"  selected: {sel if sel else 'none (no implementation can run here)'}")
+        if op in used and used[op] != sel:
+            lines.append(f"  running now: {used[op]} (after a fallback)")
+    if not manager.registry.list_operators():
+        lines += ["", "No operators registered."]
+    return "\n".join(lines) + "\n"
+
+
+def explain_table(manager: OpManager | None = None) -> str:
+    rows = [("op", "selected impl", "candidates (best first) [not candidates]")]
+    for info in explain_ops(manager):
+        cands = " > ".join(i.impl_id for i in info["candidates"]) or "-"
+        if info["rejected"]:
+            cands += " [" + ", ".join(i.impl_id for i, _ in info["rejected"]) + "]"
+        rows.append((info["op"], info["selected"] or "none", cands))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    out = [f"{r[0]:<{w0}} | {r[1]:<{w1}} | {r[2]}" for r in rows]
+    out.insert(1, f"{'-' * w0}-+-{'-' * w1}-+-{'-' * 40}")
+    return "\n".join(out) + "\n"

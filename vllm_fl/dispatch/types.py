@@ -1,0 +1,139 @@
+"""Core types: implementation kinds, default priorities and one registered implementation."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["BackendImplKind", "BackendPriority", "OpImpl", "DispatchError", "ConfigError"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+class DispatchError(RuntimeError):
+    """No implementation of an op could be selected or run."""
+
+
+class ConfigError(ValueError):
+    """An invalid dispatch setting; the message names the source, the value and what is allowed."""
+
+
+class BackendImplKind(str, enum.Enum):
+    """The kind of an implementation; its value is the dispatch token of that family."""
+
+    DEFAULT = "flagos"
+    VENDOR = "vendor"
+    REFERENCE = "reference"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class BackendPriority(enum.IntEnum):
+    """Default priority of each kind (higher is preferred); spaced by 50 for insertions."""
+
+    DEFAULT = 150
+    VENDOR = 100
+    REFERENCE = 50
+
+
+_KIND_PRIORITY = {
+    BackendImplKind.DEFAULT: int(BackendPriority.DEFAULT),
+    BackendImplKind.VENDOR: int(BackendPriority.VENDOR),
+    BackendImplKind.REFERENCE: int(BackendPriority.REFERENCE),
+}
+
+
+def _coerce_kind(kind: Any) -> BackendImplKind:
+    if isinstance(kind, BackendImplKind):
+        return kind
+    if isinstance(kind, str):
+        for k in BackendImplKind:
+            if kind.lower() in (k.value, k.name.lower()):
+                return k
+    allowed = ", ".join(repr(k.value) for k in BackendImplKind)
+    raise ValueError(f"OpImpl: invalid kind {kind!r}; allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    """One implementation of one operator.
+
+    ``available`` is a zero-argument callable returning whether the implementation can run here
+    (None = always available). If it has a ``reason`` attribute (see ``availability.Probe``),
+    ``explain`` shows it when the implementation is unavailable.
+    """
+
+    op_name: str
+    impl_id: str
+    kind: BackendImplKind
+    fn: Callable[..., Any]
+    vendor: str | None = None
+    priority: int | None = None
+    available: Callable[[], bool] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for attr in ("op_name", "impl_id"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or not _NAME_RE.match(value):
+                raise ValueError(
+                    f"OpImpl: invalid {attr} {value!r}; expected a non-empty name of letters, "
+                    "digits, '_', '.', '-'"
+                )
+        kind = _coerce_kind(self.kind)
+        object.__setattr__(self, "kind", kind)
+        if not callable(self.fn):
+            raise TypeError(f"OpImpl {self.impl_id!r} for op {self.op_name!r}: fn is not callable")
+        if kind is BackendImplKind.VENDOR:
+            if not isinstance(self.vendor, str) or not _NAME_RE.match(self.vendor):
+                raise ValueError(
+                    f"OpImpl {self.impl_id!r} for op {self.op_name!r}: kind=vendor requires "
+                    f"vendor=<name>, got {self.vendor!r}"
+                )
+            object.__setattr__(self, "vendor", self.vendor.lower())
+        elif self.vendor is not None:
+            raise ValueError(
+                f"OpImpl {self.impl_id!r} for op {self.op_name!r}: vendor={self.vendor!r} is "
+                f"only meaningful with kind=vendor, not kind={kind.value}"
+            )
+        if self.priority is None:
+            object.__setattr__(self, "priority", _KIND_PRIORITY[kind])
+        elif isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TypeError(
+                f"OpImpl {self.impl_id!r} for op {self.op_name!r}: priority must be an int, "
+                f"got {self.priority!r}"
+            )
+        else:
+            object.__setattr__(self, "priority", int(self.priority))
+        if self.available is not None and not callable(self.available):
+            raise TypeError(
+                f"OpImpl {self.impl_id!r} for op {self.op_name!r}: available must be a "
+                "zero-argument callable or None"
+            )
+
+    def check_available(self) -> tuple[bool, str | None]:
+        """(available, reason-when-not); an exception from ``available`` counts as unavailable."""
+        if self.available is None:
+            return True, None
+        try:
+            ok = bool(self.available())
+        except Exception as exc:  # noqa: BLE001 - availability must never break dispatch
+            return False, f"availability check raised {type(exc).__name__}: {exc}"
+        if ok:
+            return True, None
+        reason = getattr(self.available, "reason", None)
+        return False, reason if isinstance(reason, str) and reason else "available() returned False"
+
+    def is_available(self) -> bool:
+        return self.check_available()[0]
+
+    def describe(self) -> str:
+        return f"'{self.impl_id}' (kind={self.kind.value}, vendor={self.vendor})"
+
+    def fn_name(self) -> str:
+        fn = self.fn
+        mod = getattr(fn, "__module__", None) or "?"
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        return f"{mod}.{name}"
