@@ -27,12 +27,12 @@ def rms_norm(
 def gemma_rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Gemma's RMSNorm.
+    """Gemma's RMSNorm, x * rrms * (1 + w) computed in float32 and rounded once.
 
-    FlagGems releases that have ``flag_gems.gemma_rms_norm(module, x)`` compute
-    x * rrms * (1 + w) in float32 and round once, exactly like vLLM. Older ones get
-    ``flag_gems.rms_norm`` with the float32 weight (1 + w), which rounds the normalised x to
-    x's dtype before the multiply (one extra rounding, within tolerance).
+    ``flag_gems.rms_norm`` with the float32 weight (1 + w) does exactly that in FlagGems 5.0.2
+    (its kernel multiplies by the weight in float32 before the one rounding). Later FlagGems
+    round the normalised x before the weight multiply, like vLLM's RMSNorm, and add
+    ``flag_gems.gemma_rms_norm(module, x)`` for Gemma: it is used when present.
     """
     import flag_gems
 
