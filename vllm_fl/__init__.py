@@ -35,7 +35,7 @@ import os
 
 __all__ = ["register", "register_platform"]
 
-logger = logging.getLogger("vllm_fl")
+logger = logging.getLogger("vllm_fl.vllm")
 
 PLATFORM_CLASSES = {
     "cuda": "vllm_fl.platform.PlatformFL",

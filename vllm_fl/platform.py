@@ -23,7 +23,7 @@ import logging
 
 from vllm_fl import compat
 
-logger = logging.getLogger("vllm_fl")
+logger = logging.getLogger("vllm_fl.vllm")
 
 CPU_WORKER_FL = "vllm_fl.worker.CPUWorkerFL"
 

@@ -8,7 +8,7 @@ name>)` unless that name is registered already. It logs once which classes it re
 then resolves every op through the dispatch manager, so that selection (and its
 `Op '<op>' using '<impl_id>'` log) happens before torch.compile traces a model.
 
-Which classes are replaced is the OOT policy's decision (`oot_policy()`): the global switch
+Which classes are replaced is the dispatch policy's decision (`current_policy()`): the switch
 `VLLM_FL_PREFER_ENABLED`, `VLLM_FL_OOT_ENABLED`, and `VLLM_FL_OOT_WHITELIST` /
 `VLLM_FL_OOT_BLACKLIST` / the config file's `oot_blacklist`. An entry matches either the
 in-tree class name (`RMSNorm`) or vLLM's op name (`rms_norm`), case-insensitively.
@@ -18,106 +18,50 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import threading
-from dataclasses import dataclass, field
 
 from vllm_fl import compat
 
-logger = logging.getLogger("vllm_fl")
+LOGGER_NAME = "vllm_fl.vllm"
+logger = logging.getLogger(LOGGER_NAME)
 
 _lock = threading.Lock()
 _replaced: dict[str, str] = {}  # in-tree name -> "module:Class" registered by us
 _logged = False
 
 
-@dataclass(frozen=True)
-class OotPolicy:
-    """Which in-tree classes may be replaced. `whitelist` None means "all but the blacklist"."""
+def current_policy():
+    """The dispatch's selection policy in force (`vllm_fl.dispatch.policy.get_policy()`): its
+    `enabled`, `oot_enabled`, `oot_whitelist` / `oot_blacklist` come from VLLM_FL_PREFER_ENABLED,
+    VLLM_FL_OOT_ENABLED, VLLM_FL_OOT_WHITELIST / VLLM_FL_OOT_BLACKLIST, the config file's
+    oot_blacklist and the platform YAML, with the precedence of the configuration reference."""
+    from vllm_fl.dispatch.policy import get_policy
 
-    enabled: bool = True
-    whitelist: frozenset[str] | None = None
-    blacklist: frozenset[str] = field(default_factory=frozenset)
-    source: str = "defaults"
-
-    def allows(self, *names: str) -> bool:
-        """True if a class known by any of `names` (class name, op name) may be replaced."""
-        keys = {n.lower() for n in names if n}
-        if not self.enabled:
-            return False
-        if self.whitelist is not None:
-            return bool(keys & self.whitelist)
-        return not keys & self.blacklist
+    return get_policy()
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+def configure_logging() -> None:
+    """Give the integration's logger the dispatch's level (VLLM_FL_LOG_LEVEL) and, when nothing
+    else handles its records (vLLM configures only its own `vllm` logger), a stderr handler."""
+    from vllm_fl.dispatch.policy import get_config
 
-
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(
-        f"environment variable {name}={raw!r} is not a boolean; "
-        f"use one of {sorted(_TRUE | _FALSE)}"
-    )
-
-
-def _env_list(name: str) -> frozenset[str] | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    return frozenset(item.strip().lower() for item in raw.split(",") if item.strip())
-
-
-def _config_file_oot_blacklist() -> frozenset[str] | None:
-    path = os.environ.get("VLLM_FL_CONFIG")
-    if not path:
-        return None
-    import yaml
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"VLLM_FL_CONFIG={path!r}: no such file")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    entries = data.get("oot_blacklist")
-    if entries is None:
-        return frozenset()
-    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise ValueError(f"{path}: oot_blacklist must be a list of names, got {entries!r}")
-    return frozenset(e.strip().lower() for e in entries)
-
-
-def oot_policy() -> OotPolicy:
-    """The OOT policy from the environment and the configuration file.
-
-    Precedence, as the configuration reference states it: VLLM_FL_OOT_WHITELIST (replaces only
-    the listed classes) > VLLM_FL_OOT_BLACKLIST > the config file's oot_blacklist > replace all.
-    Whitelist and blacklist variables together are an error.
-    """
-    enabled = _env_bool("VLLM_FL_PREFER_ENABLED", True) and _env_bool("VLLM_FL_OOT_ENABLED", True)
-    whitelist = _env_list("VLLM_FL_OOT_WHITELIST")
-    blacklist = _env_list("VLLM_FL_OOT_BLACKLIST")
-    if whitelist is not None and blacklist is not None:
-        raise ValueError(
-            "VLLM_FL_OOT_WHITELIST and VLLM_FL_OOT_BLACKLIST are mutually exclusive; unset one"
+    logger.setLevel(get_config().log_level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        # The process name tells vLLM's processes apart (MainProcess, EngineCore, workers).
+        handler.setFormatter(
+            logging.Formatter("[%(levelname)s] %(name)s (%(processName)s): %(message)s")
         )
-    if not enabled:
-        return OotPolicy(enabled=False, source="VLLM_FL_PREFER_ENABLED/VLLM_FL_OOT_ENABLED")
-    if whitelist is not None:
-        return OotPolicy(whitelist=whitelist, source="VLLM_FL_OOT_WHITELIST")
-    if blacklist is not None:
-        return OotPolicy(blacklist=blacklist, source="VLLM_FL_OOT_BLACKLIST")
-    from_file = _config_file_oot_blacklist()
-    if from_file is not None:
-        return OotPolicy(blacklist=from_file, source="VLLM_FL_CONFIG oot_blacklist")
-    return OotPolicy()
+        logger.addHandler(handler)
+
+
+def _describe(policy) -> str:
+    sources = getattr(policy, "sources", {}) or {}
+    if not (policy.enabled and policy.oot_enabled):
+        key = "enabled" if not policy.enabled else "oot_enabled"
+        return sources.get(key, key)
+    key = "oot_whitelist" if policy.oot_whitelist is not None else "oot_blacklist"
+    return sources.get(key, key)
 
 
 def _load_class(target: str) -> type:
@@ -158,24 +102,25 @@ def op_name_of(in_tree_cls: type) -> str:
     return vars(in_tree_cls).get("name", "") or ""
 
 
-def register_oot_classes(policy: OotPolicy | None = None) -> dict[str, str]:
+def register_oot_classes(policy=None) -> dict[str, str]:
     """Register every allowed generated class over its in-tree class; idempotent.
 
     Returns in-tree name -> "module:Class" of every class of ours that is registered now
     (including those registered by an earlier call).
     """
     global _logged
-    policy = policy or oot_policy()
+    policy = policy or current_policy()
+    configure_logging()
     with _lock:
         registry = compat.oot_registry()
         newly: list[str] = []
         excluded: list[str] = []
         foreign: list[str] = []
-        if policy.enabled:
+        if policy.enabled and policy.oot_enabled:
             for in_tree_name, target in _oot_classes().items():
                 cls = _load_class(target)
                 base = _in_tree_base(cls, in_tree_name)
-                if not policy.allows(in_tree_name, op_name_of(base)):
+                if not policy.oot_allowed(in_tree_name, op_name_of(base)):
                     excluded.append(in_tree_name)
                     continue
                 existing = registry.get(in_tree_name)
@@ -190,13 +135,17 @@ def register_oot_classes(policy: OotPolicy | None = None) -> dict[str, str]:
                 newly.append(f"{in_tree_name} -> {cls.__name__}")
         if not _logged:
             _logged = True
-            if not policy.enabled:
-                logger.info("vllm_fl: OOT layer replacement disabled (%s)", policy.source)
+            if not (policy.enabled and policy.oot_enabled):
+                logger.info("vllm_fl: OOT layer replacement disabled (%s)", _describe(policy))
             else:
                 logger.info(
                     "vllm_fl: replaced vLLM layers: %s%s",
                     ", ".join(newly) or "none",
-                    f"; kept vLLM's ({policy.source}): {', '.join(excluded)}" if excluded else "",
+                    (
+                        f"; kept vLLM's ({_describe(policy)}): {', '.join(excluded)}"
+                        if excluded
+                        else ""
+                    ),
                 )
         if foreign:
             logger.warning(

@@ -1,0 +1,47 @@
+"""End-to-end fixtures: the tiny model (built once per session) and vLLM runs memoised by
+name, so several tests assert on one run; their timings are printed in the terminal summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_model import build_tiny_llama
+from vllm_harness import VllmRun, run_vllm
+
+_E2E_RUNS: list[tuple[str, VllmRun]] = []
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(tiny_model):
+    """`vllm_runs(name, env, mode=...)`: runs vLLM once per session per name, then reuses it."""
+    cache: dict[str, VllmRun] = {}
+
+    def get(name: str, env: dict[str, str], **kwargs) -> VllmRun:
+        if name not in cache:
+            cache[name] = run_vllm(tiny_model, env, **kwargs)
+            _E2E_RUNS.append((name, cache[name]))
+        return cache[name]
+
+    return get
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the end-to-end runs' timings (measured, never asserted)."""
+    if not _E2E_RUNS:
+        return
+    terminalreporter.section("vLLM end-to-end runs (tiny Llama, CPU, float32)")
+    terminalreporter.write_line(
+        f"{'run':<28} {'wall s':>7} {'engine start s':>15} {'gen s':>7} {'tok/s':>7}  platform"
+    )
+    for name, run in _E2E_RUNS:
+        r = run.result
+        terminalreporter.write_line(
+            f"{name:<28} {run.wall_s:>7.1f} {r['init_s']:>15.1f} {r['generate_s']:>7.3f} "
+            f"{r['tokens_per_s']:>7.1f}  {r['platform'].rsplit('.', 1)[-1]}"
+        )

@@ -1,0 +1,160 @@
+"""Entry points and platforms: which platform register_platform() picks, what the platforms
+change in vLLM's configuration, the CPU host worker, and a light `import vllm_fl`."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import pytest
+
+import vllm_fl
+from vllm_fl import compat
+
+needs_vllm = pytest.mark.skipif(not compat.vllm_version(), reason="vLLM is not installed")
+
+
+@pytest.fixture
+def platform_env(monkeypatch):
+    for var in ("VLLM_FL_PLATFORM", "VLLM_FL_PREFER_ENABLED"):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_import_is_light():
+    code = "import sys, vllm_fl; print(sorted({'vllm', 'torch'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("cpu", "vllm_fl.platform.PlatformFLCpu"),
+        ("CPU", "vllm_fl.platform.PlatformFLCpu"),
+        ("cuda", "vllm_fl.platform.PlatformFL"),
+        ("ascend", None),
+    ],
+)
+def test_register_platform_forced(platform_env, value, expected):
+    platform_env.setenv("VLLM_FL_PLATFORM", value)
+    assert vllm_fl.register_platform() == expected
+
+
+def test_register_platform_auto(platform_env):
+    platform_env.setattr(compat, "cuda_device_present", lambda: True)
+    platform_env.setattr(compat, "is_cpu_build", lambda: False)
+    assert vllm_fl.register_platform() == "vllm_fl.platform.PlatformFL"
+    platform_env.setattr(compat, "cuda_device_present", lambda: False)
+    assert vllm_fl.register_platform() is None  # no accelerator: vLLM keeps its own platform
+    platform_env.setattr(compat, "cuda_device_present", lambda: True)
+    platform_env.setattr(compat, "is_cpu_build", lambda: True)
+    assert vllm_fl.register_platform() is None  # vLLM's CPU build on a GPU host
+
+
+def test_register_platform_on_this_machine(platform_env):
+    # No GPU here: the CPU host mode is opt-in, so nothing is activated by default.
+    if compat.cuda_device_present() and not compat.is_cpu_build():
+        pytest.skip("a GPU is visible")
+    assert vllm_fl.register_platform() is None
+
+
+def test_register_platform_off_switch(platform_env):
+    platform_env.setenv("VLLM_FL_PLATFORM", "cpu")
+    platform_env.setenv("VLLM_FL_PREFER_ENABLED", "false")
+    assert vllm_fl.register_platform() is None
+
+
+def test_register_platform_unknown_value_says_so(platform_env, caplog):
+    platform_env.setenv("VLLM_FL_PLATFORM", "tpu9000")
+    with caplog.at_level(logging.ERROR, logger="vllm_fl.vllm"):
+        assert vllm_fl.register_platform() is None
+    assert "tpu9000" in caplog.text and "cpu" in caplog.text
+
+
+@needs_vllm
+def test_cpu_host_platform_is_out_of_tree_cpu():
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    cls = resolve_obj_by_qualname("vllm_fl.platform.PlatformFLCpu")
+    assert issubclass(cls, CpuPlatform)
+    platform = cls()
+    assert platform.is_out_of_tree() and not platform.is_cpu()
+    assert platform.device_type == "cpu"
+
+
+@needs_vllm
+def test_cuda_platform_needs_vllms_cuda_build():
+    if not compat.is_cpu_build():
+        from vllm.platforms.cuda import CudaPlatform
+
+        from vllm_fl.platform import PlatformFL
+
+        assert issubclass(PlatformFL, CudaPlatform)
+        assert PlatformFL().is_out_of_tree() and PlatformFL().is_cuda()
+        return
+    import vllm_fl.platform  # importable on the CPU build; only PlatformFL needs CUDA vLLM
+
+    with pytest.raises(ImportError):
+        vllm_fl.platform.PlatformFL
+
+
+@needs_vllm
+def test_cpu_host_worker_has_a_null_memory_pool_context():
+    from vllm.v1.worker.cpu_worker import CPUWorker
+
+    from vllm_fl.worker import CPUWorkerFL
+
+    assert issubclass(CPUWorkerFL, CPUWorker)
+    worker = object.__new__(CPUWorkerFL)  # the method reads nothing from the instance
+    for tag in ("weights", "kv_cache", "workspace"):
+        assert isinstance(worker._maybe_get_memory_pool_context(tag), nullcontext)
+
+
+class _Layer:
+    pass
+
+
+def _in_tree(name, op_name):
+    return type(name, (_Layer,), {"name": op_name})
+
+
+REPLACED = {
+    "RMSNorm": _in_tree("RMSNorm", "rms_norm"),
+    "SiluAndMul": _in_tree("SiluAndMul", "silu_and_mul"),
+}
+
+
+@pytest.mark.parametrize(
+    "before, added",
+    [
+        (["none"], ["+RMSNorm", "+SiluAndMul"]),  # Inductor's default would bypass forward_oot
+        (["all"], []),  # enabled already
+        (["none", "-rms_norm"], ["-RMSNorm", "+SiluAndMul"]),  # the user's -op is honoured
+        (["all", "-rms_norm"], ["-RMSNorm"]),
+        (["none", "-RMSNorm"], ["+SiluAndMul"]),
+        (["none", "+RMSNorm"], ["+SiluAndMul"]),
+    ],
+)
+def test_keep_custom_ops_enabled(before, added):
+    from vllm_fl.platform import keep_custom_ops_enabled
+
+    config = SimpleNamespace(custom_ops=list(before))
+    assert keep_custom_ops_enabled(config, REPLACED) == added
+    assert config.custom_ops == before + added
+
+
+@needs_vllm
+def test_general_plugin_replaces_nothing_on_an_in_tree_platform(clean_oot_registry):
+    from vllm.platforms import current_platform
+
+    if current_platform.is_out_of_tree():
+        pytest.skip("this process runs on an out-of-tree platform")
+    before = dict(clean_oot_registry)
+    vllm_fl.register()
+    vllm_fl.register()
+    assert dict(clean_oot_registry) == before

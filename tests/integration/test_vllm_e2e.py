@@ -1,0 +1,77 @@
+"""Real vLLM (its CPU build) with the plugin, end to end, on a tiny model the tests build.
+
+Each configuration runs once in its own interpreter (see tests/integration/conftest.py); the tests below
+assert on those runs: greedy tokens identical with and without the plugin, in eager and in
+compile mode; our forward_oot is what ran for RMSNorm, SiluAndMul and RotaryEmbedding (the
+layer classes vLLM built, the forward method CustomOp bound, the dispatch's record and its log);
+a blacklist keeps vLLM's layer; the entry points load in vLLM's multi-process mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_harness import PLUGIN_OFF, PLUGIN_ON, vllm_available
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+
+REPLACED = {
+    "RMSNorm": "rms_norm",
+    "SiluAndMul": "silu_and_mul",
+    "RotaryEmbedding": "rotary_embedding",
+}
+
+
+def _assert_ours_ran(run, layers=REPLACED) -> None:
+    result = run.result
+    assert result["platform"].endswith(".PlatformFLCpu"), result["platform"]
+    for layer, op in layers.items():
+        cls_path = result["layer_classes"][layer]
+        assert cls_path.startswith("vllm_fl.ops."), f"{layer} is {cls_path}, not ours"
+        assert result["forward_methods"][layer] == "forward_oot", result["forward_methods"]
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
+        assert run.lines(f"Op '{op}' using 'reference.torch'"), f"no dispatch log for {op}"
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_plugin_generates_the_same_tokens_as_vanilla_vllm(vllm_runs, mode):
+    vanilla = vllm_runs(f"{mode}, plugin off", PLUGIN_OFF, mode=mode)
+    plugin = vllm_runs(f"{mode}, plugin on", PLUGIN_ON, mode=mode)
+    assert vanilla.result["platform"].endswith(".CpuPlatform"), vanilla.result["platform"]
+    assert "vllm_fl" not in str(vanilla.result["layer_classes"])
+    assert plugin.result["tokens"] == vanilla.result["tokens"]
+    assert len(plugin.result["tokens"][0]) == 24
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_forward_oot_of_our_layers_ran(vllm_runs, mode):
+    plugin = vllm_runs(f"{mode}, plugin on", PLUGIN_ON, mode=mode)
+    _assert_ours_ran(plugin)
+    assert plugin.lines("replaced vLLM layers: ")
+
+
+def test_compile_mode_keeps_our_ops_enabled(vllm_runs):
+    plugin = vllm_runs("compile, plugin on", PLUGIN_ON, mode="compile")
+    added = plugin.lines("compilation_config.custom_ops += ")
+    assert added and all(f"+{layer}" in added[0] for layer in REPLACED), added
+
+
+def test_blacklist_keeps_vllms_rms_norm(vllm_runs):
+    run = vllm_runs("eager, RMSNorm blacklisted", {**PLUGIN_ON, "VLLM_FL_OOT_BLACKLIST": "RMSNorm"})
+    layers = run.result["layer_classes"]
+    assert layers["RMSNorm"] == "vllm.model_executor.layers.layernorm.RMSNorm"
+    _assert_ours_ran(run, {k: v for k, v in REPLACED.items() if k != "RMSNorm"})
+    assert run.lines("kept vLLM's (env VLLM_FL_OOT_BLACKLIST): RMSNorm")
+    vanilla = vllm_runs("eager, plugin off", PLUGIN_OFF)
+    assert run.result["tokens"] == vanilla.result["tokens"]
+
+
+def test_entry_points_load_in_multiprocess_mode(vllm_runs):
+    run = vllm_runs("eager, multi-process", {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    assert run.result["platform"].endswith(".PlatformFLCpu")
+    engine_lines = [line for line in run.lines("replaced vLLM layers: ") if "EngineCore" in line]
+    assert engine_lines, "\n".join(run.lines("vllm_fl"))
+    for layer in REPLACED:
+        assert f"{layer} -> " in engine_lines[0]
+    vanilla = vllm_runs("eager, plugin off", PLUGIN_OFF)
+    assert run.result["tokens"] == vanilla.result["tokens"]
