@@ -86,18 +86,24 @@ def _same_key(a: tuple, b: tuple) -> bool:
     return True
 
 
-_GENERIC = """
-def {name}(*args, **kwargs):
-    try:
-        return _impl(*args, **kwargs)
-    except Exception as _exc:
-        if _strict:
-            raise
-        return _fallback(_exc, args, kwargs)
+_FACTORY = """
+def _make(_impl, _strict, _fallback{dparams}):
+{body}
+    return {name}
+"""
+
+_GENERIC_BODY = """
+    def {name}(*args, **kwargs):
+        try:
+            return _impl(*args, **kwargs)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, args, kwargs)
 """
 
 
-def _exact_source(name: str, key: tuple, defaults_ns: dict[str, Any]) -> str:
+def _exact_body(name: str, key: tuple, defaults: dict[str, Any]) -> str:
     params, pos, kws = [], [], []
     star_done = False
     last_posonly = max(
@@ -111,7 +117,7 @@ def _exact_source(name: str, key: tuple, defaults_ns: dict[str, Any]) -> str:
         text = pname
         if default is not inspect.Parameter.empty:
             dname = f"_d{i}"
-            defaults_ns[dname] = default
+            defaults[dname] = default
             text = f"{pname}={dname}"
         params.append(text)
         if i == last_posonly:
@@ -124,14 +130,24 @@ def _exact_source(name: str, key: tuple, defaults_ns: dict[str, Any]) -> str:
     args_tuple = "(" + "".join(f"{p}, " for p in pos) + ")"
     kwargs_dict = "{" + ", ".join(f"{k!r}: {k}" for k in kws) + "}"
     return (
-        f"def {name}({', '.join(params)}):\n"
-        f"    try:\n"
-        f"        return _impl({call})\n"
-        f"    except Exception as _exc:\n"
-        f"        if _strict:\n"
-        f"            raise\n"
-        f"        return _fallback(_exc, {args_tuple}, {kwargs_dict})\n"
+        f"    def {name}({', '.join(params)}):\n"
+        f"        try:\n"
+        f"            return _impl({call})\n"
+        f"        except Exception as _exc:\n"
+        f"            if _strict:\n"
+        f"                raise\n"
+        f"            return _fallback(_exc, {args_tuple}, {kwargs_dict})\n"
     )
+
+
+def _build(name: str, key: tuple | None) -> Callable[..., Any]:
+    """A trampoline whose free variables ``_impl``, ``_strict``, ``_fallback`` are closure cells
+    (Dynamo guards on closure cells like on any closure)."""
+    defaults: dict[str, Any] = {}
+    body = _GENERIC_BODY.format(name=name) if key is None else _exact_body(name, key, defaults)
+    ns: dict[str, Any] = {"__builtins__": builtins}
+    exec(_FACTORY.format(name=name, body=body, dparams="".join(f", {d}" for d in defaults)), ns)
+    return ns["_make"](None, False, None, *defaults.values())
 
 
 class _Binding:
@@ -142,27 +158,27 @@ class _Binding:
         self._get_manager = get_manager
         self.active: OpImpl | None = None
         self._key: tuple | None = None
-        self._fname = "".join(c if c.isalnum() else "_" for c in op_name) or "op"
-        if not self._fname.isidentifier():
-            self._fname = f"op_{self._fname}"
-        self.g: dict[str, Any] = {
-            "__builtins__": builtins,
-            "__name__": __name__,
-            "_impl": self._resolve_and_call,
-            "_strict": False,
-            "_fallback": self._fallback,
-        }
-        exec(_GENERIC.format(name=self._fname), self.g)
-        self.fn = self.g.pop(self._fname)
+        self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
+        self.fn = _build(self._fname, None)
+        self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
+        self._set("_impl", self._resolve_and_call)
+        self._set("_fallback", self._fallback)
         self.fn.__qualname__ = f"dispatch[{op_name}]"
         self.fn.__doc__ = f"Dispatch trampoline of op '{op_name}'."
+
+    def _set(self, name: str, value: Any) -> None:
+        self._cells[name].cell_contents = value
+
+    def current(self) -> Callable[..., Any]:
+        """What the trampoline calls now: the selected impl, or the resolver."""
+        return self._cells["_impl"].cell_contents
 
     # -- state changes (under _LOCK) ---------------------------------------------------------
 
     def invalidate(self) -> None:
         with _LOCK:
             self.active = None
-            self.g["_impl"] = self._resolve_and_call
+            self._set("_impl", self._resolve_and_call)
 
     def _specialise(self, candidates: Sequence[OpImpl]) -> None:
         keys = [_signature_key(c.fn) for c in candidates]
@@ -173,13 +189,8 @@ class _Binding:
             return
         if key is not None and self._key is not None and _same_key(key, self._key):
             return
-        src = (
-            _GENERIC.format(name=self._fname)
-            if key is None
-            else _exact_source(self._fname, key, self.g)
-        )
-        exec(src, self.g)
-        new = self.g.pop(self._fname)
+        new = _build(self._fname, key)
+        assert new.__code__.co_freevars == self.fn.__code__.co_freevars
         self.fn.__code__ = new.__code__
         self.fn.__defaults__ = new.__defaults__
         self.fn.__kwdefaults__ = new.__kwdefaults__
@@ -190,12 +201,12 @@ class _Binding:
         manager = self._get_manager()  # outside _LOCK: may build the default manager
         with _LOCK:
             if self.active is not None:
-                return self.g["_impl"]
+                return self.current()
             candidates = manager.resolve_candidates(self.op)
             impl = candidates[0]
             self._specialise(candidates)
-            self.g["_strict"] = get_policy().strict
-            self.g["_impl"] = impl.fn
+            self._set("_strict", get_policy().strict)
+            self._set("_impl", impl.fn)
             self.active = impl
             manager._record_use(self.op, impl, fallback=False)
             return impl.fn
@@ -237,8 +248,8 @@ class _Binding:
                 continue
             with _LOCK:
                 self._specialise(candidates)
-                self.g["_impl"] = nxt.fn
-                self.g["_strict"] = get_policy().strict
+                self._set("_impl", nxt.fn)
+                self._set("_strict", get_policy().strict)
                 self.active = nxt
                 manager._record_use(op, nxt, fallback=True)
             return out
