@@ -1,0 +1,94 @@
+"""Command line: ``python -m codegen [--check] [vendor NAME] [--manifest PATH] [--root PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from codegen.errors import CodegenError
+from codegen.generate import build, read_manifest
+
+FIX = "make codegen"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m codegen",
+        description="Regenerate vllm_fl's boilerplate from ops.yaml.",
+    )
+    parser.add_argument(
+        "command",
+        nargs="*",
+        metavar="vendor NAME",
+        help="scaffold a new vendor backend NAME and add it to ops.yaml",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="render in memory; fail with a diff if any file is stale",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path.cwd(),
+        help="repository root (default: the current directory)",
+    )
+    parser.add_argument(
+        "--manifest", type=Path, default=None, help="the manifest (default: ROOT/ops.yaml)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    args = parser.parse_args(argv)
+    root: Path = args.root
+    manifest_path: Path = args.manifest or root / "ops.yaml"
+    vendor = None
+    if args.command:
+        if args.command[0] != "vendor" or len(args.command) != 2:
+            parser.error("the only command is `vendor NAME`")
+        if args.check:
+            parser.error("--check does not combine with vendor")
+        vendor = args.command[1]
+
+    start = time.perf_counter()
+    try:
+        if vendor is not None:
+            from codegen.vendor import scaffold_vendor
+
+            files = scaffold_vendor(vendor, manifest_path, root)
+        else:
+            files = build(read_manifest(manifest_path, root), root)
+        changes = files.plan()
+        if not args.check:
+            files.write(changes)
+    except CodegenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("nothing was written", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    elapsed = time.perf_counter() - start
+
+    total = len(files)
+    if args.check:
+        if changes:
+            for change in changes:
+                sys.stdout.write(change.diff())
+            print(
+                f"codegen --check: {len(changes)} of {total} generated files are stale "
+                f"({', '.join(c.path for c in changes)}); run `{FIX}` "
+                f"(python -m codegen) and commit the result ({elapsed:.2f} s)"
+            )
+            return 1
+        print(f"codegen --check: all {total} generated files are up to date ({elapsed:.2f} s)")
+        return 0
+    if not args.quiet:
+        for change in changes:
+            print(f"  {change.verb:8} {change.path}")
+    what = f"vendor {vendor!r} scaffolded; " if vendor else ""
+    print(
+        f"codegen: {what}{len(changes)} file(s) changed, {total - len(changes)} unchanged "
+        f"({elapsed:.2f} s)"
+    )
+    return 0

@@ -1,0 +1,186 @@
+"""Check hand-written impl functions against their op signatures (with ``ast``, importing nothing)
+and scaffold the missing ones as stubs.
+
+Existing code is never modified: a missing function is appended to its module (created if
+missing) as a stub raising NotImplementedError; a function whose parameters differ from the
+op's signature is an error naming both the function's file:line and the manifest line.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen import model as m
+from codegen.errors import CodegenError
+from codegen.render import format_python, render
+
+
+@dataclass(frozen=True)
+class Stub:
+    backend: m.Backend
+    op: m.Op
+    impl: m.Impl
+    file: str
+
+    @property
+    def params(self) -> str:
+        return expected_params(self.op, annotated=True)
+
+
+def expected_params(op: m.Op, annotated: bool) -> str:
+    args = [a.python() if annotated else a.python_plain() for a in op.schema.arguments]
+    return ", ".join((["self"] if op.layer else []) + args)
+
+
+@dataclass
+class _Module:
+    path: Path
+    text: str | None  # None: the file does not exist
+    names: dict[str, ast.stmt]  # top-level bindings
+    imports_torch: bool
+
+
+def _read_module(path: Path, rel: str) -> _Module:
+    if not path.exists():
+        return _Module(path, None, {}, False)
+    text = path.read_text()
+    try:
+        tree = ast.parse(text, filename=rel)
+    except SyntaxError as exc:
+        raise CodegenError(
+            rel, exc.lineno, f"cannot parse impl module: {exc.msg}", "valid Python"
+        ) from None
+    names: dict[str, ast.stmt] = {}
+    imports_torch = False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        names[sub.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                names[bound] = node
+                if isinstance(node, ast.Import) and alias.name == "torch" and not alias.asname:
+                    imports_torch = True
+    return _Module(path, text, names, imports_torch)
+
+
+def _actual(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], dict[str, object], str]:
+    """Parameter names, defaults (literal values, or a marker) and a printable signature."""
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    names = [a.arg for a in positional]
+    defaults: dict[str, object] = {}
+    for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+        try:
+            defaults[arg.arg] = ast.literal_eval(default)
+        except ValueError:
+            defaults[arg.arg] = _Unliteral(ast.unparse(default))
+    extras = []
+    if args.vararg:
+        extras.append("*" + args.vararg.arg)
+    extras += [a.arg for a in args.kwonlyargs]
+    if args.kwarg:
+        extras.append("**" + args.kwarg.arg)
+    printable = []
+    for name in names:
+        printable.append(f"{name}={defaults[name]!r}" if name in defaults else name)
+    return names + extras, defaults, f"{fn.name}({', '.join(printable + extras)})"
+
+
+class _Unliteral:
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _same(a: object, b: object) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
+    """Check every impl function; return ``{relpath: new content}`` for modules needing stubs
+    (and the package ``__init__.py`` files a new impl package needs)."""
+    modules: dict[str, _Module] = {}
+    stubs: dict[str, list[Stub]] = {}
+    for backend in manifest.backends:
+        for op, impl in manifest.backend_ops(backend.name):
+            rel = f"{backend.path}/impl/{impl.module}.py"
+            module = modules.get(rel)
+            if module is None:
+                module = modules[rel] = _read_module(root / rel, rel)
+            node = module.names.get(impl.function)
+            if node is None:
+                stubs.setdefault(rel, []).append(Stub(backend, op, impl, rel))
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                _check(manifest, op, impl, node, rel)
+    out: dict[str, str] = {}
+    for rel, items in stubs.items():
+        module = modules[rel]
+        # one stub per function name (two ops may name the same missing function: an error)
+        seen: dict[str, Stub] = {}
+        for stub in items:
+            if stub.impl.function in seen:
+                first = seen[stub.impl.function]
+                raise CodegenError(
+                    manifest.file,
+                    stub.impl.line,
+                    f"ops {first.op.name!r} and {stub.op.name!r} "
+                    f"both use {rel}:{stub.impl.function}",
+                    "one impl function per op",
+                )
+            seen[stub.impl.function] = stub
+        block = format_python(
+            render(
+                "impl_stub.py.j2",
+                stubs=items,
+                needs_torch=module.text is not None and not module.imports_torch,
+            )
+        )
+        if module.text is None:
+            backend = items[0].backend
+            head = format_python(
+                render("impl_module.py.j2", backend=backend, ops=[s.op.name for s in items])
+            )
+            out[rel] = head + "\n\n" + block.lstrip("\n")
+            init = Path(rel).parent / "__init__.py"
+            if not (root / init).exists():
+                out[str(init)] = f'"""Hand-written kernels of the {backend.name} backend."""\n'
+        else:
+            out[rel] = module.text.rstrip("\n") + "\n\n\n" + block.lstrip("\n")
+    return out
+
+
+def _check(
+    manifest: m.Manifest,
+    op: m.Op,
+    impl: m.Impl,
+    fn: ast.FunctionDef | ast.AsyncFunctionDef,
+    rel: str,
+) -> None:
+    names, defaults, printable = _actual(fn)
+    want_names = (["self"] if op.layer else []) + list(op.schema.arg_names)
+    want_defaults = {a.name: a.default_value for a in op.schema.arguments if a.has_default}
+    ok = (
+        names == want_names
+        and set(defaults) == set(want_defaults)
+        and all(_same(defaults[k], v) for k, v in want_defaults.items())
+    )
+    if not ok:
+        raise CodegenError(
+            rel,
+            fn.lineno,
+            f"{printable} does not match op {op.name!r} ({manifest.file}:{impl.line}: "
+            f"{op.schema})",
+            f"def {fn.name}({expected_params(op, annotated=False)})",
+        )

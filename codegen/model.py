@@ -1,0 +1,205 @@
+"""The model of ops.yaml: frozen dataclasses, the only thing templates and emitters ever see.
+
+The loader (``manifest.py``) builds it from YAML, checking everything; emitters read it and never
+touch raw YAML. Names that reach generated code are validated identifiers; everything else that
+reaches code (docstrings, literals) goes through the ``pystr``/``pyrepr`` filters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codegen.signature import FunctionSchema, Type
+
+#: ops.yaml backend kind -> (BackendImplKind member, impl_id prefix)
+KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
+#: dtype names tests may use -> torch attribute
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+DTYPE_PLACEHOLDER = "$dtype"
+#: device types ``vllm_fl.dispatch.availability.Probe`` understands
+DEVICES = ("cuda", "npu", "cpu")
+
+
+def camel(name: str) -> str:
+    """``gemma_rms_norm`` -> ``GemmaRmsNorm``."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    kind: str  # flagos | vendor | reference
+    vendor: str | None
+    package: str
+    priority: int
+    requires: tuple[str, ...]
+    device: str | None
+    opaque: bool
+    probe: str | None  # attribute of the backend package: an extra zero-arg availability check
+    line: int
+
+    @property
+    def impl_id(self) -> str:
+        """Contract 1: ``default.flagos``, ``reference.torch``, ``vendor.<vendor>``."""
+        if self.kind == "flagos":
+            return "default.flagos"
+        if self.kind == "reference":
+            return "reference.torch"
+        return f"vendor.{self.vendor}"
+
+    @property
+    def kind_member(self) -> str:
+        return KINDS[self.kind]
+
+    @property
+    def path(self) -> str:
+        """The package directory relative to the repository root."""
+        return self.package.replace(".", "/")
+
+    @property
+    def has_probe(self) -> bool:
+        return bool(self.requires or self.device or self.probe)
+
+    @property
+    def token(self) -> str:
+        return f"vendor:{self.vendor}" if self.kind == "vendor" else self.kind
+
+
+@dataclass(frozen=True)
+class Impl:
+    backend: str
+    module: str
+    function: str
+    priority: int | None  # None: the backend's default
+    requires: tuple[str, ...]  # modules this impl needs beyond the backend's
+    line: int
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}.{self.function}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    module: str  # vllm.model_executor.layers.layernorm
+    cls: str  # RMSNorm
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.cls}"
+
+    @property
+    def short_module(self) -> str:
+        """The module of ``vllm_fl/ops/`` the OOT class lives in (the vLLM module's last part)."""
+        return self.module.rsplit(".", 1)[-1]
+
+    @property
+    def oot_cls(self) -> str:
+        return self.cls + "FL"
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A layer attribute an impl reads through ``self``."""
+
+    name: str
+    type: Type
+
+
+@dataclass(frozen=True)
+class TensorInput:
+    shape: tuple[int, ...]
+    dtype: str  # a DTYPES/INT_DTYPES name or "$dtype"
+    high: int | None  # integer tensors: values in [0, high)
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype in INT_DTYPES
+
+
+@dataclass(frozen=True)
+class LiteralInput:
+    value: object  # None, bool, int, float or str
+
+
+@dataclass(frozen=True)
+class Case:
+    init: tuple[tuple[str, object], ...]  # constructor keyword -> literal ("$dtype" allowed)
+    inputs: tuple[tuple[str, TensorInput | LiteralInput], ...]  # in signature order
+    line: int
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Tests:
+    dtypes: tuple[str, ...]
+    cases: tuple[Case, ...]
+    tolerances: tuple[tuple[str, Tolerance], ...]  # resolved for every dtype in ``dtypes``
+    line: int
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    schema: FunctionSchema
+    doc: str
+    layer: Layer | None
+    reads: tuple[Attr, ...]
+    impls: tuple[Impl, ...]  # manifest order
+    tests: Tests | None
+    line: int
+
+    @property
+    def camel(self) -> str:
+        return camel(self.name)
+
+    def impl(self, backend: str) -> Impl | None:
+        for impl in self.impls:
+            if impl.backend == backend:
+                return impl
+        return None
+
+    @property
+    def opaque_ok(self) -> bool:
+        """Whether opaque backends wrap this op as a torch.library custom op (tensor returns)."""
+        return self.schema.returns.all_tensors
+
+
+@dataclass(frozen=True)
+class Manifest:
+    file: str  # how errors name the manifest, e.g. "ops.yaml"
+    backends: tuple[Backend, ...]
+    tolerances: tuple[tuple[str, Tolerance], ...]
+    ops: tuple[Op, ...]
+
+    def backend(self, name: str) -> Backend:
+        for backend in self.backends:
+            if backend.name == name:
+                return backend
+        raise KeyError(name)
+
+    @property
+    def reference(self) -> Backend | None:
+        for backend in self.backends:
+            if backend.kind == "reference":
+                return backend
+        return None
+
+    def reference_impl(self, op: Op) -> Impl | None:
+        ref = self.reference
+        return None if ref is None else op.impl(ref.name)
+
+    def backend_ops(self, name: str) -> tuple[tuple[Op, Impl], ...]:
+        """The (op, impl) pairs a backend implements, in manifest op order."""
+        pairs = []
+        for op in self.ops:
+            impl = op.impl(name)
+            if impl is not None:
+                pairs.append((op, impl))
+        return tuple(pairs)

@@ -1,0 +1,93 @@
+"""The one Jinja2 environment, its filters, generated-file headers and black formatting."""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+from pathlib import Path
+
+import jinja2
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# Assembled so that this source file is not itself marked as generated.
+MARKER = "@" + "generated"
+LINE_LENGTH = 100
+
+
+def _pystr(text: str) -> str:
+    """Text made safe inside a triple-double-quoted Python docstring."""
+    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return text[:-1] + '\\"' if text.endswith('"') else text
+
+
+def _docwrap(text: str, indent: int) -> str:
+    """Docstring text wrapped to the line length at ``indent`` (the opening quotes included)."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    wrapped = [
+        textwrap.fill(p, LINE_LENGTH, initial_indent=" " * (indent + 3),
+                      subsequent_indent=" " * indent, break_on_hyphens=False).lstrip()
+        for p in paragraphs
+    ]
+    return ("\n\n" + " " * indent).join(wrapped)
+
+
+def _pyrepr(value: object) -> str:
+    """A Python literal for a manifest value (str, int, float, bool, None, tuples of these)."""
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_pyrepr(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_pyrepr(k)}: {_pyrepr(v)}" for k, v in value.items()) + "}"
+    assert value is None or isinstance(value, (str, int, float, bool)), type(value)
+    return repr(value)
+
+
+def _mdcell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(pystr=_pystr, docwrap=_docwrap, pyrepr=_pyrepr, mdcell=_mdcell, first_line=_first_line)
+    return env
+
+
+def header(template: str, suffix: str) -> str:
+    """The generated-file header for a file of type ``suffix`` rendered from ``template``."""
+    lines = [
+        f"{MARKER} by `make codegen` from ops.yaml and templates/{template}.",
+        "Do not edit: change ops.yaml or the template, then run `make codegen`.",
+    ]
+    if suffix == ".md":
+        return "<!-- " + " ".join(lines) + " -->\n"
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def render(template: str, **context: object) -> str:
+    return environment().get_template(template).render(**context)
+
+
+def render_file(template: str, path: str, **context: object) -> str:
+    """Render ``template`` for output ``path``: header first, Python black-formatted."""
+    suffix = Path(path).suffix
+    text = header(template, suffix) + render(template, **context)
+    return format_python(text) if suffix == ".py" else text
+
+
+def format_python(text: str) -> str:
+    import black
+
+    mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
+    return black.format_str(text, mode=mode)
