@@ -400,10 +400,12 @@ class OpManager:
         return self._binding(op_name).fn
 
     def call(self, op_name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._binding(op_name).fn(*args, **kwargs)
+        b = self._bindings.get(op_name) or self._binding(op_name)
+        return b.fn(*args, **kwargs)
 
     def call_as_method(self, op_name: str, instance: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._binding(op_name).fn(instance, *args, **kwargs)
+        b = self._bindings.get(op_name) or self._binding(op_name)
+        return b.fn(instance, *args, **kwargs)
 
     # -- state -------------------------------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""Dispatch overhead, in ns per call (median of repeated runs).
+
+The impl is a trivial function (returns its input), so every nanosecond above the direct call is
+dispatch overhead. Rows:
+  direct impl call           impl(layer, x)
+  layer.forward_oot(x)       through dispatch_method (the trampoline installed on the class)
+  bound forward_oot          what vLLM's CustomOp stores in _forward_method at __init__
+  call_op                    call_op("rms_norm", layer, x) on the default manager
+  manager.call               OpManager.call("rms_norm", layer, x)
+  fallback path              first impl raises on every call (strict off): it is excluded after
+                             the first failure, so steady state is the second impl; the row
+                             "fallback (first call)" measures one raise + fallback per call.
+
+Run: python benchmarks/bench_dispatch.py [--repeat 15] [--number 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import timeit
+
+os.environ.setdefault("VLLM_FL_LOG_LEVEL", "ERROR")  # keep the fallback rows' logs off the table
+
+from vllm_fl.dispatch import (  # noqa: E402
+    OpImpl,
+    OpManager,
+    OpRegistry,
+    dispatch_method,
+    get_default_manager,
+    reset_default_manager,
+)
+from vllm_fl.dispatch import call_op  # noqa: E402
+from types import MethodType  # noqa: E402
+
+
+def impl(self, x, residual=None):
+    return x
+
+
+def broken(self, x, residual=None):
+    raise RuntimeError("broken impl")
+
+
+class Layer:
+    forward_oot = None  # replaced below
+
+
+def measure(rows, number: int, repeat: int, glb) -> list[tuple[str, float]]:
+    """Median ns/call per row; the rows are timed round-robin, so load on the machine during the
+    run affects every row alike."""
+    timers = [(name, timeit.Timer(stmt, globals=glb), n) for name, stmt, n in rows]
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    for _ in range(repeat):
+        for name, timer, n in timers:
+            samples[name].append(timer.timeit(number=n or number) / (n or number) * 1e9)
+    return [(name, statistics.median(samples[name])) for name, _, _ in rows]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--number", type=int, default=200_000)
+    args = ap.parse_args(argv)
+
+    reg = OpRegistry()
+    reg.register_impl(OpImpl("rms_norm", "reference.torch", "reference", impl))
+    m = OpManager(registry=reg)
+
+    class L:
+        forward_oot = dispatch_method("rms_norm", manager=m)
+
+    layer = L()
+    layer.forward_oot(1)  # resolve + install
+    bound = layer.forward_oot
+
+    # call_op on the default manager, with the test impl registered into it
+    reset_default_manager()
+    dm = get_default_manager()
+    dm.registry.register_impl(OpImpl("bench_op", "reference.bench", "reference", impl))
+    call_op("bench_op", layer, 1)
+
+    # fallback: first impl always raises
+    freg = OpRegistry()
+    freg.register_many(
+        [
+            OpImpl("rms_norm", "default.flagos", "flagos", broken),
+            OpImpl("rms_norm", "reference.torch", "reference", impl),
+        ]
+    )
+    fm = OpManager(registry=freg)
+
+    class F:
+        forward_oot = dispatch_method("rms_norm", manager=fm)
+
+    flayer = F()
+    flayer.forward_oot(1)  # falls back once, then the reference is installed
+
+    def fallback_each_call(x):
+        fm.clear_failed_impls()  # forget the failure: the next call raises and falls back again
+        return flayer.forward_oot(x)
+
+    g = dict(
+        impl=impl,
+        layer=layer,
+        bound=bound,
+        bound_impl=MethodType(impl, layer),
+        call_op=call_op,
+        m=m,
+        flayer=flayer,
+        fallback_each_call=fallback_each_call,
+        x=1,
+    )
+    n, r = args.number, args.repeat
+    rows = measure(
+        [
+            ("direct impl call", "impl(layer, x)", 0),
+            ("layer.forward_oot(x)", "layer.forward_oot(x)", 0),
+            ("bound impl (MethodType)", "bound_impl(x)", 0),
+            ("bound forward_oot(x)", "bound(x)", 0),
+            ("call_op(op, layer, x)", "call_op('bench_op', layer, x)", 0),
+            ("manager.call(op, layer, x)", "m.call('rms_norm', layer, x)", 0),
+            ("fallback (steady state)", "flayer.forward_oot(x)", 0),
+            ("fallback (clear+raise+fb)", "fallback_each_call(x)", max(n // 200, 50)),
+        ],
+        n,
+        r,
+        g,
+    )
+    base = rows[0][1]
+    print(f"Python {sys.version.split()[0]}, median of {r} runs")
+    print(f"{'path':<28} | {'ns/call':>8} | {'overhead':>9}")
+    print(f"{'-' * 28}-+-{'-' * 8}-+-{'-' * 9}")
+    for name, ns in rows:
+        print(f"{name:<28} | {ns:8.1f} | {ns - base:+9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
