@@ -82,7 +82,7 @@ def _build_cuda_platform() -> type:
             return True
 
         @classmethod
-        def check_and_update_config(vllm_config) -> None:
+        def check_and_update_config(cls, vllm_config) -> None:
             super().check_and_update_config(vllm_config)
             _update_config(vllm_config)
 
@@ -93,9 +93,13 @@ def _build_cuda_platform() -> type:
             )
             if selected_backend is not None:
                 return default  # the user chose one
-            from vllm_fl.dispatch import call_op
+            from vllm_fl.dispatch import DispatchError, call_op
 
-            path = call_op("attention_backend", use_mla=bool(attn_selector_config.use_mla))
+            try:
+                path = call_op("attention_backend", use_mla=bool(attn_selector_config.use_mla))
+            except DispatchError as exc:
+                logger.warning("vllm_fl: %s; using vLLM's attention backend %s", exc, default)
+                return default
             if path and path != default:
                 logger.info("vllm_fl: attention backend %s (vLLM would use %s)", path, default)
             return path or default
@@ -112,7 +116,7 @@ def _build_cpu_platform() -> type:
         _enum = compat.platform_enum_oot()
 
         @classmethod
-        def check_and_update_config(vllm_config) -> None:
+        def check_and_update_config(cls, vllm_config) -> None:
             super().check_and_update_config(vllm_config)
             parallel_config = vllm_config.parallel_config
             if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):

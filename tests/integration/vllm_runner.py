@@ -43,16 +43,20 @@ def _layer_classes(model) -> dict[str, str]:
     return found
 
 
+_FORWARDS = ("forward_oot", "forward_cpu", "forward_cuda", "forward_native")
+
+
 def _forward_method_names(model) -> dict[str, str]:
-    """In-tree class name -> name of the bound forward method CustomOp chose at construction."""
+    """In-tree class name -> which forward_* method CustomOp bound at construction."""
     from vllm.model_executor.custom_op import CustomOp
 
     found: dict[str, str] = {}
     for module in model.modules():
         if isinstance(module, CustomOp):
             base = next(c for c in type(module).__mro__ if c.__module__.startswith("vllm."))
-            method = getattr(module, "_forward_method", None)
-            found[base.__name__] = getattr(method, "__name__", repr(method))
+            bound = getattr(getattr(module, "_forward_method", None), "__func__", None)
+            names = [n for n in _FORWARDS if getattr(type(module), n, None) is bound]
+            found[base.__name__] = names[0] if names else repr(bound)
     return found
 
 
