@@ -5,6 +5,7 @@ requires outside an engine.
 """
 
 import contextlib
+import os
 
 import pytest
 import torch
@@ -17,6 +18,12 @@ TOLERANCES = {
     torch.float16: dict(atol=1.0e-3, rtol=1.0e-3),
     torch.bfloat16: dict(atol=1.0e-2, rtol=1.6e-2),
 }
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Every test draws the same random inputs on every run."""
+    torch.manual_seed(int(os.environ.get("VLLM_FL_TEST_SEED", "0")))
 
 
 @pytest.fixture
@@ -53,3 +60,11 @@ def assert_fresh(outputs, *inputs: torch.Tensor | None) -> None:
             continue
         assert all(out is not t for t in inputs), "an input tensor object was returned"
         assert out.untyped_storage().data_ptr() not in ptrs, "an output aliases an input"
+
+
+def cos_sin_cache(max_positions: int, rotary_dim: int) -> torch.Tensor:
+    """A float32 [max_positions, rotary_dim] cache laid out as vLLM's: cos | sin of
+    position * frequency."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
+    freqs = torch.outer(torch.arange(max_positions, dtype=torch.float), inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DTYPES, assert_fresh, unchanged
+from conftest import DTYPES, cos_sin_cache, assert_fresh, unchanged
 
 from vllm_fl.dispatch.backends.reference.impl import activation, normalization, rotary
 
@@ -47,7 +47,7 @@ def test_rms_norms(op, dtype, weight_dtype, with_residual):
 @pytest.mark.parametrize("is_neox", [True, False])
 @pytest.mark.parametrize("with_key", [True, False])
 def test_rotary_embedding(dtype, rotary_dim, is_neox, with_key):
-    cache = torch.randn(16, rotary_dim)  # float32, as vLLM builds it before casting
+    cache = cos_sin_cache(16, rotary_dim)
     layer = Layer(cos_sin_cache=cache, head_size=64, rotary_dim=rotary_dim, is_neox_style=is_neox)
     positions = torch.randint(0, 16, (5,))
     query = torch.randn(5, 128, dtype=dtype)

@@ -1,0 +1,225 @@
+"""FlagGems wiring, tested with flag_gems STUBBED: FlagGems needs a GPU, so a fake
+``flag_gems`` module, written in plain PyTorch after FlagGems 5.0.2's source (the argument
+checks of ``apply_rotary_pos_emb`` included), is put into ``sys.modules``. The tests check
+which FlagGems entry point each impl calls, with which arguments (which half is gated, the
+cos/sin layout, GPT-J = interleaved), the returned form, and that inputs are left alone. The
+real kernels' numerics are checked on the GPU by the generated parity tests.
+"""
+
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DTYPES, cos_sin_cache, TOLERANCES, assert_fresh, unchanged
+
+from vllm_fl.dispatch.backends.flaggems.impl import activation, attention, normalization, rotary
+from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
+from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
+from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+
+
+class Layer:
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+
+class FakeFlagGems(types.ModuleType):
+    """FlagGems 5.0.2's entry points that vllm_fl calls, in plain PyTorch (float32 compute,
+    one rounding, as its kernels do), recording their calls."""
+
+    def __init__(self):
+        super().__init__("flag_gems")
+        self.calls = []
+
+    def _record(self, name, *args, **kwargs):
+        self.calls.append((name, args, kwargs))
+
+    def swiglu(self, x, quantizer=None):
+        self._record("swiglu", x)
+        a, b = x.float().chunk(2, dim=-1)
+        return (F.silu(a) * b).to(x.dtype)
+
+    def silu_and_mul(self, a, b):
+        self._record("silu_and_mul", a, b)
+        return (F.silu(a.float()) * b.float()).to(a.dtype)
+
+    def gelu_and_mul(self, a, b, approximate="none"):
+        self._record("gelu_and_mul", a, b, approximate)
+        return (F.gelu(a.float(), approximate=approximate) * b.float()).to(a.dtype)
+
+    def gelu(self, x, *, approximate="none"):
+        self._record("gelu", x, approximate=approximate)
+        return F.gelu(x.float(), approximate=approximate).to(x.dtype)
+
+    def mul(self, a, b):
+        self._record("mul", a, b)
+        return a * b
+
+    def sigmoid(self, x):
+        self._record("sigmoid", x)
+        return torch.sigmoid(x)
+
+    def rms_norm(self, x, normalized_shape, weight, eps=1e-5):
+        self._record("rms_norm", x, list(normalized_shape), weight, eps)
+        assert list(normalized_shape) == [x.shape[-1]] == list(weight.shape)
+        x32 = x.float()
+        rrms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        return (x32 * rrms * weight.float()).to(x.dtype)
+
+    def apply_rotary_pos_emb(
+        self, q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False
+    ):
+        self._record("apply_rotary_pos_emb", q, k, cos, sin, position_ids, rotary_interleaved)
+        assert k.shape[-1] == q.shape[-1] and cos.shape[-1] == sin.shape[-1]
+        assert cos.shape[-1] * 2 == q.shape[-1]
+        assert cos.stride(-1) == 1 and sin.stride(-1) == 1
+        assert q.shape[:-2] == k.shape[:-2] and position_ids.shape == q.shape[:-2]
+        assert not inplace
+        c = cos[position_ids].unsqueeze(-2).float()
+        s = sin[position_ids].unsqueeze(-2).float()
+
+        def rotate(x):
+            x = x.float()
+            if rotary_interleaved:
+                x0, x1 = x[..., ::2], x[..., 1::2]
+                return torch.stack((x0 * c - x1 * s, x1 * c + x0 * s), -1).flatten(-2)
+            x0, x1 = x.chunk(2, dim=-1)
+            return torch.cat((x0 * c - x1 * s, x1 * c + x0 * s), dim=-1)
+
+        return rotate(q).to(q.dtype), rotate(k).to(k.dtype)
+
+
+@pytest.fixture
+def flag_gems(monkeypatch):
+    fake = FakeFlagGems()
+    monkeypatch.setitem(sys.modules, "flag_gems", fake)
+    return fake
+
+
+def _close(actual, expected):
+    torch.testing.assert_close(actual, expected, **TOLERANCES[expected.dtype])
+
+
+def _names(fake):
+    return [c[0] for c in fake.calls]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_calls_swiglu_on_the_whole_row_stubbed(flag_gems, dtype):
+    x = torch.randn(2, 3, 256, dtype=dtype)
+    with unchanged(x):
+        out = activation.silu_and_mul(None, x)
+    assert _names(flag_gems) == ["swiglu"] and flag_gems.calls[0][1][0] is x
+    assert_fresh(out, x)
+    _close(out, ref_act.silu_and_mul(None, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mul_and_silu_gates_the_second_half_stubbed(flag_gems, dtype):
+    x = torch.randn(7, 256, dtype=dtype)
+    with unchanged(x):
+        out = activation.mul_and_silu(None, x)
+    ((name, (a, b), _),) = flag_gems.calls
+    assert name == "silu_and_mul"
+    assert torch.equal(a, x[..., 128:]) and torch.equal(b, x[..., :128])
+    _close(out, ref_act.mul_and_silu(None, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_mul_passes_approximate_stubbed(flag_gems, dtype, approximate):
+    layer = Layer(approximate=approximate)
+    x = torch.randn(7, 256, dtype=dtype)
+    with unchanged(x):
+        out = activation.gelu_and_mul(layer, x)
+    ((name, (a, b, mode), _),) = flag_gems.calls
+    assert name == "gelu_and_mul" and mode == approximate
+    assert torch.equal(a, x[..., :128]) and torch.equal(b, x[..., 128:])
+    _close(out, ref_act.gelu_and_mul(layer, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["gelu_new", "gelu_fast"])
+def test_tanh_gelus_call_gelu_tanh_stubbed(flag_gems, op, dtype):
+    x = torch.randn(7, 256, dtype=dtype)
+    with unchanged(x):
+        out = getattr(activation, op)(None, x)
+    assert flag_gems.calls == [("gelu", (x,), {"approximate": "tanh"})]
+    _close(out, getattr(ref_act, op)(None, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quick_gelu_composes_pointwise_kernels_stubbed(flag_gems, dtype):
+    x = torch.randn(7, 256, dtype=dtype)
+    with unchanged(x):
+        out = activation.quick_gelu(None, x)
+    assert _names(flag_gems) == ["mul", "sigmoid", "mul"]
+    assert_fresh(out, x)
+    _close(out, ref_act.quick_gelu(None, x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["rms_norm", "gemma_rms_norm"])
+@pytest.mark.parametrize("weight_dtype", ["same", torch.float32])
+@pytest.mark.parametrize("with_residual", [False, True], ids=["x", "x+residual"])
+def test_rms_norms_call_out_of_place_rms_norm_stubbed(
+    flag_gems, op, dtype, weight_dtype, with_residual
+):
+    weight = torch.randn(256, dtype=dtype if weight_dtype == "same" else weight_dtype)
+    layer = Layer(weight=weight, variance_epsilon=1e-5)
+    x = torch.randn(7, 256, dtype=dtype)
+    residual = torch.randn(7, 256, dtype=dtype) if with_residual else None
+    with unchanged(x, residual, weight):
+        out = getattr(normalization, op)(layer, x, residual)
+    ((name, args, _),) = flag_gems.calls
+    assert name == "rms_norm" and args[1] == [256] and args[3] == 1e-5
+    if op == "gemma_rms_norm":
+        assert args[2].dtype == torch.float32, "Gemma's (1 + w) stays in float32"
+    assert isinstance(out, tuple) == with_residual
+    assert_fresh(out, x, residual, weight)
+    expected = getattr(ref_norm, op)(layer, x, residual)
+    if with_residual:
+        assert args[0] is out[1], "the sum is what gets normalised"
+        _close(out[0], expected[0])
+        _close(out[1], expected[1])
+    else:
+        assert args[0] is x
+        _close(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+@pytest.mark.parametrize("with_key", [True, False], ids=["key", "key=None"])
+def test_rotary_embedding_calls_apply_rotary_pos_emb_stubbed(
+    flag_gems, dtype, is_neox, rotary_dim, with_key
+):
+    cache = cos_sin_cache(512, rotary_dim)
+    layer = Layer(cos_sin_cache=cache, head_size=64, rotary_dim=rotary_dim, is_neox_style=is_neox)
+    positions = torch.randint(0, 512, (7,))
+    query = torch.randn(7, 256, dtype=dtype)
+    key = torch.randn(7, 128, dtype=dtype) if with_key else None
+    with unchanged(positions, query, key, cache):
+        out = rotary.rotary_embedding(layer, positions, query, key)
+    ((name, (q, k, cos, sin, pos, interleaved), _),) = flag_gems.calls
+    assert name == "apply_rotary_pos_emb" and interleaved is (not is_neox)
+    assert cos.dtype == dtype and q.shape == (7, 4, rotary_dim)
+    assert k.shape == ((7, 2, rotary_dim) if with_key else (7, 1, rotary_dim))
+    assert isinstance(out, tuple) and len(out) == 2 and (out[1] is None) == (key is None)
+    assert out[0].shape == query.shape
+    assert_fresh(out, positions, query, key, cache)
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    _close(out[0], expected[0])
+    if key is not None:
+        _close(out[1], expected[1])
+
+
+def test_attention_backend_is_vllms_triton_backend():
+    assert attention.attention_backend() == (
+        "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+    )
+    assert attention.attention_backend(use_mla=True) == (
+        "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
+    )
