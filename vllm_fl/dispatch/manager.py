@@ -176,9 +176,13 @@ class _Binding:
     # -- state changes (under _LOCK) ---------------------------------------------------------
 
     def invalidate(self) -> None:
+        """Put the resolver back, and the generic signature: after a registry change the next
+        selection may take different arguments."""
         with _LOCK:
             self.active = None
             self._set("_impl", self._resolve_and_call)
+            if self._key is not None:
+                self._install_code(None)
 
     def _specialise(self, candidates: Sequence[OpImpl]) -> None:
         keys = [_signature_key(c.fn) for c in candidates]
@@ -189,6 +193,9 @@ class _Binding:
             return
         if key is not None and self._key is not None and _same_key(key, self._key):
             return
+        self._install_code(key)
+
+    def _install_code(self, key: tuple | None) -> None:
         new = _build(self._fname, key)
         assert new.__code__.co_freevars == self.fn.__code__.co_freevars
         self.fn.__code__ = new.__code__
