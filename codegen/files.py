@@ -43,6 +43,10 @@ class FileManager:
             raise AssertionError(f"generator bug: {path} produced twice")
         self._files[path] = text
 
+    def override(self, path: str, text: str) -> None:
+        """Replace what the generator produced for ``path`` (vendor scaffolding's own files)."""
+        self._files[path] = text
+
     def delete(self, path: str) -> None:
         if path in self._files:
             raise AssertionError(f"generator bug: {path} both produced and deleted")

@@ -153,11 +153,25 @@ def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
                 render("impl_module.py.j2", backend=backend, ops=[s.op.name for s in items])
             )
             out[rel] = head + "\n\n" + block.lstrip("\n")
-            init = Path(rel).parent / "__init__.py"
-            if not (root / init).exists():
-                out[str(init)] = f'"""Hand-written kernels of the {backend.name} backend."""\n'
+            out.update(_missing_inits(root, backend))
         else:
             out[rel] = module.text.rstrip("\n") + "\n\n\n" + block.lstrip("\n")
+    return out
+
+
+def _missing_inits(root: Path, backend: m.Backend) -> dict[str, str]:
+    """``__init__.py`` for a new impl package, its backend package and missing parents."""
+    out = {}
+    impl_init = f"{backend.path}/impl/__init__.py"
+    if not (root / impl_init).exists():
+        out[impl_init] = f'"""Hand-written kernels of the {backend.name} backend."""\n'
+    parts = backend.package.split(".")
+    for depth in range(len(parts), 0, -1):
+        init = "/".join(parts[:depth]) + "/__init__.py"
+        if (root / init).exists():
+            break
+        what = f"The {backend.name} backend" if depth == len(parts) else "Backend packages"
+        out[init] = f'"""{what} of vllm_fl (scaffolded by `make codegen`)."""\n'
     return out
 
 

@@ -217,11 +217,15 @@ class _Loader:
         device_entry = f.pop("device")
         device = None
         if device_entry is not None:
-            device = self.scalar(device_entry.value, f"device of {what}", (str,),
-                                 " | ".join(m.DEVICES))
+            device = self.scalar(
+                device_entry.value, f"device of {what}", (str,), " | ".join(m.DEVICES)
+            )
             if device not in m.DEVICES:
-                raise self.error(device_entry.value.line, f"device of {what} is {device!r}",
-                                 " | ".join(m.DEVICES))
+                raise self.error(
+                    device_entry.value.line,
+                    f"device of {what} is {device!r}",
+                    " | ".join(m.DEVICES),
+                )
         opaque_entry = f.pop("opaque")
         opaque = self.boolean(opaque_entry.value, f"opaque of {what}") if opaque_entry else False
         probe_entry = f.pop("probe")

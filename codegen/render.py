@@ -24,8 +24,13 @@ def _docwrap(text: str, indent: int) -> str:
     """Docstring text wrapped to the line length at ``indent`` (the opening quotes included)."""
     paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
     wrapped = [
-        textwrap.fill(p, LINE_LENGTH, initial_indent=" " * (indent + 3),
-                      subsequent_indent=" " * indent, break_on_hyphens=False).lstrip()
+        textwrap.fill(
+            p,
+            LINE_LENGTH,
+            initial_indent=" " * (indent + 3),
+            subsequent_indent=" " * indent,
+            break_on_hyphens=False,
+        ).lstrip()
         for p in paragraphs
     ]
     return ("\n\n" + " " * indent).join(wrapped)
@@ -60,7 +65,9 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters.update(pystr=_pystr, docwrap=_docwrap, pyrepr=_pyrepr, mdcell=_mdcell, first_line=_first_line)
+    env.filters.update(
+        pystr=_pystr, docwrap=_docwrap, pyrepr=_pyrepr, mdcell=_mdcell, first_line=_first_line
+    )
     return env
 
 

@@ -18,6 +18,7 @@ from codegen.manifest import IDENT, load_manifest
 from codegen.render import render
 from codegen.yamlnodes import Map, load
 
+#: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
 VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"
 
 
@@ -37,7 +38,9 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
                 f"backend {name!r} already exists",
                 "a vendor name not in ops.yaml",
             )
-    package = f"{VENDOR_ROOT}.{name}"
+    vendors = [b for b in manifest.backends if b.kind == "vendor"]
+    parent = vendors[0].package.rsplit(".", 1)[0] if vendors else VENDOR_ROOT
+    package = f"{parent}.{name}"
     folder = root / package.replace(".", "/")
     if folder.exists():
         raise CodegenError(
@@ -52,12 +55,8 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
     files = build(new_manifest, root)
     files.add(label, new_text)
     base = package.replace(".", "/")
-    files.add(f"{base}/__init__.py", render("vendor/backend_init.py.j2", name=name))
-    vendor_init = VENDOR_ROOT.replace(".", "/") + "/__init__.py"
-    if not (root / vendor_init).exists():
-        files.add(vendor_init, '"""Vendor backends of vllm_fl, one package per vendor."""\n')
-    if f"{base}/impl/__init__.py" not in files:
-        files.add(f"{base}/impl/__init__.py", render("vendor/impl_init.py.j2", name=name))
+    files.override(f"{base}/__init__.py", render("vendor/backend_init.py.j2", name=name))
+    files.override(f"{base}/impl/__init__.py", render("vendor/impl_init.py.j2", name=name))
     return files
 
 

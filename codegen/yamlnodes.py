@@ -162,6 +162,14 @@ class Fields:
         self.file = file
         self.allowed = allowed
         self._left = dict(node.entries)
+        for entry in node.entries.values():  # a misspelt key says more than the missing one
+            if entry.key not in allowed:
+                raise ManifestError(
+                    file,
+                    entry.key_line,
+                    f"unknown key {entry.key!r} in {what}",
+                    "one of " + ", ".join(allowed),
+                )
 
     def pop(self, key: str) -> Entry | None:
         assert key in self.allowed, key
@@ -176,10 +184,5 @@ class Fields:
         return entry
 
     def done(self) -> None:
-        for entry in self._left.values():
-            raise ManifestError(
-                self.file,
-                entry.key_line,
-                f"unknown key {entry.key!r} in {self.what}",
-                "one of " + ", ".join(self.allowed),
-            )
+        """All keys were read (unknown ones were rejected on construction)."""
+        assert not any(key not in self.allowed for key in self._left)

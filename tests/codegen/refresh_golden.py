@@ -1,0 +1,41 @@
+"""Refresh the generator's golden files: ``.venv/bin/python tests/codegen/refresh_golden.py``.
+
+Copies ``fixtures/tree`` to a temporary directory, runs the generator there and stores the
+resulting tree as ``fixtures/expected``; also runs ``vendor metax`` on a copy and stores the
+edited manifest as ``fixtures/expected_vendor_ops.yaml``. Review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+sys.path.insert(0, str(HERE.parent.parent))
+
+from codegen.cli import main  # noqa: E402
+
+
+def generate(dest: Path) -> None:
+    shutil.copytree(FIXTURES / "tree", dest)
+    if main(["--root", str(dest), "-q"]) != 0:
+        raise SystemExit("codegen failed on the fixture tree")
+
+
+def refresh() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "tree"
+        generate(out)
+        shutil.rmtree(FIXTURES / "expected", ignore_errors=True)
+        shutil.copytree(out, FIXTURES / "expected")
+        if main(["vendor", "metax", "--root", str(out), "-q"]) != 0:
+            raise SystemExit("vendor scaffolding failed on the fixture tree")
+        shutil.copy(out / "ops.yaml", FIXTURES / "expected_vendor_ops.yaml")
+    print(f"refreshed {FIXTURES / 'expected'} and expected_vendor_ops.yaml")
+
+
+if __name__ == "__main__":
+    refresh()
