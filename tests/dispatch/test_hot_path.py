@@ -202,3 +202,56 @@ def test_torch_compile_fullgraph_no_graph_break():
         m.resolve_all()
         torch._dynamo.reset()
         torch.testing.assert_close(torch.compile(mod, fullgraph=True, backend="eager")(x), expected)
+
+
+def test_with_strict_mode_context():
+    from vllm_fl.dispatch import get_policy, with_strict_mode
+
+    reg = OpRegistry()
+
+    def broken(self, x, residual=None):
+        raise KeyError("k")
+
+    reg.register_many(
+        [
+            OpImpl("op", "default.flagos", "flagos", broken),
+            OpImpl("op", "reference.torch", "reference", lambda self, x, residual=None: "ref"),
+        ]
+    )
+    m = OpManager(registry=reg)
+    with with_strict_mode():
+        assert get_policy().strict and get_policy().sources["strict"] == "with_strict_mode"
+        with pytest.raises(KeyError):
+            m.call("op", None, 1)
+    assert not get_policy().strict
+    assert m.call("op", None, 1) == "ref"
+
+
+def test_compiled_module_follows_policy_change():
+    torch = pytest.importorskip("torch")
+    reg = OpRegistry()
+    reg.register_many(
+        [
+            OpImpl("act", "default.flagos", "flagos", lambda self, x: x * 2),
+            OpImpl("act", "reference.torch", "reference", lambda self, x: x * 3),
+        ]
+    )
+    m = OpManager(registry=reg)
+
+    class Act(torch.nn.Module):
+        forward_oot = dispatch_method("act", manager=m)
+
+        def forward(self, x):
+            return self.forward_oot(x)
+
+    mod = Act()
+    m.resolve_all()
+    torch._dynamo.reset()
+    compiled = torch.compile(mod, fullgraph=True, backend="eager")
+    x = torch.ones(3)
+    assert compiled(x).tolist() == [2.0, 2.0, 2.0]
+    with policy_context(SelectionPolicy.from_dict(prefer="reference")):
+        m.resolve_all()
+        assert compiled(x).tolist() == [3.0, 3.0, 3.0]  # guard on the installed impl: recompiled
+    m.resolve_all()
+    assert compiled(x).tolist() == [2.0, 2.0, 2.0]

@@ -588,8 +588,9 @@ class dispatch_method:  # noqa: N801 - reads like a decorator: forward_oot = dis
     """``forward_oot = dispatch_method("rms_norm")``: ``layer.forward_oot(x, residual)`` calls the
     selected impl of the op with ``self`` bound to the layer.
 
-    On first attribute access the descriptor replaces itself in its class with the op's
-    trampoline (a plain function), so later calls are ordinary method calls.
+    When the class is created the descriptor replaces itself in the class with the op's trampoline
+    (a plain function), so calls are ordinary method calls. Nothing is resolved then: the first
+    call (or ``resolve_all()``) resolves.
     """
 
     def __init__(self, op_name: str, *, manager: OpManager | None = None) -> None:
@@ -601,7 +602,10 @@ class dispatch_method:  # noqa: N801 - reads like a decorator: forward_oot = dis
         self._name: str | None = None
 
     def __set_name__(self, owner: type, name: str) -> None:
+        # Replace ourselves by the op's trampoline right away: attribute access is then plain
+        # (also inside a torch.compile trace), and no layer ever binds the descriptor.
         self._owner, self._name = owner, name
+        setattr(owner, name, self.function())
 
     def function(self) -> Callable[..., Any]:
         if self.manager is None:
