@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.errors import CodegenError
+
 
 @dataclass(frozen=True)
 class Change:
@@ -40,7 +42,12 @@ class FileManager:
 
     def add(self, path: str, text: str) -> None:
         if path in self._files:
-            raise AssertionError(f"generator bug: {path} produced twice")
+            raise CodegenError(
+                path,
+                None,
+                "two outputs of the manifest map to this file",
+                "distinct backend packages, impl modules and vLLM layer modules",
+            )
         self._files[path] = text
 
     def override(self, path: str, text: str) -> None:

@@ -17,6 +17,7 @@ from codegen.yamlnodes import Entry, Fields, Map, Node, Scalar, Seq, describe, l
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 IMPL_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
 
 BACKEND_KEYS = ("kind", "vendor", "package", "priority", "requires", "device", "opaque", "probe")
@@ -273,7 +274,12 @@ class _Loader:
         )
         sig_node = f.require("signature", f"{name}(Tensor x, ...) -> Tensor").value
         schema = self.signature(sig_node, name)
-        doc = self.string(f.require("doc", "a one-paragraph description").value, f"doc of {what}")
+        doc_node = f.require("doc", "a one-paragraph description").value
+        doc = self.string(doc_node, f"doc of {what}")
+        if CONTROL.search(doc):
+            raise self.error(
+                doc_node.line, f"doc of {what} contains a control character", "printable text"
+            )
         layer_entry = f.pop("layer")
         layer = self.layer(layer_entry.value, what) if layer_entry else None
         reads_entry = f.pop("reads")

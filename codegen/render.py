@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import textwrap
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def _pyrepr(value: object) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_pyrepr(k)}: {_pyrepr(v)}" for k, v in value.items()) + "}"
     assert value is None or isinstance(value, (str, int, float, bool)), type(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
     return repr(value)
 
 

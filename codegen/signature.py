@@ -11,6 +11,7 @@ Every class has ``parse(text)`` and a ``__str__`` that round-trips: ``parse(str(
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 
@@ -282,6 +283,8 @@ class _Parser:
                     f"default {text!r} of {name!r} is not a literal (None, True, False, a number "
                     "or a quoted string)"
                 ) from None
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SignatureError(f"default {text} of {name!r} is not a finite number")
             if not type_.accepts(value):
                 raise SignatureError(f"default {text} does not fit type {type_} of {name!r}")
             if isinstance(value, float) and type_.base == "int":

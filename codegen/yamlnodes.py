@@ -86,6 +86,10 @@ def load(text: str, file: str) -> Node | None:
         line = mark.line + 1 if mark is not None else None
         problem = " ".join(filter(None, [exc.context, exc.problem]))
         raise ManifestError(file, line, f"invalid YAML: {problem}", "well-formed YAML") from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        problem = f"invalid YAML: character {exc.character!r} is not allowed"
+        raise ManifestError(file, line, problem, "printable text") from None
     except yaml.YAMLError as exc:
         raise ManifestError(file, None, f"invalid YAML: {exc}", "well-formed YAML") from None
     if root is None:
