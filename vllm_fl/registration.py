@@ -98,8 +98,9 @@ def _oot_classes() -> dict[str, str]:
 
 
 def op_name_of(in_tree_cls: type) -> str:
-    """vLLM's registered op name of an in-tree class ('rms_norm' for RMSNorm)."""
-    return vars(in_tree_cls).get("name", "") or ""
+    """vLLM's registered op name of an in-tree class ('rms_norm' for RMSNorm; inherited where
+    vLLM registers a base class, as 'rotary_embedding' on RotaryEmbeddingBase)."""
+    return getattr(in_tree_cls, "name", "") or ""
 
 
 def register_oot_classes(policy=None) -> dict[str, str]:
