@@ -255,3 +255,25 @@ def test_compiled_module_follows_policy_change():
         assert compiled(x).tolist() == [3.0, 3.0, 3.0]  # guard on the installed impl: recompiled
     m.resolve_all()
     assert compiled(x).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_compile_before_resolution_is_correct_and_later_fullgraph():
+    """Tracing an op nobody resolved yet costs a graph break (the resolution) but stays correct;
+    once resolved, fullgraph compiles."""
+    torch = pytest.importorskip("torch")
+    reg = OpRegistry()
+    reg.register_impl(OpImpl("act2", "reference.torch", "reference", lambda self, x: x + 1))
+    m = OpManager(registry=reg)
+
+    class Act(torch.nn.Module):
+        forward_oot = dispatch_method("act2", manager=m)
+
+        def forward(self, x):
+            return self.forward_oot(x) * 2
+
+    torch._dynamo.reset()
+    x = torch.zeros(2)
+    assert torch.compile(Act(), backend="eager")(x).tolist() == [2.0, 2.0]
+    assert m.used_impls() == {"act2": "reference.torch"}
+    torch._dynamo.reset()
+    assert torch.compile(Act(), fullgraph=True, backend="eager")(x).tolist() == [2.0, 2.0]

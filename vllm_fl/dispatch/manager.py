@@ -15,6 +15,7 @@ import builtins
 import inspect
 import keyword
 import threading
+import types
 import weakref
 from types import MethodType
 from typing import Any, Callable, Sequence
@@ -45,9 +46,11 @@ _RESERVED = {"_impl", "_strict", "_fallback", "_exc"}
 
 
 def _invalidate_all() -> None:
+    """The policy changed: every manager re-selects now for the ops already in use (so a compiled
+    graph never has to trace a resolution), and lazily for the others."""
     with _LOCK:
         for manager in list(_MANAGERS):
-            manager.invalidate()
+            manager.invalidate(reselect=True)
 
 
 add_policy_listener(_invalidate_all)
@@ -140,14 +143,21 @@ def _exact_body(name: str, key: tuple, defaults: dict[str, Any]) -> str:
     )
 
 
-def _build(name: str, key: tuple | None) -> Callable[..., Any]:
+def _build(name: str, key: tuple | None, closure: tuple | None = None) -> Callable[..., Any]:
     """A trampoline whose free variables ``_impl``, ``_strict``, ``_fallback`` are closure cells
     (Dynamo guards on closure cells like on any closure)."""
     defaults: dict[str, Any] = {}
     body = _GENERIC_BODY.format(name=name) if key is None else _exact_body(name, key, defaults)
     ns: dict[str, Any] = {"__builtins__": builtins}
     exec(_FACTORY.format(name=name, body=body, dparams="".join(f", {d}" for d in defaults)), ns)
-    return ns["_make"](None, False, None, *defaults.values())
+    fn = ns["_make"](None, False, None, *defaults.values())
+    if closure is None:
+        return fn
+    # Same code, but sharing the closure cells of an existing trampoline: both see one `_impl`.
+    assert fn.__code__.co_freevars == ("_fallback", "_impl", "_strict")
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new
 
 
 class _Binding:
@@ -159,6 +169,7 @@ class _Binding:
         self.active: OpImpl | None = None
         self._key: tuple | None = None
         self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
+        self.sites: list[tuple[weakref.ref, str]] = []
         self.fn = _build(self._fname, None)
         self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
         self._set("_impl", self._resolve_and_call)
@@ -175,13 +186,13 @@ class _Binding:
 
     # -- state changes (under _LOCK) ---------------------------------------------------------
 
-    def invalidate(self) -> None:
-        """Put the resolver back, and the generic signature: after a registry change the next
-        selection may take different arguments."""
+    def invalidate(self, registry_changed: bool = False) -> None:
+        """Put the resolver back. After a registry change the next selection may take other
+        arguments, so the classes get the generic trampoline back too."""
         with _LOCK:
             self.active = None
             self._set("_impl", self._resolve_and_call)
-            if self._key is not None:
+            if registry_changed and self._key is not None:
                 self._install_code(None)
 
     def _specialise(self, candidates: Sequence[OpImpl]) -> None:
@@ -196,12 +207,24 @@ class _Binding:
         self._install_code(key)
 
     def _install_code(self, key: tuple | None) -> None:
-        new = _build(self._fname, key)
-        assert new.__code__.co_freevars == self.fn.__code__.co_freevars
-        self.fn.__code__ = new.__code__
-        self.fn.__defaults__ = new.__defaults__
-        self.fn.__kwdefaults__ = new.__kwdefaults__
+        """A new trampoline for ``key`` sharing this one's cells; the code of a function never
+        changes (a frame being traced by Dynamo keeps valid code), and functions already bound
+        elsewhere (vLLM's ``_forward_method``) keep working through the shared cells."""
+        old = self.fn
+        new = _build(self._fname, key, old.__closure__)
+        new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
+        self.fn = new
         self._key = key
+        for ref, name in self.sites:
+            owner = ref()
+            if owner is not None and owner.__dict__.get(name) is old:
+                setattr(owner, name, new)
+
+    def add_site(self, owner: type, name: str) -> None:
+        """``owner.name`` holds this op's trampoline; keep it the current one."""
+        with _LOCK:
+            self.sites.append((weakref.ref(owner), name))
+            setattr(owner, name, self.fn)
 
     def activate(self) -> Callable[..., Any]:
         """Resolve (unless another thread just did) and install the selected impl."""
@@ -292,7 +315,7 @@ class OpManager:
         self._oplist_written: tuple[str, ...] | None = None
         self.resolution_count = 0
         self.load_errors: list[tuple[str, str]] = []
-        self._registry.add_listener(self.invalidate)
+        self._registry.add_listener(self._on_registry_change)
         _MANAGERS.add(self)
 
     @property
@@ -421,12 +444,26 @@ class OpManager:
         with _LOCK:
             return {op: impl.impl_id for op, impl in self._used.items()}
 
-    def invalidate(self) -> None:
-        """Forget every selection; the next call of each op resolves again."""
+    def invalidate(self, reselect: bool = False) -> None:
+        """Forget every selection; the next call of each op resolves again. With ``reselect``,
+        ops that had a selection get their new one now (errors leave them to the next call)."""
+        with _LOCK:
+            self._cache.clear()
+            active = [b for b in self._bindings.values() if b.active is not None]
+            for b in self._bindings.values():
+                b.invalidate()
+            if reselect:
+                for b in active:
+                    try:
+                        b.activate()
+                    except Exception as exc:  # noqa: BLE001 - the next call reports it
+                        logger.debug("re-selection of op '%s' deferred: %s", b.op, exc)
+
+    def _on_registry_change(self) -> None:
         with _LOCK:
             self._cache.clear()
             for b in self._bindings.values():
-                b.invalidate()
+                b.invalidate(registry_changed=True)
 
     def clear_failed_impls(self, op_name: str | None = None) -> None:
         """Let implementations that failed (in non-strict mode) be tried again."""
@@ -528,7 +565,7 @@ def get_default_manager() -> OpManager:
                 m._bindings = _DEFAULT_BINDINGS
                 m._get_self = get_default_manager
                 m._is_default = True
-                m.invalidate()
+                m._on_registry_change()
             _DEFAULT = m
         return _DEFAULT
 
@@ -543,7 +580,7 @@ def reset_default_manager() -> None:
                 old._bindings = {}
                 old._is_default = False
             for b in _DEFAULT_BINDINGS.values():
-                b.invalidate()
+                b.invalidate(registry_changed=True)
 
 
 def _default_binding(op_name: str) -> _Binding:
@@ -605,7 +642,10 @@ class dispatch_method:  # noqa: N801 - reads like a decorator: forward_oot = dis
         # Replace ourselves by the op's trampoline right away: attribute access is then plain
         # (also inside a torch.compile trace), and no layer ever binds the descriptor.
         self._owner, self._name = owner, name
-        setattr(owner, name, self.function())
+        if self.manager is None:
+            _default_binding(self.op_name).add_site(owner, name)
+        else:
+            self.manager._binding(self.op_name).add_site(owner, name)
 
     def function(self) -> Callable[..., Any]:
         if self.manager is None:
