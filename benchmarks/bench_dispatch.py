@@ -9,7 +9,8 @@ dispatch overhead. Rows:
   manager.call               OpManager.call("rms_norm", layer, x)
   fallback path              first impl raises on every call (strict off): it is excluded after
                              the first failure, so steady state is the second impl; the row
-                             "fallback (first call)" measures one raise + fallback per call.
+                             "fallback (reselect+raise)" forgets the failure before each call:
+                             re-resolution + the raise + the fallback to the next impl.
 
 Run: python benchmarks/bench_dispatch.py [--repeat 15] [--number 200000]
 """
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
             ("call_op(op, layer, x)", "call_op('bench_op', layer, x)", 0),
             ("manager.call(op, layer, x)", "m.call('rms_norm', layer, x)", 0),
             ("fallback (steady state)", "flayer.forward_oot(x)", 0),
-            ("fallback (clear+raise+fb)", "fallback_each_call(x)", max(n // 200, 50)),
+            ("fallback (reselect+raise)", "fallback_each_call(x)", max(n // 200, 50)),
         ],
         n,
         r,

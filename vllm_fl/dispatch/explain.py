@@ -64,12 +64,14 @@ def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
         ("debug", cfg.debug),
         ("plugin_modules", ", ".join(cfg.plugin_modules) or "(none)"),
         ("flaggems_enable_oplist_path", cfg.flaggems_enable_oplist_path),
-        ("flagcx_path", f"{cfg.flagcx_path} (passed through; used by communication, not dispatch)"),
+        ("flagcx_path", cfg.flagcx_path),
     ]
     for name, value in proc:
         src = cfg.sources.get(name, "-")
         if name == "platform_file":
             src = "platform YAML" if value else "(none: VLLM_FL_CONFIG set or no file)"
+        if name == "flagcx_path":
+            src += " (validated and exposed; FlagCX communication, not dispatch, uses it)"
         lines.append(f"  {name:<28} {str(value):<36} {src}")
     if cfg.overridden_env:
         lines.append(f"  ignored (VLLM_FL_CONFIG overrides): {', '.join(cfg.overridden_env)}")

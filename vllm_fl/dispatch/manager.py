@@ -12,6 +12,7 @@ Python frame over calling the impl directly; the try/except costs nothing until 
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import keyword
 import threading
@@ -59,6 +60,7 @@ add_policy_listener(_invalidate_all)
 # --------------------------------------------------------------------------- trampolines
 
 
+@functools.lru_cache(maxsize=4096)
 def _signature_key(fn: Callable[..., Any]) -> tuple | None:
     try:
         sig = inspect.signature(fn)
