@@ -257,6 +257,11 @@ def emit_docs(manifest: m.Manifest, root: Path) -> dict[str, str]:
             DOCS,
             ops=manifest.ops,
             backends=manifest.backends,
+            unwrapped={
+                op.name
+                for op in manifest.ops
+                if not op.opaque_ok and any(manifest.backend(i.backend).opaque for i in op.impls)
+            },
             backends_by_name={b.name: b for b in manifest.backends},
             table=table,
         ),

@@ -76,22 +76,31 @@ class FileManager:
         return changes
 
     def write(self, changes: list[Change]) -> None:
-        for change in changes:
-            target = self.root / change.path
-            if change.new is None:
-                target.unlink()
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            try:
+        """Write every change: all new contents go to temporary files first, then each is renamed
+        over its target, so a failure while writing (disk full, permissions) leaves no target
+        half-written and, before the renames, none changed at all."""
+        staged: list[tuple[str, Path]] = []
+        try:
+            for change in changes:
+                if change.new is None:
+                    continue
+                target = self.root / change.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(
+                    dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+                )
+                staged.append((tmp, target))
                 with os.fdopen(fd, "w") as handle:
                     handle.write(change.new)
-                if target.exists():
-                    os.chmod(tmp, target.stat().st_mode & 0o777)
-                else:
-                    os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
-            except BaseException:
+                mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+                os.chmod(tmp, mode)
+        except BaseException:
+            for tmp, _ in staged:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-                raise
+            raise
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        for change in changes:
+            if change.new is None:
+                (self.root / change.path).unlink()

@@ -8,6 +8,7 @@ forms) are checked after all entries are read.
 
 from __future__ import annotations
 
+import keyword
 import re
 
 from codegen import model as m
@@ -16,7 +17,19 @@ from codegen.signature import FunctionSchema, SignatureError, Type
 from codegen.yamlnodes import Entry, Fields, Map, Node, Scalar, Seq, describe, load
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+#: names the generated code itself uses next to signature arguments and layer attributes
+RESERVED = ("self", "layer", "torch", "out")
+
+
+def is_identifier(name: str) -> bool:
+    """A Python identifier that is not a keyword (so it can name a function, module, argument)."""
+    return bool(IDENT.match(name)) and not keyword.iskeyword(name)
+
+
+def is_dotted(name: str) -> bool:
+    return all(is_identifier(part) for part in name.split("."))
+
+
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 IMPL_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
 
@@ -68,14 +81,14 @@ class _Loader:
         return value
 
     def ident(self, node: Node, what: str) -> str:
-        expected = "an identifier matching [A-Za-z_][A-Za-z0-9_]*"
+        expected = "an identifier matching [A-Za-z_][A-Za-z0-9_]* (no Python keyword)"
         value = self.scalar(node, what, (str,), expected)
-        if not IDENT.match(str(value)):
+        if not is_identifier(str(value)):
             raise self.error(node.line, f"{what} {value!r} is not an identifier", expected)
         return str(value)
 
     def key_ident(self, entry: Entry, what: str) -> str:
-        if not IDENT.match(entry.key):
+        if not is_identifier(entry.key):
             raise self.error(
                 entry.key_line,
                 f"{what} {entry.key!r} is not an identifier",
@@ -86,7 +99,7 @@ class _Loader:
     def dotted(self, node: Node, what: str) -> str:
         expected = "a dotted Python name like package.module"
         value = self.scalar(node, what, (str,), expected)
-        if not DOTTED.match(str(value)):
+        if not is_dotted(str(value)):
             raise self.error(node.line, f"{what} {value!r} is not a dotted Python name", expected)
         return str(value)
 
@@ -310,6 +323,15 @@ class _Loader:
             schema = FunctionSchema.parse(" ".join(text.split()))
         except SignatureError as exc:
             raise self.error(node.line, f"bad signature of op {name!r}: {exc}", expected) from None
+        for arg in schema.arguments:
+            if keyword.iskeyword(arg.name) or arg.name in RESERVED or arg.name.startswith("_"):
+                raise self.error(
+                    node.line,
+                    f"argument {arg.name!r} of op {name!r} is a reserved " "name",
+                    "a name that is no keyword, not one of "
+                    + ", ".join(RESERVED)
+                    + " and not starting with _",
+                )
         if schema.name != name:
             raise self.error(
                 node.line,
@@ -334,6 +356,12 @@ class _Loader:
         attrs = []
         for entry in table.entries.values():
             attr = self.key_ident(entry, f"attribute of {what}")
+            if attr in RESERVED or attr.startswith("_"):
+                raise self.error(
+                    entry.key_line,
+                    f"attribute {attr!r} of {what} is a reserved " "name",
+                    "not one of " + ", ".join(RESERVED) + " and not starting with _",
+                )
             if schema.argument(attr) is not None:
                 raise self.error(
                     entry.key_line,
@@ -377,7 +405,7 @@ class _Loader:
         expected = "module.function (e.g. normalization.rms_norm) or {fn: ..., priority: ...}"
         ref = self.scalar(fn_node, f"{sub}", (str,), expected)
         match = IMPL_REF.match(str(ref))
-        if match is None:
+        if match is None or not is_dotted(str(ref)):
             raise self.error(fn_node.line, f"{sub} is {str(ref)!r}", expected)
         return m.Impl(backend, match.group(1), match.group(2), priority, requires, entry.key_line)
 

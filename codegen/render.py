@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jinja2
 
+from codegen.errors import CodegenError
+
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # Assembled so that this source file is not itself marked as generated.
 MARKER = "@" + "generated"
@@ -93,11 +95,19 @@ def render_file(template: str, path: str, **context: object) -> str:
     """Render ``template`` for output ``path``: header first, Python black-formatted."""
     suffix = Path(path).suffix
     text = header(template, suffix) + render(template, **context)
-    return format_python(text) if suffix == ".py" else text
+    return format_python(text, path) if suffix == ".py" else text
 
 
-def format_python(text: str) -> str:
+def format_python(text: str, path: str = "<generated>") -> str:
     import black
 
     mode = black.Mode(line_length=LINE_LENGTH, target_versions={black.TargetVersion.PY311})
-    return black.format_str(text, mode=mode)
+    try:
+        return black.format_str(text, mode=mode)
+    except black.InvalidInput as exc:  # the loader should make this impossible: a generator bug
+        raise CodegenError(
+            path,
+            None,
+            f"generated code does not parse ({exc})",
+            "valid Python: report this generator bug with the manifest",
+        ) from None

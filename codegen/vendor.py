@@ -14,7 +14,7 @@ from codegen import model as m
 from codegen.errors import CodegenError
 from codegen.files import FileManager
 from codegen.generate import build, manifest_label
-from codegen.manifest import IDENT, load_manifest
+from codegen.manifest import is_identifier, load_manifest
 from codegen.render import render
 from codegen.yamlnodes import Map, load
 
@@ -26,7 +26,7 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
     label = manifest_label(manifest_path, root)
     text = manifest_path.read_text()
     manifest = load_manifest(text, label)
-    if not IDENT.match(name) or name != name.lower():
+    if not is_identifier(name) or name != name.lower():
         raise CodegenError(
             label, None, f"vendor name {name!r} is not a lower-case identifier", "a name like metax"
         )

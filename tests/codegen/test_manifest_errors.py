@@ -227,6 +227,20 @@ CASES = [
         "requires of backend 'fast' is the string 'math', expected a list of module names",
         "requires: math",
     ),
+    (
+        "keyword-as-op-name",
+        "  pick_backend:",
+        "  lambda:",
+        "op name 'lambda' is not an identifier, expected an identifier",
+        "  lambda:",
+    ),
+    (
+        "reserved-argument-name",
+        "silu_and_mul(Tensor x) -> Tensor",
+        "silu_and_mul(Tensor layer) -> Tensor",
+        "argument 'layer' of op 'silu_and_mul' is a reserved name",
+        "Tensor layer",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 
