@@ -189,4 +189,4 @@ class Fields:
 
     def done(self) -> None:
         """All keys were read (unknown ones were rejected on construction)."""
-        assert not any(key not in self.allowed for key in self._left)
+        assert not self._left, f"generator bug: {sorted(self._left)} of {self.what} never read"
