@@ -56,6 +56,7 @@ class _Wrapped:
     kernel_return: str
     kernel_call: str
     fake_call: str
+    direct_call: str
     adapter_params: str
     op_args: str
     decode: str | None
@@ -152,6 +153,7 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
             if op.layer is not None:
                 adapter.insert(0, "self")
             op_args = list(op.schema.arg_names) + [f"self.{a.name}" for a in op.reads]
+            adapter_args = (["self"] if op.layer is not None else []) + list(op.schema.arg_names)
             wrapped.append(
                 _Wrapped(
                     op=op,
@@ -160,6 +162,7 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
                     kernel_return="list[torch.Tensor]" if listed else "torch.Tensor",
                     kernel_call=_call(alias, impl.function, op, listed),
                     fake_call=_call(ref_alias, ref_impl.function, op, listed),
+                    direct_call=f"{alias}.{impl.function}({', '.join(adapter_args)})",
                     adapter_params=", ".join(adapter),
                     op_args=", ".join(op_args),
                     decode=_decode(op),

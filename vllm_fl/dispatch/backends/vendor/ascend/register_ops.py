@@ -32,7 +32,10 @@ def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``silu_and_mul`` through custom op ``vllm_fl::ascend_silu_and_mul``."""
+    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_silu_and_mul`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _ascend_activation.silu_and_mul(self, x)
     return torch.ops.vllm_fl.ascend_silu_and_mul(x)
 
 
@@ -45,7 +48,10 @@ def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
 
 
 def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_and_mul`` through custom op ``vllm_fl::ascend_gelu_and_mul``."""
+    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_gelu_and_mul`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _ascend_activation.gelu_and_mul(self, x)
     return torch.ops.vllm_fl.ascend_gelu_and_mul(x, self.approximate)
 
 
@@ -72,7 +78,10 @@ def _rms_norm_fake(
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm`` through custom op ``vllm_fl::ascend_rms_norm``."""
+    """``rms_norm``: a direct call, or custom op ``vllm_fl::ascend_rms_norm`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _ascend_normalization.rms_norm(self, x, residual)
     out = torch.ops.vllm_fl.ascend_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
 
@@ -128,7 +137,10 @@ def _rotary_embedding_fake(
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rotary_embedding`` through custom op ``vllm_fl::ascend_rotary_embedding``."""
+    """``rotary_embedding``: a direct call, or custom op ``vllm_fl::ascend_rotary_embedding`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _ascend_rotary.rotary_embedding(self, positions, query, key)
     out = torch.ops.vllm_fl.ascend_rotary_embedding(
         positions,
         query,

@@ -32,7 +32,10 @@ def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``silu_and_mul`` through custom op ``vllm_fl::cuda_silu_and_mul``."""
+    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_silu_and_mul`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.silu_and_mul(self, x)
     return torch.ops.vllm_fl.cuda_silu_and_mul(x)
 
 
@@ -45,7 +48,10 @@ def _mul_and_silu_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def mul_and_silu(self, x: torch.Tensor) -> torch.Tensor:
-    """``mul_and_silu`` through custom op ``vllm_fl::cuda_mul_and_silu``."""
+    """``mul_and_silu``: a direct call, or custom op ``vllm_fl::cuda_mul_and_silu`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.mul_and_silu(self, x)
     return torch.ops.vllm_fl.cuda_mul_and_silu(x)
 
 
@@ -58,7 +64,10 @@ def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
 
 
 def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_and_mul`` through custom op ``vllm_fl::cuda_gelu_and_mul``."""
+    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_gelu_and_mul`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.gelu_and_mul(self, x)
     return torch.ops.vllm_fl.cuda_gelu_and_mul(x, self.approximate)
 
 
@@ -71,7 +80,10 @@ def _gelu_new_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_new`` through custom op ``vllm_fl::cuda_gelu_new``."""
+    """``gelu_new``: a direct call, or custom op ``vllm_fl::cuda_gelu_new`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.gelu_new(self, x)
     return torch.ops.vllm_fl.cuda_gelu_new(x)
 
 
@@ -84,7 +96,10 @@ def _gelu_fast_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_fast`` through custom op ``vllm_fl::cuda_gelu_fast``."""
+    """``gelu_fast``: a direct call, or custom op ``vllm_fl::cuda_gelu_fast`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.gelu_fast(self, x)
     return torch.ops.vllm_fl.cuda_gelu_fast(x)
 
 
@@ -97,7 +112,10 @@ def _quick_gelu_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
-    """``quick_gelu`` through custom op ``vllm_fl::cuda_quick_gelu``."""
+    """``quick_gelu``: a direct call, or custom op ``vllm_fl::cuda_quick_gelu`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_activation.quick_gelu(self, x)
     return torch.ops.vllm_fl.cuda_quick_gelu(x)
 
 
@@ -124,7 +142,10 @@ def _rms_norm_fake(
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm`` through custom op ``vllm_fl::cuda_rms_norm``."""
+    """``rms_norm``: a direct call, or custom op ``vllm_fl::cuda_rms_norm`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_normalization.rms_norm(self, x, residual)
     out = torch.ops.vllm_fl.cuda_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
 
@@ -152,7 +173,10 @@ def _gemma_rms_norm_fake(
 def gemma_rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``gemma_rms_norm`` through custom op ``vllm_fl::cuda_gemma_rms_norm``."""
+    """``gemma_rms_norm``: a direct call, or custom op ``vllm_fl::cuda_gemma_rms_norm`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_normalization.gemma_rms_norm(self, x, residual)
     out = torch.ops.vllm_fl.cuda_gemma_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
 
@@ -208,7 +232,10 @@ def _rotary_embedding_fake(
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rotary_embedding`` through custom op ``vllm_fl::cuda_rotary_embedding``."""
+    """``rotary_embedding``: a direct call, or custom op ``vllm_fl::cuda_rotary_embedding`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_rotary.rotary_embedding(self, positions, query, key)
     out = torch.ops.vllm_fl.cuda_rotary_embedding(
         positions,
         query,
