@@ -5,8 +5,8 @@ each op gets a CPU kernel here that runs its registered fake (the reference impl
 which is functional) on real tensors. That exercises what opcheck checks about the definition:
 the schema inferred from the kernel's annotations, no aliasing of inputs, the fake agreeing with
 the kernel, and tracing through AOT dispatch. The arguments are the ones the generated adapter
-(the OpImpl's fn) passes for a real layer (tests/integration/layer_samples.py), captured on the
-way. Prints one line: OPCHECK {"checked": {qualname/case: "ok" | error}, "unchecked": [...]}.
+(the OpImpl's fn, compiled with fullgraph=True, as it calls the custom op only under Dynamo)
+passes for a real layer (tests/integration/layer_samples.py), captured on the way. Prints one line: OPCHECK {"checked": {qualname/case: "ok" | error}, "unchecked": [...]}.
 This gives the ops CPU kernels for the rest of the process: hence a separate process.
 """
 
@@ -61,7 +61,11 @@ def main() -> int:
                 try:
                     layer = make_layer(base, ctor)
                     captured.clear()
-                    impl.fn(layer, **make_inputs(spec))
+                    # Under Dynamo the adapter calls the custom op (outside it calls the
+                    # kernel directly): trace it, fullgraph, to get there and capture its args.
+                    traced = torch.compile(impl.fn, backend="eager", fullgraph=True)
+                    traced(layer, **make_inputs(spec))
+                    torch._dynamo.reset()
                     ns, opname = qualname.split("::")
                     packet = getattr(getattr(torch.ops, ns), opname)
                     # Inference-only ops (no autograd formula; vLLM runs under inference
