@@ -91,12 +91,11 @@ def worker(model_dir: str, mode: str, prompts: int, input_len: int, output_len: 
         "total_tok_s": round((generated + prompts * input_len) / elapsed, 1),
     }
     try:
-        from vllm.model_executor.custom_op import CustomOp
-
+        from vllm_fl import compat
         from vllm_fl.dispatch import get_default_manager
 
         result["used_impls"] = dict(sorted(get_default_manager().used_impls().items()))
-        result["replaced"] = sorted(CustomOp.op_registry_oot)
+        result["replaced"] = sorted(compat.oot_registry())
     except ImportError:
         pass
     return result

@@ -74,8 +74,14 @@ def _rotary_cache(dtype: torch.dtype, device: str) -> torch.Tensor:
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
 
 
+def variants(op: str) -> list[str]:
+    """The benchmark cases of `op`: norms run with and without a residual ("<op>+residual")."""
+    return [op, f"{op}+residual"] if op.endswith("rms_norm") else [op]
+
+
 def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
-    """Returns (layer, args) for `op`, or None when the benchmark has no shape for it."""
+    """Returns (layer, args) for `op` (or one of its variants), or None when the benchmark has no
+    shape for it."""
 
     def randn(*shape):
         return torch.randn(*shape, dtype=dtype, device=device)
@@ -87,6 +93,9 @@ def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
     if op in ("gelu_new", "gelu_fast", "quick_gelu"):
         return SimpleNamespace(), (randn(tokens, INTERMEDIATE),)
     if op in ("rms_norm", "gemma_rms_norm"):
+        layer = SimpleNamespace(weight=randn(HIDDEN), variance_epsilon=1e-6)
+        return layer, (randn(tokens, HIDDEN),)
+    if op in ("rms_norm+residual", "gemma_rms_norm+residual"):
         layer = SimpleNamespace(weight=randn(HIDDEN), variance_epsilon=1e-6)
         return layer, (randn(tokens, HIDDEN), randn(tokens, HIDDEN))
     if op == "rotary_embedding":
@@ -177,9 +186,10 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
             print(f"skip {op}: no benchmark shape or no available implementation", file=sys.stderr)
             continue
         selected = manager.get_selected_impl_id(op)
-        for dtype in dtypes:
-            for t in tokens:
-                plan.append((op, impls, selected, dtype, t))
+        for case in variants(op):
+            for dtype in dtypes:
+                for t in tokens:
+                    plan.append((case, impls, selected, dtype, t))
     started = time.monotonic()
     compiled: dict[tuple[str, str], Callable] = {}
     for n, (op, impls, selected, dtype_name, t) in enumerate(plan, 1):
