@@ -60,6 +60,7 @@ class Report:
     copy_gbps: float
     date: str
     rows: list[Row] = field(default_factory=list)
+    note: str = ""
 
 
 # --- inputs: one builder per op, at the sizes a Llama-class model runs ---------------------------
