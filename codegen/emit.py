@@ -60,6 +60,20 @@ class _Wrapped:
     adapter_params: str
     op_args: str
     decode: str | None
+    eager: str | None  # the eager variant, ``alias.function``
+    functional: str  # the functional impl, ``alias.function``
+
+
+@dataclass(frozen=True)
+class _EagerAdapter:
+    """A non-opaque impl with an eager variant: the variant outside a trace, else the impl."""
+
+    op: m.Op
+    adapter_params: str
+    eager_call: str
+    functional_call: str
+    eager: str
+    functional: str
 
 
 @dataclass(frozen=True)
@@ -126,10 +140,22 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
     imports: dict[str, _Import] = {}
     wrapped: list[_Wrapped] = []
     regs: list[_Reg] = []
+    eager_adapters: list[_EagerAdapter] = []
     probe_used = available.startswith("Probe")
     for op, impl in manifest.backend_ops(backend.name):
         alias = _alias(backend, impl.module)
         imports[alias] = _Import(backend.package, impl.module, alias)
+        eager = None
+        if impl.eager is not None:
+            eager_alias = _alias(backend, impl.eager[0])
+            imports[eager_alias] = _Import(backend.package, impl.eager[0], eager_alias)
+            eager = f"{eager_alias}.{impl.eager[1]}"
+        adapter = [a.python() for a in op.schema.arguments]
+        if op.layer is not None:
+            adapter.insert(0, "self")
+        adapter_args = ", ".join(
+            (["self"] if op.layer is not None else []) + list(op.schema.arg_names)
+        )
         priority = backend.priority if impl.priority is None else impl.priority
         impl_available = available
         if impl.requires:
@@ -149,11 +175,7 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
             listed = not op.schema.returns.is_single_tensor
             params = [f"{a.name}: {a.type.python()}" for a in op.schema.arguments]
             params += [f"{a.name}: {a.type.python()}" for a in op.reads]
-            adapter = [a.python() for a in op.schema.arguments]
-            if op.layer is not None:
-                adapter.insert(0, "self")
             op_args = list(op.schema.arg_names) + [f"self.{a.name}" for a in op.reads]
-            adapter_args = (["self"] if op.layer is not None else []) + list(op.schema.arg_names)
             wrapped.append(
                 _Wrapped(
                     op=op,
@@ -162,10 +184,24 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
                     kernel_return="list[torch.Tensor]" if listed else "torch.Tensor",
                     kernel_call=_call(alias, impl.function, op, listed),
                     fake_call=_call(ref_alias, ref_impl.function, op, listed),
-                    direct_call=f"{alias}.{impl.function}({', '.join(adapter_args)})",
+                    direct_call=f"{eager or fn}({adapter_args})",
                     adapter_params=", ".join(adapter),
                     op_args=", ".join(op_args),
                     decode=_decode(op),
+                    eager=eager,
+                    functional=fn,
+                )
+            )
+            fn = op.name
+        elif eager is not None:
+            eager_adapters.append(
+                _EagerAdapter(
+                    op=op,
+                    adapter_params=", ".join(adapter),
+                    eager_call=f"{eager}({adapter_args})",
+                    functional_call=f"{fn}({adapter_args})",
+                    eager=eager,
+                    functional=fn,
                 )
             )
             fn = op.name
@@ -176,6 +212,7 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
         backend=backend,
         imports=sorted(imports.values(), key=lambda i: i.alias),
         wrapped=wrapped,
+        eager_adapters=eager_adapters,
         regs=regs,
         backend_available=available,
         probe_used=probe_used,
@@ -244,8 +281,11 @@ def emit_tests(manifest: m.Manifest) -> dict[str, str]:
         assert op.tests is not None
         path = f"{TESTS_DIR}/test_parity_{op.name}.py"
         backends = [manifest.backend(impl.backend) for impl in op.impls]
+        eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
         cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
-        out[path] = render_file("test_parity.py.j2", path, op=op, backends=backends, cases=cases)
+        out[path] = render_file(
+            "test_parity.py.j2", path, op=op, backends=backends, eager=eager, cases=cases
+        )
     return out
 
 

@@ -23,6 +23,8 @@ class Stub:
     op: m.Op
     impl: m.Impl
     file: str
+    function: str  # the impl's function, or its eager variant's
+    eager: bool = False
 
     @property
     def params(self) -> str:
@@ -114,32 +116,39 @@ def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
     stubs: dict[str, list[Stub]] = {}
     for backend in manifest.backends:
         for op, impl in manifest.backend_ops(backend.name):
-            rel = f"{backend.path}/impl/{impl.module}.py"
-            module = modules.get(rel)
-            if module is None:
-                module = modules[rel] = _read_module(root / rel, rel)
-            node = module.names.get(impl.function)
-            if node is None:
-                stubs.setdefault(rel, []).append(Stub(backend, op, impl, rel))
-                continue
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                _check(manifest, op, impl, node, rel)
+            functions = [(impl.module, impl.function, False)]
+            if impl.eager is not None:
+                functions.append((impl.eager[0], impl.eager[1], True))
+            for module_name, function, eager in functions:
+                rel = f"{backend.path}/impl/{module_name}.py"
+                module = modules.get(rel)
+                if module is None:
+                    module = modules[rel] = _read_module(root / rel, rel)
+                node = module.names.get(function)
+                if node is None:
+                    stubs.setdefault(rel, []).append(Stub(backend, op, impl, rel, function, eager))
+                    continue
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    _check(manifest, op, impl, node, rel)
     out: dict[str, str] = {}
     for rel, items in stubs.items():
         module = modules[rel]
         # one stub per function name (two ops may name the same missing function: an error)
         seen: dict[str, Stub] = {}
         for stub in items:
-            if stub.impl.function in seen:
-                first = seen[stub.impl.function]
+            if stub.function in seen:
+                first = seen[stub.function]
                 raise CodegenError(
                     manifest.file,
                     stub.impl.line,
-                    f"ops {first.op.name!r} and {stub.op.name!r} "
-                    f"both use {rel}:{stub.impl.function}",
+                    (
+                        f"ops {first.op.name!r} and {stub.op.name!r} both use {rel}:{stub.function}"
+                        if first.op.name != stub.op.name
+                        else f"op {stub.op.name!r} uses {rel}:{stub.function} twice"
+                    ),
                     "one impl function per op",
                 )
-            seen[stub.impl.function] = stub
+            seen[stub.function] = stub
         block = format_python(
             render(
                 "impl_stub.py.j2",
@@ -150,7 +159,11 @@ def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
         if module.text is None:
             backend = items[0].backend
             head = format_python(
-                render("impl_module.py.j2", backend=backend, ops=[s.op.name for s in items])
+                render(
+                    "impl_module.py.j2",
+                    backend=backend,
+                    ops=list(dict.fromkeys(s.op.name for s in items)),
+                )
             )
             out[rel] = head + "\n\n" + block.lstrip("\n")
             out.update(_missing_inits(root, backend))
@@ -191,10 +204,11 @@ def _check(
         and all(_same(defaults[k], v) for k, v in want_defaults.items())
     )
     if not ok:
+        role = "eager variant of " if impl.eager is not None and fn.name == impl.eager[1] else ""
         raise CodegenError(
             rel,
             fn.lineno,
-            f"{printable} does not match op {op.name!r} ({manifest.file}:{impl.line}: "
+            f"{printable} does not match {role}op {op.name!r} ({manifest.file}:{impl.line}: "
             f"{op.schema})",
             f"def {fn.name}({expected_params(op, annotated=False)})",
         )

@@ -34,8 +34,8 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 IMPL_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
 
 BACKEND_KEYS = ("kind", "vendor", "package", "priority", "requires", "device", "opaque", "probe")
-OP_KEYS = ("signature", "doc", "layer", "reads", "impls", "tests")
-IMPL_KEYS = ("fn", "priority", "requires")
+OP_KEYS = ("signature", "doc", "layer", "reads", "inplace", "impls", "tests")
+IMPL_KEYS = ("fn", "priority", "requires", "eager")
 TESTS_KEYS = ("dtypes", "cases", "tolerances")
 CASE_KEYS = ("init", "inputs")
 TENSOR_KEYS = ("shape", "dtype", "high")
@@ -305,14 +305,16 @@ class _Loader:
                     "'reads' only for ops with a layer",
                 )
             reads = self.reads(reads_entry.value, what, schema)
+        inplace_entry = f.pop("inplace")
+        inplace = self.inplace(inplace_entry.value, what, schema) if inplace_entry else ()
         impls_entry = f.require("impls", "a mapping of backend -> module.function")
-        impls = self.impls(impls_entry, what, backends)
+        impls = self.impls(impls_entry, what, backends, inplace)
         tests_entry = f.pop("tests")
         tests = (
             self.tests(tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
         )
         f.done()
-        op = m.Op(name, schema, doc.strip(), layer, reads, impls, tests, entry.key_line)
+        op = m.Op(name, schema, doc.strip(), layer, reads, impls, tests, entry.key_line, inplace)
         self.check_op(op, backends, sig_node.line, tests_entry)
         return op
 
@@ -371,7 +373,38 @@ class _Loader:
             attrs.append(m.Attr(attr, self.type_(entry.value, f"type of {what}.reads.{attr}")))
         return tuple(attrs)
 
-    def impls(self, entry: Entry, what: str, backends: dict[str, m.Backend]) -> tuple[m.Impl, ...]:
+    def inplace(self, node: Node, what: str, schema: FunctionSchema) -> tuple[str, ...]:
+        sub = f"inplace of {what}"
+        expected = "a list of the signature's Tensor arguments, like [x, residual]"
+        items = self.seq(node, sub, expected)
+        if not items.items:
+            raise self.error(items.line, f"{sub} is empty", expected)
+        names: list[str] = []
+        for item in items.items:
+            name = self.ident(item, f"argument in {sub}")
+            arg = schema.argument(name)
+            if arg is None:
+                raise self.error(
+                    item.line,
+                    f"{sub} names {name!r}, which is not an argument",
+                    "one of " + ", ".join(schema.arg_names),
+                )
+            if not arg.type.is_tensor:
+                raise self.error(
+                    item.line, f"{sub} names {name!r} of type {arg.type}", "Tensor arguments only"
+                )
+            if name in names:
+                raise self.error(item.line, f"{sub} lists {name!r} twice", "each argument once")
+            names.append(name)
+        return tuple(names)
+
+    def impls(
+        self,
+        entry: Entry,
+        what: str,
+        backends: dict[str, m.Backend],
+        inplace: tuple[str, ...] = (),
+    ) -> tuple[m.Impl, ...]:
         table = self.map(entry.value, f"impls of {what}", "a mapping of backend -> module.function")
         if not table.entries:
             raise self.error(entry.key_line, f"impls of {what} is empty", "at least one backend")
@@ -384,13 +417,15 @@ class _Loader:
                     f"impls of {what} names undeclared backend " f"{backend!r}",
                     "one of " + ", ".join(backends),
                 )
-            result.append(self.impl(item, backend, what))
+            result.append(self.impl(item, backend, what, inplace))
         return tuple(result)
 
-    def impl(self, entry: Entry, backend: str, what: str) -> m.Impl:
+    def impl(self, entry: Entry, backend: str, what: str, inplace: tuple[str, ...]) -> m.Impl:
         sub = f"impl {backend!r} of {what}"
         priority = None
         requires: tuple[str, ...] = ()
+        eager: tuple[str, str] | None = None
+        expected = "module.function (e.g. normalization.rms_norm) or {fn: ..., priority: ...}"
         node = entry.value
         if isinstance(node, Map):
             f = Fields(node, sub, self.file, IMPL_KEYS)
@@ -399,15 +434,37 @@ class _Loader:
             priority = self.integer(prio.value, f"priority of {sub}") if prio else None
             req = f.pop("requires")
             requires = self.modules(req.value, f"requires of {sub}") if req else ()
+            eager_entry = f.pop("eager")
+            if eager_entry is not None:
+                if not inplace:
+                    raise self.error(
+                        eager_entry.key_line,
+                        f"{sub} has an 'eager' variant but {what} declares no 'inplace' arguments",
+                        "'eager' only for ops with inplace: [...]",
+                    )
+                eager = self.fn_ref(
+                    eager_entry.value,
+                    f"eager variant of {sub}",
+                    "module.function (e.g. normalization.rms_norm_inplace)",
+                )
             f.done()
         else:
             fn_node = node
-        expected = "module.function (e.g. normalization.rms_norm) or {fn: ..., priority: ...}"
-        ref = self.scalar(fn_node, f"{sub}", (str,), expected)
+        module, function = self.fn_ref(fn_node, sub, expected)
+        if eager == (module, function):
+            raise self.error(
+                fn_node.line,
+                f"eager variant of {sub} is the impl itself",
+                "a separate in-place function, e.g. normalization.rms_norm_inplace",
+            )
+        return m.Impl(backend, module, function, priority, requires, entry.key_line, eager)
+
+    def fn_ref(self, node: Node, what: str, expected: str) -> tuple[str, str]:
+        ref = self.scalar(node, what, (str,), expected)
         match = IMPL_REF.match(str(ref))
         if match is None or not is_dotted(str(ref)):
-            raise self.error(fn_node.line, f"{sub} is {str(ref)!r}", expected)
-        return m.Impl(backend, match.group(1), match.group(2), priority, requires, entry.key_line)
+            raise self.error(node.line, f"{what} is {str(ref)!r}", expected)
+        return match.group(1), match.group(2)
 
     # -- tests ---------------------------------------------------------------------------------
 

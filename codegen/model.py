@@ -74,10 +74,16 @@ class Impl:
     priority: int | None  # None: the backend's default
     requires: tuple[str, ...]  # modules this impl needs beyond the backend's
     line: int
+    #: the in-place variant used outside a torch.compile trace: (module, function), or None
+    eager: tuple[str, str] | None = None
 
     @property
     def ref(self) -> str:
         return f"{self.module}.{self.function}"
+
+    @property
+    def eager_ref(self) -> str | None:
+        return None if self.eager is None else f"{self.eager[0]}.{self.eager[1]}"
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,8 @@ class Op:
     impls: tuple[Impl, ...]  # manifest order
     tests: Tests | None
     line: int
+    #: arguments vLLM's own kernels overwrite and return; an impl's ``eager`` variant may too
+    inplace: tuple[str, ...] = ()
 
     @property
     def camel(self) -> str:

@@ -125,3 +125,29 @@ def test_wrong_default_is_a_mismatch(generated, cli):
     assert rc == 1
     assert "fxpkg/reference/impl/norm.py:6: rms_norm(self, x, residual=0) does not match" in err
     assert "expected def rms_norm(self, x, residual=None)" in err
+
+
+def test_eager_variant_signature_mismatch_names_both_lines(generated, cli):
+    norm = generated / "fxpkg/fast/impl/norm.py"
+    text = norm.read_text()
+    start = text.index("def rms_norm_inplace(")
+    norm.write_text(text[:start] + text[start:].replace("residual: torch", "res: torch", 1))
+    rc, _, err = cli("--root", generated)
+    assert rc == 1
+    line = text[:start].count("\n") + 1
+    assert (
+        f"error: fxpkg/fast/impl/norm.py:{line}: rms_norm_inplace(self, x, res=None) does not "
+        "match eager variant of op 'rms_norm' (ops.yaml:"
+    ) in err
+    assert "expected def rms_norm_inplace(self, x, residual=None)" in err
+
+
+def test_missing_eager_variant_is_scaffolded_as_a_stub(tree, cli):
+    norm = tree / "fxpkg/fast/impl/norm.py"
+    text = norm.read_text()
+    norm.write_text(text[: text.index("\n\ndef rms_norm_inplace(")] + "\n")
+    assert cli("--root", tree)[0] == 0
+    stubbed = norm.read_text()
+    assert "def rms_norm_inplace(\n    self, x: torch.Tensor, residual" in stubbed
+    assert "fast rms_norm: write the in-place eager variant here" in stubbed
+    assert "may overwrite ``x``, ``residual``" in stubbed

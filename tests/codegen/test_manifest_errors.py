@@ -241,6 +241,38 @@ CASES = [
         "argument 'layer' of op 'silu_and_mul' is a reserved name",
         "Tensor layer",
     ),
+    (
+        "inplace-names-no-argument",
+        "inplace: [x, residual]",
+        "inplace: [x, resid]",
+        "inplace of op 'rms_norm' names 'resid', which is not an argument, expected one of x, "
+        "residual",
+        "inplace: [x, resid]",
+    ),
+    (
+        "inplace-not-a-list",
+        "inplace: [x, residual]",
+        "inplace: x",
+        "inplace of op 'rms_norm' is the string 'x', expected a list of the signature's Tensor "
+        "arguments",
+        "inplace: x",
+    ),
+    (
+        "eager-without-inplace",
+        "    inplace: [x, residual]\n",
+        "",
+        "impl 'fast' of op 'rms_norm' has an 'eager' variant but op 'rms_norm' declares no "
+        "'inplace' arguments, expected 'eager' only for ops with inplace: [...]",
+        "fast: {fn: norm.rms_norm, eager:",
+    ),
+    (
+        "eager-not-module-function",
+        "fast: {fn: norm.rms_norm, eager: norm.rms_norm_inplace}",
+        "fast: {fn: norm.rms_norm, eager: rms_norm_inplace}",
+        "eager variant of impl 'fast' of op 'rms_norm' is 'rms_norm_inplace', expected "
+        "module.function",
+        "eager: rms_norm_inplace}",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 

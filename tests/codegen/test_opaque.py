@@ -57,8 +57,8 @@ def test_adapter_restores_each_return_form(fast_registry):
     out = fn(layer, x)
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out, reference(layer, x))
-    out, summed = fn(layer, x, residual)
     expected = reference(layer, x, residual)
+    out, summed = fn(layer, x.clone(), residual.clone())
     torch.testing.assert_close(out, expected[0])
     torch.testing.assert_close(summed, expected[1])
 
@@ -68,9 +68,33 @@ def test_custom_op_traces_whole_under_torch_compile(fast_registry):
     layer = _layer()
     compiled = torch.compile(lambda x, r: fn(layer, x, r), fullgraph=True, backend="eager")
     x, residual = torch.randn(3, 16), torch.randn(3, 16)
+    x0, residual0 = x.clone(), residual.clone()
     out, summed = compiled(x, residual)
+    # under the trace the functional impl runs (through the custom op): nothing is overwritten
+    assert torch.equal(x, x0) and torch.equal(residual, residual0)
     torch.testing.assert_close(summed, x + residual)
-    torch.testing.assert_close(out, fn(layer, x, residual)[0])
+    torch.testing.assert_close(out, fn(layer, x.clone(), residual.clone())[0])
+
+
+def test_adapter_runs_the_eager_variant_in_place_outside_a_trace(fast_registry):
+    from fxpkg.fast.impl import norm
+    from fxpkg.reference.impl.norm import rms_norm as reference
+
+    fn = fast_registry.get_impl("rms_norm", "default.flagos").fn
+    assert fn.eager is norm.rms_norm_inplace and fn.functional is norm.rms_norm
+    layer, x, residual = _layer(), torch.randn(3, 16), torch.randn(3, 16)
+    expected = reference(layer, x, residual)
+    out, summed = fn(layer, x, residual)
+    assert out is x and summed is residual  # overwritten and returned, as vLLM's kernels do
+    torch.testing.assert_close(out, expected[0])
+    torch.testing.assert_close(summed, expected[1])
+
+
+def test_non_opaque_backend_gets_an_eager_adapter(generated):
+    text = (generated / "fxpkg/vendor/acme/register_ops.py").read_text()
+    assert "return _acme_norm.rms_norm_inplace(self, x, residual)" in text
+    assert "return _acme_norm.rms_norm(self, x, residual)" in text
+    assert "rms_norm.eager = _acme_norm.rms_norm_inplace" in text
 
 
 def test_stub_kernel_fails_loudly(fast_registry):

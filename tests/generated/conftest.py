@@ -89,9 +89,14 @@ class Parity:
         return values
 
     def call(self, impl, layer, inputs):
-        """Run ``impl`` on clones of ``inputs``; it must not mutate or return them."""
+        """Run ``impl`` on clones of ``inputs``; it must not mutate or return them.
+
+        An adapter with an in-place eager variant runs that variant outside torch.compile: the
+        functional impl it calls under a trace (its ``functional`` attribute) is checked here.
+        """
+        fn = getattr(impl.fn, "functional", impl.fn)
         args = {name: _clone(value) for name, value in inputs.items()}
-        result = impl.fn(layer, **args) if layer is not None else impl.fn(**args)
+        result = fn(layer, **args) if layer is not None else fn(**args)
         for name, value in args.items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(value, inputs[name]), f"{impl.impl_id} mutated input {name!r}"
@@ -123,6 +128,28 @@ class Parity:
         expected = self.call(reference, layer, inputs)
         actual = self.call(impl, layer, inputs)
         self.compare(actual, expected, tolerance)
+
+    def check_eager(self, op, layer_path, impl_id, device, dtype_name, case, tolerance, inplace):
+        """The in-place eager variant on clones of the inputs: it matches the reference and
+        modifies no input but the op's ``inplace`` arguments."""
+        impl = self.impl(op, impl_id)
+        self.require_available(impl)
+        eager = getattr(impl.fn, "eager", None)
+        assert eager is not None, f"{impl_id} {op} has no eager variant: run `make codegen`"
+        reference = self.impl(op, REFERENCE)
+        dtype = getattr(torch, dtype_name)
+        layer = self.layer(layer_path, case["init"], dtype, device)
+        inputs = self.inputs(case["inputs"], dtype, device)
+        expected = self.call(reference, layer, inputs)
+        args = {name: _clone(value) for name, value in inputs.items()}
+        actual = eager(layer, **args) if layer is not None else eager(**args)
+        self.compare(actual, expected, tolerance)
+        for name, value in args.items():
+            if isinstance(value, torch.Tensor) and name not in inplace:
+                assert torch.equal(value, inputs[name]), (
+                    f"{impl_id} eager variant mutated input {name!r}, which is not in-place "
+                    f"(inplace: {inplace})"
+                )
 
     def check_native(self, op, layer_path, dtype_name, case, tolerance):
         reference = self.impl(op, REFERENCE)
