@@ -6,6 +6,8 @@
 
 Each backend x dtype x case runs the backend's registered implementation and the reference one
 on the same inputs; an unavailable backend is skipped with its reason, a stub fails.
+The in-place eager variants (flagos, cuda) run on clones of the same inputs too:
+they must match the reference and modify nothing but x, residual.
 A second test checks the reference against vLLM's own ``RMSNorm.forward_native``.
 """
 
@@ -19,6 +21,11 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
     pytest.param("vendor.ascend", "npu", id="ascend"),
 ]
+EAGER_BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
+    pytest.param("vendor.cuda", "cuda", id="cuda"),
+]
+INPLACE = ["x", "residual"]
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {
     "float32": {"atol": 1e-05, "rtol": 1.3e-06},
@@ -51,6 +58,13 @@ CASES = [
 @pytest.mark.parametrize("impl_id, device", BACKENDS)
 def test_parity(parity, impl_id, device, dtype, case):
     parity.check(OP, LAYER, impl_id, device, dtype, case, TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl_id, device", EAGER_BACKENDS)
+def test_eager_variant_parity(parity, impl_id, device, dtype, case):
+    parity.check_eager(OP, LAYER, impl_id, device, dtype, case, TOLERANCES[dtype], INPLACE)
 
 
 @pytest.mark.parametrize("case", CASES)

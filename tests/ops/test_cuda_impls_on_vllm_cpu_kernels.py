@@ -110,3 +110,65 @@ def test_rotary_embedding(vllm_config, dtype, is_neox, rotary_dim, with_key):
         _close(out[1], expected[1])
     else:
         assert out[1] is None
+
+
+# -- the in-place eager variants (ops.yaml `eager`), run outside torch.compile ---------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_dtype", ["same", torch.float32])
+@pytest.mark.parametrize("with_residual", [False, True], ids=["x", "x+residual"])
+def test_rms_norm_inplace(dtype, weight_dtype, with_residual):
+    _needs("fused_add_rms_norm")
+    weight = torch.randn(256, dtype=dtype if weight_dtype == "same" else weight_dtype) * 0.5
+    layer = Layer(weight=weight, variance_epsilon=1e-5)
+    x = torch.randn(7, 256, dtype=dtype)
+    residual = torch.randn(7, 256, dtype=dtype) if with_residual else None
+    expected = ref_norm.rms_norm(layer, x, residual)
+    x0 = x.clone()
+    with unchanged(weight):
+        out = normalization.rms_norm_inplace(layer, x, residual)
+    assert isinstance(out, tuple) == with_residual
+    if with_residual and weight.dtype == dtype:
+        # vLLM's fused_add_rms_norm: x <- rms_norm(x + r), r <- x + r, both returned
+        assert out[0] is x and out[1] is residual
+    else:  # the functional path: nothing overwritten
+        assert torch.equal(x, x0)
+        assert_fresh(out, x, residual, weight)
+    for a, b in zip(out, expected) if with_residual else [(out, expected)]:
+        _close(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+@pytest.mark.parametrize("with_key", [True, False], ids=["key", "key=None"])
+def test_rotary_embedding_inplace(vllm_config, dtype, is_neox, rotary_dim, with_key):
+    _needs("rotary_embedding")
+    from vllm.model_executor.layers.rotary_embedding import RotaryEmbedding
+
+    layer = RotaryEmbedding(64, rotary_dim, 512, 10000.0, is_neox, torch.float32)
+    positions = torch.randint(0, 512, (7,))
+    query = torch.randn(7, 256, dtype=dtype)
+    key = torch.randn(7, 128, dtype=dtype) if with_key else None
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    with unchanged(positions, layer.cos_sin_cache):
+        out = rotary.rotary_embedding_inplace(layer, positions, query, key)
+    assert out[0] is query and out[1] is key  # rotated in place, key=None passed through
+    _close(query, expected[0])
+    if with_key:
+        _close(key, expected[1])
+
+
+def test_adapters_run_the_eager_variants_outside_a_trace():
+    """The generated adapters of backend cuda call the in-place variants in eager mode."""
+    _needs("fused_add_rms_norm")
+    from vllm_fl.dispatch.backends.vendor.cuda import register_ops
+
+    assert register_ops.rms_norm.eager is normalization.rms_norm_inplace
+    assert register_ops.rms_norm.functional is normalization.rms_norm
+    assert register_ops.rotary_embedding.eager is rotary.rotary_embedding_inplace
+    layer = Layer(weight=torch.randn(256), variance_epsilon=1e-5)
+    x, residual = torch.randn(7, 256), torch.randn(7, 256)
+    out = register_ops.rms_norm(layer, x, residual)
+    assert out[0] is x and out[1] is residual

@@ -68,15 +68,33 @@ class FakeFlagGems(types.ModuleType):
         rrms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
         return (x32 * rrms * weight.float()).to(x.dtype)
 
+    def fused_add_rms_norm(self, x, residual, normalized_shape, weight, eps=1e-5):
+        """In place: residual <- x + residual, x <- rms_norm(residual) (the float32 sum)."""
+        self._record("fused_add_rms_norm", x, residual, list(normalized_shape), weight, eps)
+        assert list(normalized_shape) == [x.shape[-1]] == list(weight.shape)
+        total = x.float() + residual.float()
+        rrms = torch.rsqrt(total.pow(2).mean(-1, keepdim=True) + eps)
+        x.copy_((total * rrms * weight.float()).to(x.dtype))
+        residual.copy_(total.to(residual.dtype))
+        return x, residual
+
     def apply_rotary_pos_emb(
         self, q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False
     ):
-        self._record("apply_rotary_pos_emb", q, k, cos, sin, position_ids, rotary_interleaved)
+        self._record(
+            "apply_rotary_pos_emb",
+            q,
+            k,
+            cos,
+            sin,
+            position_ids,
+            rotary_interleaved,
+            inplace=inplace,
+        )
         assert k.shape[-1] == q.shape[-1] and cos.shape[-1] == sin.shape[-1]
         assert cos.shape[-1] * 2 == q.shape[-1]
         assert cos.stride(-1) == 1 and sin.stride(-1) == 1
         assert q.shape[:-2] == k.shape[:-2] and position_ids.shape == q.shape[:-2]
-        assert not inplace
         c = cos[position_ids].unsqueeze(-2).float()
         s = sin[position_ids].unsqueeze(-2).float()
 
@@ -88,6 +106,9 @@ class FakeFlagGems(types.ModuleType):
             x0, x1 = x.chunk(2, dim=-1)
             return torch.cat((x0 * c - x1 * s, x1 * c + x0 * s), dim=-1)
 
+        if inplace:
+            q_rot, k_rot = rotate(q).to(q.dtype), rotate(k).to(k.dtype)
+            return q.copy_(q_rot), k.copy_(k_rot)
         return rotate(q).to(q.dtype), rotate(k).to(k.dtype)
 
 
@@ -216,6 +237,89 @@ def test_rotary_embedding_calls_apply_rotary_pos_emb_stubbed(
         _close(out[1], expected[1])
 
 
+# -- the in-place eager variants (ops.yaml `eager`), run outside torch.compile ---------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("with_residual", [False, True], ids=["x", "x+residual"])
+def test_rms_norm_inplace_calls_fused_add_rms_norm_stubbed(
+    flag_gems, dtype, contiguous, with_residual
+):
+    weight = torch.randn(256, dtype=dtype)
+    layer = Layer(weight=weight, variance_epsilon=1e-5)
+    x = torch.randn(7, 256, dtype=dtype) if contiguous else torch.randn(7, 512, dtype=dtype)[:, ::2]
+    residual = torch.randn(7, 256, dtype=dtype) if with_residual else None
+    expected = ref_norm.rms_norm(layer, x, residual)
+    x0 = x.clone()
+    with unchanged(weight):
+        out = normalization.rms_norm_inplace(layer, x, residual)
+    assert isinstance(out, tuple) == with_residual
+    if with_residual and contiguous:
+        ((name, args, _),) = flag_gems.calls
+        assert name == "fused_add_rms_norm" and args[0] is x and args[1] is residual
+        assert args[2] == [256] and args[4] == 1e-5
+        assert out[0] is x and out[1] is residual
+    else:  # the functional path: out-of-place rms_norm, nothing overwritten
+        assert _names(flag_gems) == ["rms_norm"]
+        assert torch.equal(x, x0)
+        assert_fresh(out, x, residual, weight)
+    for a, b in zip(out, expected) if with_residual else [(out, expected)]:
+        _close(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+@pytest.mark.parametrize("with_key", [True, False], ids=["key", "key=None"])
+def test_rotary_embedding_inplace_stubbed(flag_gems, dtype, is_neox, rotary_dim, with_key):
+    cache = cos_sin_cache(512, rotary_dim)
+    layer = Layer(cos_sin_cache=cache, head_size=64, rotary_dim=rotary_dim, is_neox_style=is_neox)
+    positions = torch.randint(0, 512, (7,))
+    query = torch.randn(7, 256, dtype=dtype)
+    key = torch.randn(7, 128, dtype=dtype) if with_key else None
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    query0 = query.clone()
+    with unchanged(positions, cache):
+        out = rotary.rotary_embedding_inplace(layer, positions, query, key)
+    ((name, (q, k, cos, sin, pos, interleaved), kwargs),) = flag_gems.calls
+    assert name == "apply_rotary_pos_emb" and interleaved is (not is_neox)
+    in_place = with_key and rotary_dim == 64
+    assert kwargs["inplace"] is in_place
+    assert (out[1] is None) == (key is None) and out[0].shape == query.shape
+    if in_place:  # rotated in the storage of query and key
+        assert out[0].data_ptr() == query.data_ptr() and out[1].data_ptr() == key.data_ptr()
+        _close(query, expected[0])
+        _close(key, expected[1])
+    else:  # without a key or with a partial rotary dim: the functional path
+        assert torch.equal(query, query0)
+        assert_fresh(out, positions, query, key, cache)
+    _close(out[0], expected[0])
+    if with_key:
+        _close(out[1], expected[1])
+
+
+def test_rotary_embedding_inplace_without_the_flag_is_functional_stubbed(flag_gems):
+    """FlagGems releases whose apply_rotary_pos_emb has no ``inplace`` take the functional path."""
+    full = flag_gems.apply_rotary_pos_emb
+
+    def old_rope(q, k, cos, sin, position_ids=None, rotary_interleaved=False):
+        return full(q, k, cos, sin, position_ids, rotary_interleaved)
+
+    flag_gems.apply_rotary_pos_emb = old_rope
+    layer = Layer(
+        cos_sin_cache=cos_sin_cache(512, 64), head_size=64, rotary_dim=64, is_neox_style=True
+    )
+    positions = torch.randint(0, 512, (7,))
+    query, key = torch.randn(7, 256), torch.randn(7, 128)
+    with unchanged(positions, query, key):
+        out = rotary.rotary_embedding_inplace(layer, positions, query, key)
+    assert_fresh(out, positions, query, key)
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    _close(out[0], expected[0])
+    _close(out[1], expected[1])
+
+
 def test_attention_backend_is_vllms_triton_backend():
     assert attention.attention_backend() == (
         "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
@@ -223,3 +327,12 @@ def test_attention_backend_is_vllms_triton_backend():
     assert attention.attention_backend(use_mla=True) == (
         "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
     )
+
+
+def test_adapters_carry_the_eager_variants():
+    from vllm_fl.dispatch.backends.flaggems import register_ops
+
+    assert register_ops.rms_norm.eager is normalization.rms_norm_inplace
+    assert register_ops.rms_norm.functional is normalization.rms_norm
+    assert register_ops.rotary_embedding.eager is rotary.rotary_embedding_inplace
+    assert register_ops.rotary_embedding.functional is rotary.rotary_embedding

@@ -5,7 +5,8 @@ impls are functional, so instead of cloning x and residual for it (two extra cop
 passes over the activations in all) we add first and normalise the sum with the out-of-place
 kernel (5 passes, one launch fewer). The sum is rounded to x's dtype before it is normalised,
 as vLLM's own CUDA kernel does; vLLM's native path normalises the float32 sum (the difference
-is within the parity tolerances).
+is within the parity tolerances). Outside torch.compile, ``rms_norm_inplace`` (the op's eager
+variant) calls ``fused_add_rms_norm`` in place instead, as vLLM does: one launch, 4 passes.
 """
 
 import torch
@@ -22,6 +23,24 @@ def rms_norm(
         return flag_gems.rms_norm(x, [x.shape[-1]], weight, self.variance_epsilon)
     total = x + residual
     return flag_gems.rms_norm(total, [x.shape[-1]], weight, self.variance_epsilon), total
+
+
+def rms_norm_inplace(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The eager variant: with a residual, ``flag_gems.fused_add_rms_norm`` in place, returning
+    (x, residual) holding (rms_norm(x + r), x + r).
+
+    Without a residual, or with non-contiguous inputs (which the kernel may copy rather than
+    overwrite), the functional ``rms_norm``.
+    """
+    if residual is None or not (x.is_contiguous() and residual.is_contiguous()):
+        return rms_norm(self, x, residual)
+    import flag_gems
+
+    weight = self.weight.data
+    flag_gems.fused_add_rms_norm(x, residual, [x.shape[-1]], weight, self.variance_epsilon)
+    return x, residual
 
 
 def gemma_rms_norm(

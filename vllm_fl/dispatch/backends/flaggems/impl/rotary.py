@@ -6,9 +6,32 @@ contiguous, any row stride) and per-token positions, and by default writes new t
 (releases that have an ``inplace`` flag default it to False; older ones have none, so it is
 not passed). ``rotary_interleaved`` is GPT-J style, i.e. ``not is_neox_style``. It computes in
 float32 and rounds once.
+
+``rotary_embedding_inplace`` (the op's eager variant, used outside torch.compile) passes
+``inplace=True`` where the release has the flag, rotating query and key in their own storage
+as vLLM's kernel does. It takes the functional path without a key (FlagGems needs one: the
+functional impl borrows a head of q, which must not be rotated in place), with
+rotary_dim < head_size, and on releases without the flag.
 """
 
+import inspect
+
 import torch
+
+_rope_inplace: tuple[object, bool] = (None, False)  # (apply_rotary_pos_emb, has ``inplace``)
+
+
+def _has_inplace(rope) -> bool:
+    """Whether this ``apply_rotary_pos_emb`` takes ``inplace`` (inspected once per function)."""
+    global _rope_inplace
+    cached, answer = _rope_inplace
+    if cached is not rope:
+        try:
+            answer = "inplace" in inspect.signature(rope).parameters
+        except (TypeError, ValueError):
+            answer = False
+        _rope_inplace = (rope, answer)
+    return answer
 
 
 def rotary_embedding(
@@ -34,3 +57,23 @@ def rotary_embedding(
     query_out = q_rot.view(query.shape)
     key_out = None if key is None else k_rot.view(key.shape)
     return query_out, key_out
+
+
+def rotary_embedding_inplace(
+    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The eager variant: ``apply_rotary_pos_emb(..., inplace=True)`` on query and key."""
+    import flag_gems
+
+    rope = flag_gems.apply_rotary_pos_emb
+    head_size = self.head_size
+    if key is None or self.rotary_dim != head_size or not _has_inplace(rope):
+        return rotary_embedding(self, positions, query, key)
+    cache = self.cos_sin_cache.to(query.device, dtype=query.dtype)
+    cos, sin = cache[:, : head_size // 2], cache[:, head_size // 2 : head_size]
+    positions = positions.flatten()
+    num_tokens = positions.shape[0]
+    q = query.view(num_tokens, -1, head_size)
+    k = key.view(num_tokens, -1, head_size)
+    q_rot, k_rot = rope(q, k, cos, sin, positions, not self.is_neox_style, inplace=True)
+    return q_rot.view(query.shape), k_rot.view(key.shape)

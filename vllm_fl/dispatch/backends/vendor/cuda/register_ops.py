@@ -7,6 +7,11 @@ The backend is opaque: each kernel that returns tensors is wrapped as a ``torch.
 op (``vllm_fl::cuda_<op>``, defined once per process on first registration) whose fake
 runs the reference implementation, and the registered function is a small adapter that passes
 the layer attributes the kernel reads as explicit arguments.
+
+Outside a torch.compile trace, an op with an ``eager`` variant in ops.yaml runs that variant,
+which may overwrite the op's ``inplace`` arguments and return them; under a trace the
+functional impl runs. Such an adapter carries both as attributes: ``<op>.eager`` (the
+in-place variant) and ``<op>.functional`` (the functional impl), so tests can reach each.
 """
 
 import torch
@@ -142,12 +147,16 @@ def _rms_norm_fake(
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm``: a direct call, or custom op ``vllm_fl::cuda_rms_norm`` under Dynamo."""
+    """``rms_norm``: the in-place eager variant, or custom op ``vllm_fl::cuda_rms_norm`` under Dynamo."""
     if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_normalization.rms_norm(self, x, residual)
+        # In eager mode: in place on x, residual, as vLLM's own kernels are.
+        return _cuda_normalization.rms_norm_inplace(self, x, residual)
     out = torch.ops.vllm_fl.cuda_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+rms_norm.eager = _cuda_normalization.rms_norm_inplace  # type: ignore[attr-defined]
+rms_norm.functional = _cuda_normalization.rms_norm  # type: ignore[attr-defined]
 
 
 def _gemma_rms_norm_kernel(
@@ -232,10 +241,10 @@ def _rotary_embedding_fake(
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rotary_embedding``: a direct call, or custom op ``vllm_fl::cuda_rotary_embedding`` under Dynamo."""
+    """``rotary_embedding``: the in-place eager variant, or custom op ``vllm_fl::cuda_rotary_embedding`` under Dynamo."""
     if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_rotary.rotary_embedding(self, positions, query, key)
+        # In eager mode: in place on query, key, as vLLM's own kernels are.
+        return _cuda_rotary.rotary_embedding_inplace(self, positions, query, key)
     out = torch.ops.vllm_fl.cuda_rotary_embedding(
         positions,
         query,
@@ -246,6 +255,10 @@ def rotary_embedding(
         self.is_neox_style,
     )
     return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+rotary_embedding.eager = _cuda_rotary.rotary_embedding_inplace  # type: ignore[attr-defined]
+rotary_embedding.functional = _cuda_rotary.rotary_embedding  # type: ignore[attr-defined]
 
 
 def register(registry: OpRegistry) -> None:

@@ -5,21 +5,33 @@ vLLM's kernel needs the weight in x's dtype; when they differ vLLM's own dispatc
 the numerics of vLLM on CUDA.
 
 ``fused_add_rms_norm`` overwrites both its inputs. To stay functional without cloning both
-(8 passes over the activations), we add first and normalise the sum out of place (5 passes).
-The kernel's own fused path rounds the sum to x's dtype before normalising too, so the
-result is the same.
+(8 passes over the activations), ``rms_norm`` adds first and normalises the sum out of place
+(5 passes, 2 launches). The kernel's own fused path rounds the sum to x's dtype before
+normalising too, so the result is the same. Outside torch.compile, ``rms_norm_inplace`` (the
+op's eager variant) calls it in place as vLLM does: 4 passes, 1 launch.
 """
 
 import torch
 
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference
 
+_custom_ops = None
+
+
+def _ops():
+    """``vllm._custom_ops``, imported on first use (a ``from`` import per call costs ~0.2 us)."""
+    global _custom_ops
+    ops = _custom_ops
+    if ops is None:
+        from vllm import _custom_ops as ops
+
+        _custom_ops = ops
+    return ops
+
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    from vllm import _custom_ops as ops
-
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    ops.rms_norm(out, x, weight, eps)
+    _ops().rms_norm(out, x, weight, eps)
     return out
 
 
@@ -34,6 +46,21 @@ def rms_norm(
         return _rms_norm(x, weight, self.variance_epsilon)
     total = x + residual
     return _rms_norm(total, weight, self.variance_epsilon), total
+
+
+def rms_norm_inplace(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The eager variant: with a residual, ``fused_add_rms_norm`` in place, returning
+    (x, residual) holding (rms_norm(x + r), x + r), as vLLM's ``RMSNorm.forward_cuda`` does.
+
+    Without a residual, or with a weight in another dtype than x, the functional ``rms_norm``.
+    """
+    weight = self.weight.data
+    if residual is None or weight.dtype != x.dtype:
+        return rms_norm(self, x, residual)
+    _ops().fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+    return x, residual
 
 
 def gemma_rms_norm(
