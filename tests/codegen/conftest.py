@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-REPO = FIXTURES.parent.parent.parent
+from codegen_helpers import FIXTURES, REPO, snapshot_of
+
 # The generator is not an installed package: make the repository's ``codegen`` importable (and
 # win over this ``tests/codegen`` folder, which would otherwise be a namespace package).
 if sys.path[:1] != [str(REPO)]:
@@ -38,15 +37,6 @@ def generated(tree: Path) -> Path:
     """The fixture tree after one successful ``python -m codegen``."""
     assert main(["--root", str(tree), "-q"]) == 0
     return tree
-
-
-def snapshot_of(root: Path) -> dict[str, str]:
-    """Every file under ``root`` -> sha256 of its bytes."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import FIXTURES  # noqa: F401  (pytest puts this folder on sys.path)
+from codegen_helpers import FIXTURES  # noqa: F401  (pytest puts this folder on sys.path)
 
 VALID = (FIXTURES / "tree/ops.yaml").read_text()
 

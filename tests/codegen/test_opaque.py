@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import FIXTURES
+from codegen_helpers import FIXTURES
 from vllm_fl.dispatch import OpRegistry, opaque
 
 

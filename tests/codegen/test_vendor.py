@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import FIXTURES, REPO
+from codegen_helpers import FIXTURES, REPO
 
 
 def test_vendor_scaffolds_backend_and_edits_manifest_in_place(generated, cli):

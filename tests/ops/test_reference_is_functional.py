@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DTYPES, cos_sin_cache, assert_fresh, unchanged
+from ops_helpers import DTYPES, cos_sin_cache, assert_fresh, unchanged
 
 from vllm_fl.dispatch.backends.reference.impl import activation, normalization, rotary
 

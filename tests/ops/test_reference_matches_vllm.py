@@ -7,7 +7,7 @@ dtypes, so it must agree bit for bit, which the parity tolerances would hide.
 
 import pytest
 import torch
-from conftest import DTYPES
+from ops_helpers import DTYPES
 
 from vllm_fl.dispatch.backends.reference.impl import activation, normalization, rotary
 
