@@ -9,7 +9,16 @@ clean), measures engine startup and generation time, and prints a table:
              prefer=flagos, prefer=reference
     modes:   eager (enforce_eager=True), compile (vLLM's default torch.compile + CUDA graphs)
 
-    python benchmarks/bench_e2e.py --modes eager,compile --json benchmarks/results/e2e.json
+    python benchmarks/bench_e2e.py --modes eager,compile --repeat 3 --json e2e.json
+    python benchmarks/bench_e2e.py --summarize e2e.json [more.json ...]
+
+Runs are interleaved (round 1 of every config, then round 2, ...) and the table reports the
+median of the rounds: the host's CPU speed drifts between processes on a shared machine, and
+vLLM's eager mode is bound by it (one run of the same config may be 30% slower than the next).
+Each run therefore also reports a host-speed probe, microseconds per ``torch.empty`` on the GPU,
+so a slow run can be told from a slow configuration. Besides the 512-token prompts, each run times
+a decode-heavy batch (16-token prompts, same output length), the regime where per-op launch cost
+shows most.
 
 Each plugin run also reports the dispatch's record of which impl ran for every op, and which
 vLLM layer classes were replaced.
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +63,20 @@ CONFIGS = {
 }
 
 
-def worker(model_dir: str, mode: str, prompts: int, input_len: int, output_len: int) -> dict:
+def _host_probe_us(calls: int = 20000) -> float:
+    """Microseconds per ``torch.empty(16, device="cuda")``: the speed of this process's host
+    CPU for the kind of work an eager engine step consists of (small dispatcher calls)."""
+    import torch
+
+    torch.empty(16, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        torch.empty(16, device="cuda")
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def worker(model_dir: str, mode: str, args) -> dict:
     """Runs inside the child process: build the engine, generate, report."""
     import random
 
@@ -65,7 +88,7 @@ def worker(model_dir: str, mode: str, prompts: int, input_len: int, output_len: 
         load_format="dummy",
         skip_tokenizer_init=True,
         dtype="bfloat16",
-        max_model_len=input_len + output_len,
+        max_model_len=args.input_len + args.output_len,
         enforce_eager=(mode == "eager"),
         gpu_memory_utilization=0.85,
         seed=0,
@@ -73,22 +96,30 @@ def worker(model_dir: str, mode: str, prompts: int, input_len: int, output_len: 
     startup = time.perf_counter() - started
     rng = random.Random(0)
     batch = [
-        {"prompt_token_ids": [rng.randrange(1000, 100000) for _ in range(input_len)]}
-        for _ in range(prompts)
+        {"prompt_token_ids": [rng.randrange(1000, 100000) for _ in range(args.input_len)]}
+        for _ in range(args.prompts)
     ]
     params = SamplingParams(
-        temperature=0.0, max_tokens=output_len, ignore_eos=True, detokenize=False
+        temperature=0.0, max_tokens=args.output_len, ignore_eos=True, detokenize=False
     )
     llm.generate(batch[:4], params, use_tqdm=False)  # warm-up outside the timed region
     t0 = time.perf_counter()
     outputs = llm.generate(batch, params, use_tqdm=False)
     elapsed = time.perf_counter() - t0
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+    short = [{"prompt_token_ids": p["prompt_token_ids"][: args.decode_input_len]} for p in batch]
+    t0 = time.perf_counter()
+    decoded = llm.generate(short, params, use_tqdm=False)
+    decode_elapsed = time.perf_counter() - t0
     result = {
         "startup_s": round(startup, 1),
         "generate_s": round(elapsed, 2),
         "output_tok_s": round(generated / elapsed, 1),
-        "total_tok_s": round((generated + prompts * input_len) / elapsed, 1),
+        "total_tok_s": round((generated + args.prompts * args.input_len) / elapsed, 1),
+        "decode_tok_s": round(
+            sum(len(o.outputs[0].token_ids) for o in decoded) / decode_elapsed, 1
+        ),
+        "host_us": round(_host_probe_us(), 2),
     }
     try:
         from vllm_fl import compat
@@ -101,64 +132,91 @@ def worker(model_dir: str, mode: str, prompts: int, input_len: int, output_len: 
     return result
 
 
-def run_one(name: str, mode: str, model_dir: str, args) -> dict:
+def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
     env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        model_dir,
-        "--mode",
-        mode,
-        "--prompts",
-        str(args.prompts),
-        "--input-len",
-        str(args.input_len),
-        "--output-len",
-        str(args.output_len),
-    ]
+    cmd = [sys.executable, __file__, "--worker", model_dir, "--mode", mode]
+    for flag in ("prompts", "input_len", "output_len", "decode_input_len"):
+        cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - t0
-    log = Path(args.log_dir) / f"e2e_{name.replace('=', '_')}_{mode}.log"
+    log = Path(args.log_dir) / f"e2e_{name.replace('=', '_')}_{mode}_{round_no}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(proc.stdout + proc.stderr)
+    head = {"config": name, "mode": mode, "round": round_no}
     lines = [l for l in proc.stdout.splitlines() if l.startswith("E2E_RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"config": name, "mode": mode, "error": " | ".join(tail)[-400:], "wall_s": wall}
+        return {**head, "error": " | ".join(tail)[-400:], "wall_s": wall}
     result = json.loads(lines[-1][len("E2E_RESULT ") :])
     dispatch_lines = [
         l.split("] ", 1)[-1]
         for l in proc.stderr.splitlines()
         if "Op '" in l and ("using" in l or "fallback" in l)
     ]
-    return {
-        "config": name,
-        "mode": mode,
-        "wall_s": round(wall, 1),
-        **result,
-        "dispatch_log": dispatch_lines,
-    }
+    return {**head, "wall_s": round(wall, 1), **result, "dispatch_log": dispatch_lines}
 
 
-def format_table(results: list[dict]) -> str:
-    base = {r["mode"]: r.get("output_tok_s") for r in results if r["config"] == "vanilla"}
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per (config, mode), in first-seen order: medians over the rounds."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["config"], r["mode"]), [])
+        if "error" not in r:
+            groups[(r["config"], r["mode"])].append(r)
+    rows = []
+    for (config, mode), ok in groups.items():
+        row = {"config": config, "mode": mode, "runs": len(ok)}
+        if ok:
+            for key in ("startup_s", "output_tok_s", "total_tok_s", "decode_tok_s", "host_us"):
+                values = [r[key] for r in ok if key in r]
+                row[key] = round(statistics.median(values), 2) if values else float("nan")
+            row["output_range"] = (
+                min(r["output_tok_s"] for r in ok),
+                max(r["output_tok_s"] for r in ok),
+            )
+        rows.append(row)
+    base = {row["mode"]: row for row in rows if row["config"] == "vanilla" and row["runs"]}
+    for row in rows:
+        ref = base.get(row["mode"])
+        if row["runs"] and ref:
+            row["vs_vanilla"] = round(row["output_tok_s"] / ref["output_tok_s"], 3)
+            row["decode_vs_vanilla"] = round(row["decode_tok_s"] / ref["decode_tok_s"], 3)
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
     lines = [
-        f"{'config':<18}{'mode':<9}{'startup s':>10}{'output tok/s':>14}"
-        f"{'total tok/s':>13}{'vs vanilla':>12}"
+        f"{'config':<18}{'mode':<9}{'runs':>5}{'startup s':>10}{'output tok/s':>14}"
+        f"{'(min-max)':>18}{'total tok/s':>13}{'vs vanilla':>12}{'decode tok/s':>14}"
+        f"{'vs vanilla':>12}{'host us':>9}"
     ]
-    for r in results:
-        if "error" in r:
-            lines.append(f"{r['config']:<18}{r['mode']:<9}  error: {r['error']}")
+    for r in rows:
+        if not r["runs"]:
+            lines.append(f"{r['config']:<18}{r['mode']:<9}  every run failed (see the logs)")
             continue
-        ratio = r["output_tok_s"] / base[r["mode"]] if base.get(r["mode"]) else float("nan")
+        lo, hi = r["output_range"]
         lines.append(
-            f"{r['config']:<18}{r['mode']:<9}{r['startup_s']:>10.1f}"
-            f"{r['output_tok_s']:>14.1f}{r['total_tok_s']:>13.1f}{ratio:>11.3f}x"
+            f"{r['config']:<18}{r['mode']:<9}{r['runs']:>5}{r['startup_s']:>10.1f}"
+            f"{r['output_tok_s']:>14.1f}{f'({lo:.0f}-{hi:.0f})':>18}{r['total_tok_s']:>13.1f}"
+            f"{r.get('vs_vanilla', float('nan')):>11.3f}x{r['decode_tok_s']:>14.1f}"
+            f"{r.get('decode_vs_vanilla', float('nan')):>11.3f}x{r['host_us']:>9.2f}"
         )
     return "\n".join(lines)
+
+
+def report(runs: list[dict]) -> None:
+    print(format_table(summarize(runs)))
+    seen = set()
+    for r in runs:
+        key = (r["config"], r["mode"])
+        if r.get("used_impls") and key not in seen:
+            seen.add(key)
+            print(f"{r['config']} {r['mode']}: {r['used_impls']}")
+    for r in runs:
+        if "error" in r:
+            print(f"error: {r['config']} {r['mode']} round {r['round']}: {r['error']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,39 +225,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="eager", choices=("eager", "compile"))
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds per config")
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--decode-input-len", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=400)
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/e2e.json"))
     parser.add_argument("--log-dir", default="benchmarks/results/logs")
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="print the table of earlier runs (several files are merged)",
+    )
     args = parser.parse_args(argv)
 
     if args.worker:
-        result = worker(args.worker, args.mode, args.prompts, args.input_len, args.output_len)
+        result = worker(args.worker, args.mode, args)
         print("E2E_RESULT " + json.dumps(result), flush=True)
         return 0
+    if args.summarize:
+        report([r for path in args.summarize for r in json.loads(path.read_text())])
+        return 0
 
+    unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown {unknown}; allowed: {', '.join(CONFIGS)}")
     model_dir = tempfile.mkdtemp(prefix="llama3-8b-shape-")
     Path(model_dir, "config.json").write_text(json.dumps(LLAMA3_8B))
-    results = []
+    runs = []
     for mode in args.modes.split(","):
-        for name in args.configs.split(","):
-            r = run_one(name, mode, model_dir, args)
-            results.append(r)
-            print(json.dumps({k: v for k, v in r.items() if k != "dispatch_log"}), flush=True)
-    print(format_table(results))
-    for r in results:
-        if r.get("used_impls"):
-            print(f"{r['config']} {r['mode']}: {r['used_impls']}")
+        for round_no in range(1, args.repeat + 1):
+            for name in args.configs.split(","):
+                r = run_one(name, mode, round_no, model_dir, args)
+                runs.append(r)
+                print(
+                    json.dumps(
+                        {
+                            k: v
+                            for k, v in r.items()
+                            if k not in ("dispatch_log", "used_impls", "replaced")
+                        }
+                    ),
+                    flush=True,
+                )
+    report(runs)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(args.json.read_text()) if args.json.exists() else []
-    keep = [
-        p
-        for p in previous
-        if (p["config"], p["mode"]) not in {(r["config"], r["mode"]) for r in results}
-    ]
-    args.json.write_text(json.dumps(keep + results, indent=1))
+    args.json.write_text(json.dumps(runs, indent=1))
     return 0
 
 
