@@ -126,7 +126,7 @@ def test_user_config_missing_or_bad(tmp_path):
         cfg(VLLM_FL_CONFIG=bad)
     unknown = write(tmp_path, "u.yaml", "prefer: flagos\nprefered: vendor\n")
     with pytest.raises(
-        ConfigError, match=r"u.yaml:prefered: unknown key; allowed keys: prefer, strict"
+        ConfigError, match=r"u.yaml:prefered: unknown key; allowed keys: prefer, compile_prefer, strict"
     ):
         cfg(VLLM_FL_CONFIG=unknown)
     badval = write(tmp_path, "v.yaml", "prefer: gpu\n")

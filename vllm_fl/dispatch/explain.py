@@ -23,13 +23,15 @@ def explain_ops(
     manager: OpManager | None = None, policy: SelectionPolicy | None = None
 ) -> list[dict]:
     """Per op: ``op``, ``order`` (tokens), ``restricted``, ``candidates`` (OpImpl list, best first),
-    ``rejected`` ([(OpImpl, reason)]), ``selected`` (impl id or None)."""
+    ``rejected`` ([(OpImpl, reason)]), ``selected`` (impl id or None); and for calls traced by
+    torch.compile ``traced_order``, ``traced_candidates``, ``selected_traced``."""
     manager = manager if manager is not None else get_default_manager()
     policy = policy if policy is not None else get_policy()
     out = []
     for op in manager.registry.list_operators():
         ordered, rejected = manager.evaluate(op, policy)
         tokens, restricted = policy.order_for(op)
+        traced = manager.evaluate(op, policy, traced=True)[0] if policy.splits_traced else ordered
         out.append(
             {
                 "op": op,
@@ -38,6 +40,9 @@ def explain_ops(
                 "candidates": ordered,
                 "rejected": rejected,
                 "selected": ordered[0].impl_id if ordered else None,
+                "traced_order": policy.order_for(op, traced=True)[0],
+                "traced_candidates": traced,
+                "selected_traced": traced[0].impl_id if traced else None,
             }
         )
     return out
@@ -108,6 +113,12 @@ def explain(manager: OpManager | None = None) -> str:
             )
         sel = info["selected"]
         lines.append(f"  selected: {sel if sel else 'none (no implementation can run here)'}")
+        if info["selected_traced"] != sel:
+            lines.append(
+                f"  under torch.compile: {info['selected_traced']} (order "
+                f"{' > '.join(info['traced_order'])} from compile_prefer={policy.compile_prefer}"
+                f" ({policy.sources.get('compile_prefer', 'default')}))"
+            )
         if op in used and used[op] != sel:
             lines.append(f"  running now: {used[op]} (after a fallback)")
     if not manager.registry.list_operators():
@@ -116,14 +127,19 @@ def explain(manager: OpManager | None = None) -> str:
 
 
 def explain_table(manager: OpManager | None = None) -> str:
-    rows = [("op", "selected impl", "candidates (best first) [not candidates]")]
-    for info in explain_ops(manager):
+    """One line per op: the selection, and the candidates. A column for calls traced by
+    torch.compile appears when the policy selects differently for them (``compile_prefer``)."""
+    infos = explain_ops(manager)
+    split = any(info["selected_traced"] != info["selected"] for info in infos)
+    head = ("op", "selected impl") + (("under torch.compile",) if split else ())
+    rows = [head + ("candidates (best first) [not candidates]",)]
+    for info in infos:
         cands = " > ".join(i.impl_id for i in info["candidates"]) or "-"
         if info["rejected"]:
             cands += " [" + ", ".join(i.impl_id for i, _ in info["rejected"]) + "]"
-        rows.append((info["op"], info["selected"] or "none", cands))
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
-    out = [f"{r[0]:<{w0}} | {r[1]:<{w1}} | {r[2]}" for r in rows]
-    out.insert(1, f"{'-' * w0}-+-{'-' * w1}-+-{'-' * 40}")
+        traced = (info["selected_traced"] or "none",) if split else ()
+        rows.append((info["op"], info["selected"] or "none") + traced + (cands,))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    out = [" | ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + f" | {r[-1]}" for r in rows]
+    out.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 40)
     return "\n".join(out) + "\n"

@@ -7,6 +7,10 @@ registry change puts the resolver back, so the next call re-resolves — also fo
 ``forward_oot`` (or vLLM's ``_forward_method``) already holds the trampoline. ``dispatch_method``
 installs the trampoline as a plain class attribute, so ``layer.forward_oot(x)`` costs one extra
 Python frame over calling the impl directly; the try/except costs nothing until an impl raises.
+
+When the policy selects another impl for calls traced by torch.compile (``compile_prefer``), the
+trampoline also holds ``_traced`` and branches on ``torch.compiler.is_compiling()``, which Dynamo
+folds to a constant while tracing; ops whose two selections agree keep the branch-free code.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import builtins
 import functools
 import inspect
 import keyword
+import sys
 import threading
 import types
 import weakref
@@ -43,7 +48,7 @@ logger = get_logger()
 # while an implementation runs.
 _LOCK = threading.RLock()
 _MANAGERS: "weakref.WeakSet[OpManager]" = weakref.WeakSet()
-_RESERVED = {"_impl", "_strict", "_fallback", "_exc"}
+_RESERVED = {"_impl", "_traced", "_strict", "_fallback", "_exc", "_is_compiling"}
 
 
 def _invalidate_all() -> None:
@@ -91,24 +96,54 @@ def _same_key(a: tuple, b: tuple) -> bool:
     return True
 
 
+def _tracing_now() -> bool:
+    """Whether torch.compile is tracing the caller (False when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 _FACTORY = """
-def _make(_impl, _strict, _fallback{dparams}):
+def _make(_impl, _traced, _strict, _fallback{dparams}):
 {body}
     return {name}
 """
 
-_GENERIC_BODY = """
-    def {name}(*args, **kwargs):
+# Every variant names all four cells (the fallback gets ``_traced`` only for that reason), so
+# that variants can share one closure.
+_CALL = """\
+            return _impl({call})
+"""
+_SPLIT_CALL = """\
+            if _is_compiling():
+                return _traced({call})
+            return _impl({call})
+"""
+_BODY = """\
+    def {name}({params}):
         try:
-            return _impl(*args, **kwargs)
+{call}\
         except Exception as _exc:
             if _strict:
                 raise
-            return _fallback(_exc, args, kwargs)
+            return _fallback(_exc, {args}, {kwargs}, _traced)
 """
 
 
-def _exact_body(name: str, key: tuple, defaults: dict[str, Any]) -> str:
+def _body(name: str, key: tuple | None, split: bool, defaults: dict[str, Any]) -> str:
+    if key is None:
+        params, call, args, kwargs = "*args, **kwargs", "*args, **kwargs", "args", "kwargs"
+    else:
+        params, call, args, kwargs = _exact_parts(key, defaults)
+    return _BODY.format(
+        name=name,
+        params=params,
+        call=(_SPLIT_CALL if split else _CALL).format(call=call),
+        args=args,
+        kwargs=kwargs,
+    )
+
+
+def _exact_parts(key: tuple, defaults: dict[str, Any]) -> tuple[str, str, str, str]:
     params, pos, kws = [], [], []
     star_done = False
     last_posonly = max(
@@ -134,29 +169,28 @@ def _exact_body(name: str, key: tuple, defaults: dict[str, Any]) -> str:
     call = ", ".join(pos + [f"{k}={k}" for k in kws])
     args_tuple = "(" + "".join(f"{p}, " for p in pos) + ")"
     kwargs_dict = "{" + ", ".join(f"{k!r}: {k}" for k in kws) + "}"
-    return (
-        f"    def {name}({', '.join(params)}):\n"
-        f"        try:\n"
-        f"            return _impl({call})\n"
-        f"        except Exception as _exc:\n"
-        f"            if _strict:\n"
-        f"                raise\n"
-        f"            return _fallback(_exc, {args_tuple}, {kwargs_dict})\n"
-    )
+    return ", ".join(params), call, args_tuple, kwargs_dict
 
 
-def _build(name: str, key: tuple | None, closure: tuple | None = None) -> Callable[..., Any]:
-    """A trampoline whose free variables ``_impl``, ``_strict``, ``_fallback`` are closure cells
-    (Dynamo guards on closure cells like on any closure)."""
+def _build(
+    name: str, key: tuple | None, split: bool = False, closure: tuple | None = None
+) -> Callable[..., Any]:
+    """A trampoline whose free variables ``_impl``, ``_traced``, ``_strict``, ``_fallback`` are
+    closure cells (Dynamo guards on closure cells like on any closure). ``split``: calls traced
+    by torch.compile go to ``_traced``."""
     defaults: dict[str, Any] = {}
-    body = _GENERIC_BODY.format(name=name) if key is None else _exact_body(name, key, defaults)
+    body = _body(name, key, split, defaults)
     ns: dict[str, Any] = {"__builtins__": builtins}
+    if split:
+        import torch
+
+        ns["_is_compiling"] = torch.compiler.is_compiling
     exec(_FACTORY.format(name=name, body=body, dparams="".join(f", {d}" for d in defaults)), ns)
-    fn = ns["_make"](None, False, None, *defaults.values())
+    fn = ns["_make"](None, None, False, None, *defaults.values())
     if closure is None:
         return fn
     # Same code, but sharing the closure cells of an existing trampoline: both see one `_impl`.
-    assert fn.__code__.co_freevars == ("_fallback", "_impl", "_strict")
+    assert fn.__code__.co_freevars == ("_fallback", "_impl", "_strict", "_traced")
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     new.__kwdefaults__ = fn.__kwdefaults__
     return new
@@ -169,12 +203,15 @@ class _Binding:
         self.op = op_name
         self._get_manager = get_manager
         self.active: OpImpl | None = None
+        self.active_traced: OpImpl | None = None
         self._key: tuple | None = None
+        self._split = False
         self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
         self.sites: list[tuple[weakref.ref, str]] = []
         self.fn = _build(self._fname, None)
         self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
         self._set("_impl", self._resolve_and_call)
+        self._set("_traced", self._resolve_and_call)
         self._set("_fallback", self._fallback)
         self.fn.__qualname__ = f"dispatch[{op_name}]"
         self.fn.__doc__ = f"Dispatch trampoline of op '{op_name}'."
@@ -182,9 +219,10 @@ class _Binding:
     def _set(self, name: str, value: Any) -> None:
         self._cells[name].cell_contents = value
 
-    def current(self) -> Callable[..., Any]:
-        """What the trampoline calls now: the selected impl, or the resolver."""
-        return self._cells["_impl"].cell_contents
+    def current(self, traced: bool = False) -> Callable[..., Any]:
+        """What the trampoline calls now (eager, or traced by torch.compile): the selected impl,
+        or the resolver."""
+        return self._cells["_traced" if traced and self._split else "_impl"].cell_contents
 
     # -- state changes (under _LOCK) ---------------------------------------------------------
 
@@ -192,31 +230,34 @@ class _Binding:
         """Put the resolver back. After a registry change the next selection may take other
         arguments, so the classes get the generic trampoline back too."""
         with _LOCK:
-            self.active = None
+            self.active = self.active_traced = None
             self._set("_impl", self._resolve_and_call)
-            if registry_changed and self._key is not None:
-                self._install_code(None)
+            self._set("_traced", self._resolve_and_call)
+            if registry_changed and (self._key is not None or self._split):
+                self._install_code(None, False)
 
-    def _specialise(self, candidates: Sequence[OpImpl]) -> None:
+    def _specialise(self, candidates: Sequence[OpImpl], split: bool) -> None:
         keys = [_signature_key(c.fn) for c in candidates]
         key = keys[0] if keys and all(k is not None for k in keys) else None
         if key is not None and not all(_same_key(key, k) for k in keys[1:]):
             key = None
-        if key is None and self._key is None:
-            return
-        if key is not None and self._key is not None and _same_key(key, self._key):
-            return
-        self._install_code(key)
+        if split == self._split:
+            if key is None and self._key is None:
+                return
+            if key is not None and self._key is not None and _same_key(key, self._key):
+                return
+        self._install_code(key, split)
 
-    def _install_code(self, key: tuple | None) -> None:
+    def _install_code(self, key: tuple | None, split: bool) -> None:
         """A new trampoline for ``key`` sharing this one's cells; the code of a function never
         changes (a frame being traced by Dynamo keeps valid code), and functions already bound
         elsewhere (vLLM's ``_forward_method``) keep working through the shared cells."""
         old = self.fn
-        new = _build(self._fname, key, old.__closure__)
+        new = _build(self._fname, key, split, old.__closure__)
         new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
         self.fn = new
         self._key = key
+        self._split = split
         for ref, name in self.sites:
             owner = ref()
             if owner is not None and owner.__dict__.get(name) is old:
@@ -228,28 +269,38 @@ class _Binding:
             self.sites.append((weakref.ref(owner), name))
             setattr(owner, name, self.fn)
 
-    def activate(self) -> Callable[..., Any]:
-        """Resolve (unless another thread just did) and install the selected impl."""
+    def activate(self) -> None:
+        """Resolve (unless another thread just did) and install the selected impls."""
         manager = self._get_manager()  # outside _LOCK: may build the default manager
         with _LOCK:
             if self.active is not None:
-                return self.current()
+                return
+            policy = get_policy()
             candidates = manager.resolve_candidates(self.op)
-            impl = candidates[0]
-            self._specialise(candidates)
-            self._set("_strict", get_policy().strict)
+            traced = (
+                manager.resolve_candidates(self.op, traced=True)
+                if policy.splits_traced
+                else candidates
+            )
+            impl, traced_impl = candidates[0], traced[0]
+            split = traced_impl is not impl
+            self._specialise(candidates + traced if split else candidates, split)
+            self._set("_strict", policy.strict)
             self._set("_impl", impl.fn)
-            self.active = impl
+            self._set("_traced", traced_impl.fn)
+            self.active, self.active_traced = impl, traced_impl
             manager._record_use(self.op, impl, fallback=False)
-            return impl.fn
+            manager._record_use(self.op, traced_impl, fallback=False, traced=True, log=split)
 
     # -- the slow paths the trampoline jumps to ----------------------------------------------
 
     def _resolve_and_call(self, *args: Any, **kwargs: Any) -> Any:
-        return self.activate()(*args, **kwargs)
+        self.activate()
+        return self.current(traced=_tracing_now())(*args, **kwargs)
 
-    def _fallback(self, exc: Exception, args: tuple, kwargs: dict) -> Any:
-        failed = self.active
+    def _fallback(self, exc: Exception, args: tuple, kwargs: dict, _traced_cell: Any) -> Any:
+        traced = self._split and _tracing_now()
+        failed = self.active_traced if traced else self.active
         if failed is None:  # resolution itself failed: nothing to fall back from
             raise exc
         manager = self._get_manager()
@@ -263,7 +314,7 @@ class _Binding:
         while True:
             with _LOCK:
                 try:
-                    candidates = manager.resolve_candidates(op)
+                    candidates = manager.resolve_candidates(op, traced=traced)
                 except DispatchError:
                     candidates = []
             nxt = next((c for c in candidates if c.impl_id not in tried), None)
@@ -279,11 +330,18 @@ class _Binding:
                         newly_failed.append(nxt.impl_id)
                 continue
             with _LOCK:
-                self._specialise(candidates)
-                self._set("_impl", nxt.fn)
+                other = (self.active if traced else self.active_traced) if self._split else None
+                self._specialise(candidates + ([other] if other else []), self._split)
+                self._set("_traced" if traced else "_impl", nxt.fn)
+                if not self._split:  # one selection serves both modes
+                    self._set("_traced", nxt.fn)
+                    self.active_traced = nxt
                 self._set("_strict", get_policy().strict)
-                self.active = nxt
-                manager._record_use(op, nxt, fallback=True)
+                if traced:
+                    self.active_traced = nxt
+                else:
+                    self.active = nxt
+                manager._record_use(op, nxt, fallback=True, traced=traced)
             return out
         # Every candidate failed on these inputs: that says more about the inputs than about the
         # backends, so none of them is excluded from later calls.
@@ -307,10 +365,11 @@ class OpManager:
         if registry is not None and not isinstance(registry, OpRegistry):
             raise TypeError(f"OpManager: registry must be an OpRegistry, got {registry!r}")
         self._registry = registry if registry is not None else OpRegistry()
-        self._cache: dict[str, tuple[OpImpl, ...]] = {}
+        self._cache: dict[tuple[str, bool], tuple[OpImpl, ...]] = {}
         self._failed: dict[str, set[str]] = {}
         self._warned: set[tuple[str, str]] = set()
         self._used: dict[str, OpImpl] = {}
+        self._used_traced: dict[str, OpImpl] = {}
         self._bindings: dict[str, _Binding] = {}
         self._get_self: Callable[[], OpManager] = weakref.ref(self)  # type: ignore[assignment]
         self._is_default = False
@@ -326,9 +385,12 @@ class OpManager:
 
     # -- resolution --------------------------------------------------------------------------
 
-    def evaluate(self, op_name: str, policy=None) -> tuple[list[OpImpl], list[tuple[OpImpl, str]]]:
+    def evaluate(
+        self, op_name: str, policy=None, traced: bool = False
+    ) -> tuple[list[OpImpl], list[tuple[OpImpl, str]]]:
         """(candidates in order, [(impl, why not a candidate)]) under ``policy`` (default: the
-        current one). Pure: no caching, no logging of selections."""
+        current one), for eager calls or calls traced by torch.compile. Pure: no caching, no
+        logging of selections."""
         policy = policy if policy is not None else get_policy()
         failed = self._failed.get(op_name, set())
         allowed: list[OpImpl] = []
@@ -346,9 +408,9 @@ class OpManager:
                 rejected.append((impl, f"unavailable: {why}"))
                 continue
             allowed.append(impl)
-        ordered = policy.order(op_name, allowed)
+        ordered = policy.order(op_name, allowed, traced)
         if len(ordered) != len(allowed):
-            tokens, _ = policy.order_for(op_name)
+            tokens, _ = policy.order_for(op_name, traced)
             src = policy.sources.get("per_op_order", "default")
             for impl in allowed:
                 if impl not in ordered:
@@ -360,13 +422,14 @@ class OpManager:
                     )
         return ordered, rejected
 
-    def resolve_candidates(self, op_name: str) -> list[OpImpl]:
-        """The implementations that may run for ``op_name``, best first (cached)."""
-        cached = self._cache.get(op_name)
+    def resolve_candidates(self, op_name: str, traced: bool = False) -> list[OpImpl]:
+        """The implementations that may run for ``op_name``, best first (cached); ``traced``:
+        for calls traced by torch.compile (``compile_prefer``)."""
+        cached = self._cache.get((op_name, traced))
         if cached is not None:
             return list(cached)
         with _LOCK:
-            cached = self._cache.get(op_name)
+            cached = self._cache.get((op_name, traced))
             if cached is not None:
                 return list(cached)
             if op_name not in self._registry:
@@ -375,14 +438,15 @@ class OpManager:
                     f"{', '.join(self._registry.list_operators()) or '(none)'}"
                 )
             policy = get_policy()
-            ordered, rejected = self.evaluate(op_name, policy)
+            ordered, rejected = self.evaluate(op_name, policy, traced)
             self.resolution_count += 1
             debug = get_config().debug
             if debug or logger.isEnabledFor(10):
                 logger.log(
                     20 if debug else 10,
-                    "Op '%s' resolved: candidates [%s]; not candidates: %s",
+                    "Op '%s' resolved%s: candidates [%s]; not candidates: %s",
                     op_name,
+                    " under torch.compile" if traced else "",
                     ", ".join(i.impl_id for i in ordered),
                     "; ".join(f"'{i.impl_id}' {why}" for i, why in rejected) or "none",
                 )
@@ -391,7 +455,7 @@ class OpManager:
                     f"Op '{op_name}': no implementation can run: "
                     + "; ".join(f"'{i.impl_id}' {why}" for i, why in rejected)
                 )
-            self._cache[op_name] = tuple(ordered)
+            self._cache[(op_name, traced)] = tuple(ordered)
             return ordered
 
     def resolve(self, op_name: str) -> Callable[..., Any]:
@@ -441,10 +505,12 @@ class OpManager:
 
     # -- state -------------------------------------------------------------------------------
 
-    def used_impls(self) -> dict[str, str]:
-        """op -> impl id most recently selected for a call through this manager."""
+    def used_impls(self, traced: bool = False) -> dict[str, str]:
+        """op -> impl id most recently selected for eager calls through this manager, or for
+        calls traced by torch.compile."""
         with _LOCK:
-            return {op: impl.impl_id for op, impl in self._used.items()}
+            used = self._used_traced if traced else self._used
+            return {op: impl.impl_id for op, impl in used.items()}
 
     def invalidate(self, reselect: bool = False) -> None:
         """Forget every selection; the next call of each op resolves again. With ``reselect``,
@@ -480,22 +546,30 @@ class OpManager:
         with _LOCK:
             return {op: sorted(ids) for op, ids in self._failed.items() if ids}
 
-    def _record_use(self, op: str, impl: OpImpl, fallback: bool) -> None:
-        prev = self._used.get(op)
-        self._used[op] = impl
-        if fallback:
+    def _record_use(
+        self, op: str, impl: OpImpl, fallback: bool, traced: bool = False, log: bool = True
+    ) -> None:
+        used = self._used_traced if traced else self._used
+        prev = used.get(op)
+        used[op] = impl
+        where = " under torch.compile" if traced else ""
+        if not log:
+            pass
+        elif fallback:
             logger.info(
-                "Op '%s' fallback to '%s' (kind=%s, vendor=%s)",
+                "Op '%s' fallback to '%s'%s (kind=%s, vendor=%s)",
                 op,
                 impl.impl_id,
+                where,
                 impl.kind.value,
                 impl.vendor,
             )
         elif prev is None or prev.impl_id != impl.impl_id:
             logger.info(
-                "Op '%s' using '%s' (kind=%s, vendor=%s)",
+                "Op '%s' using '%s'%s (kind=%s, vendor=%s)",
                 op,
                 impl.impl_id,
+                where,
                 impl.kind.value,
                 impl.vendor,
             )
@@ -517,19 +591,33 @@ class OpManager:
         ids = self._failed.setdefault(op, set())
         new = impl.impl_id not in ids
         ids.add(impl.impl_id)
-        self._cache.pop(op, None)
+        self._forget(op)
         return new
+
+    def _forget(self, op: str) -> None:
+        """Drop the cached candidates of ``op`` for both modes."""
+        self._cache.pop((op, False), None)
+        self._cache.pop((op, True), None)
 
     def _unmark_failed(self, op: str, impl_ids: Sequence[str]) -> None:
         ids = self._failed.get(op)
         if ids:
             ids.difference_update(impl_ids)
-        self._cache.pop(op, None)
+        self._forget(op)
 
     def _write_flagos_oplist(self) -> None:
         """FLAGGEMS_ENABLE_OPLIST_PATH: the ops currently running a FlagGems impl, one per line,
         rewritten whenever that set changes (never written while it stays empty)."""
-        ops = tuple(sorted(op for op, i in self._used.items() if i.kind is BackendImplKind.DEFAULT))
+        ops = tuple(
+            sorted(
+                {
+                    op
+                    for used in (self._used, self._used_traced)
+                    for op, i in used.items()
+                    if i.kind is BackendImplKind.DEFAULT
+                }
+            )
+        )
         if ops == (self._oplist_written or ()):
             return
         path = get_config().flaggems_enable_oplist_path
@@ -616,8 +704,10 @@ def resolve_op(op_name: str) -> Callable[..., Any]:
     return get_default_manager().resolve(op_name)
 
 
-def used_impls() -> dict[str, str]:
-    return get_default_manager().used_impls()
+def used_impls(traced: bool = False) -> dict[str, str]:
+    """op -> impl id selected for eager calls (default manager), or for calls traced by
+    torch.compile."""
+    return get_default_manager().used_impls(traced)
 
 
 # --------------------------------------------------------------------------- dispatch_method

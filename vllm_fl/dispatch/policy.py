@@ -62,6 +62,7 @@ CONFIG_DIR = Path(__file__).with_name("config")
 # Keys of the VLLM_FL_CONFIG file and of the platform YAML files (identical sets).
 FILE_KEYS = (
     "prefer",
+    "compile_prefer",
     "strict",
     "allow_vendors",
     "deny_vendors",
@@ -80,6 +81,7 @@ ENV_VARS = {
     "VLLM_FL_CONFIG": "config_path",
     "VLLM_FL_PLATFORM": "platform",
     "VLLM_FL_PREFER": "prefer",
+    "VLLM_FL_COMPILE_PREFER": "compile_prefer",
     "VLLM_FL_STRICT": "strict",
     "VLLM_FL_PER_OP": "per_op_order",
     "VLLM_FL_ALLOW_VENDORS": "allow_vendors",
@@ -100,6 +102,7 @@ ENV_VARS = {
 # Environment variables that a VLLM_FL_CONFIG file overrides (they set file keys).
 _FILE_LEVEL_ENV = (
     "VLLM_FL_PREFER",
+    "VLLM_FL_COMPILE_PREFER",
     "VLLM_FL_STRICT",
     "VLLM_FL_PER_OP",
     "VLLM_FL_OP_CONFIG",
@@ -252,9 +255,16 @@ def _parse_per_op_env(value: str, source: str) -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True, eq=True)
 class SelectionPolicy:
-    """What may run and in which order. Immutable; derive variants with ``replace``."""
+    """What may run and in which order. Immutable; derive variants with ``replace``.
+
+    ``compile_prefer`` is the preference while torch.compile traces an op (Dynamo, then
+    Inductor); None means ``prefer``. vLLM makes the same split: under Inductor it lets the
+    compiler generate its norms and activations from their PyTorch formulas, which it can fuse
+    with their neighbours, and calls its CUDA kernels only in eager mode.
+    """
 
     prefer: str = "flagos"
+    compile_prefer: str | None = None
     strict: bool = False
     per_op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     deny_vendors: frozenset[str] = frozenset()
@@ -288,7 +298,7 @@ class SelectionPolicy:
     ) -> "SelectionPolicy":
         """Build a validated policy; unspecified settings take their built-in defaults.
 
-        ``others`` accepts the remaining fields (``enabled``, ``use_flaggems``,
+        ``others`` accepts the remaining fields (``compile_prefer``, ``enabled``, ``use_flaggems``,
         ``flagos_whitelist``, ``flagos_blacklist``, ``oot_enabled``, ``oot_whitelist``,
         ``oot_blacklist``).
         """
@@ -306,6 +316,10 @@ class SelectionPolicy:
             "allow_vendors": _parse_names(allow_vendors, f"{source}:allow_vendors", "vendor")
             or None,
         }
+        if others.get("compile_prefer") is not None:
+            kw["compile_prefer"] = _parse_prefer(
+                others["compile_prefer"], f"{source}:compile_prefer"
+            )
         for name in ("enabled", "use_flaggems", "oot_enabled"):
             if name in others:
                 kw[name] = _parse_bool(others[name], f"{source}:{name}")
@@ -346,12 +360,24 @@ class SelectionPolicy:
 
     # -- selection ---------------------------------------------------------------------------
 
-    def order_for(self, op_name: str) -> tuple[tuple[str, ...], bool]:
-        """(tokens, restricted): the per-op list (restricts) or the default order of ``prefer``."""
+    @property
+    def splits_traced(self) -> bool:
+        """Whether ops traced by torch.compile follow another preference than eager calls."""
+        return self.compile_prefer is not None and self.compile_prefer != self.prefer
+
+    def prefer_for(self, traced: bool = False) -> str:
+        """The preference in force for eager calls, or for calls traced by torch.compile."""
+        if traced and self.compile_prefer is not None:
+            return self.compile_prefer
+        return self.prefer
+
+    def order_for(self, op_name: str, traced: bool = False) -> tuple[tuple[str, ...], bool]:
+        """(tokens, restricted): the per-op list (restricts, in both modes) or the default order
+        of the preference in force (``compile_prefer`` while traced, if set)."""
         tokens = self.per_op_order.get(op_name)
         if tokens is not None:
             return tokens, True
-        return DEFAULT_ORDERS[self.prefer], False
+        return DEFAULT_ORDERS[self.prefer_for(traced)], False
 
     def exclusion_reason(self, impl: OpImpl) -> str | None:
         """Why ``impl`` may not run under this policy (None if it may)."""
@@ -376,9 +402,9 @@ class SelectionPolicy:
                 return f"op in flagos_blacklist ({src('flagos_blacklist', 'default')})"
         return None
 
-    def order(self, op_name: str, impls: Sequence[OpImpl]) -> list[OpImpl]:
+    def order(self, op_name: str, impls: Sequence[OpImpl], traced: bool = False) -> list[OpImpl]:
         """Order ``impls`` (already filtered) by the op's tokens, then priority (stable)."""
-        tokens, _ = self.order_for(op_name)
+        tokens, _ = self.order_for(op_name, traced)
         out: list[OpImpl] = []
         seen: set[str] = set()
         for tok in tokens:
@@ -508,8 +534,8 @@ def _file_layer(data: Mapping[str, Any], path: Path, label: str) -> _Layer:
     src = f"{label} {path}"
     for key, value in data.items():
         where = f"{path}:{key}"
-        if key == "prefer":
-            layer.set("prefer", _parse_prefer(value, where), src)
+        if key in ("prefer", "compile_prefer"):
+            layer.set(key, _parse_prefer(value, where), src)
         elif key in ("strict", "use_flaggems", "oot_enabled"):
             layer.set(key, _parse_bool(value, where), src)
         elif key in ("allow_vendors", "deny_vendors"):
@@ -535,6 +561,16 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
 
     if (v := get("VLLM_FL_PREFER")) is not None:
         layer.set("prefer", _parse_prefer(v, "VLLM_FL_PREFER"), "env VLLM_FL_PREFER")
+    if (v := get("VLLM_FL_COMPILE_PREFER")) is not None:
+        layer.set(
+            "compile_prefer",
+            _parse_prefer(v, "VLLM_FL_COMPILE_PREFER"),
+            "env VLLM_FL_COMPILE_PREFER",
+        )
+    elif "prefer" in layer.values:
+        # A preference chosen in the environment means that backend, compiled or not; a
+        # platform file's compile_prefer must not quietly override it under torch.compile.
+        layer.set("compile_prefer", None, "env VLLM_FL_PREFER")
     if (v := get("VLLM_FL_STRICT")) is not None:
         layer.set("strict", _parse_bool(v, "VLLM_FL_STRICT", strict01=True), "env VLLM_FL_STRICT")
     if (v := get("USE_FLAGGEMS")) is not None:
@@ -800,8 +836,13 @@ def with_strict_mode(strict: bool = True) -> contextlib.AbstractContextManager[S
     return policy_context(get_policy().replace("with_strict_mode", strict=strict))
 
 
-def with_preference(prefer: str) -> contextlib.AbstractContextManager[SelectionPolicy]:
-    return policy_context(get_policy().replace("with_preference", prefer=prefer))
+def with_preference(
+    prefer: str, compile_prefer: str | None = None
+) -> contextlib.AbstractContextManager[SelectionPolicy]:
+    """Prefer ``prefer`` inside the block, also under torch.compile unless ``compile_prefer``."""
+    return policy_context(
+        get_policy().replace("with_preference", prefer=prefer, compile_prefer=compile_prefer)
+    )
 
 
 def with_allowed_vendors(*vendors: str) -> contextlib.AbstractContextManager[SelectionPolicy]:
