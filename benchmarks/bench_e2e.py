@@ -125,7 +125,10 @@ def worker(model_dir: str, mode: str, args) -> dict:
         from vllm_fl import compat
         from vllm_fl.dispatch import get_default_manager
 
-        result["used_impls"] = dict(sorted(get_default_manager().used_impls().items()))
+        manager = get_default_manager()
+        result["used_impls"] = dict(sorted(manager.used_impls().items()))
+        if mode == "compile":
+            result["used_impls_traced"] = dict(sorted(manager.used_impls(traced=True).items()))
         result["replaced"] = sorted(compat.oot_registry())
     except ImportError:
         pass
@@ -214,6 +217,10 @@ def report(runs: list[dict]) -> None:
         if r.get("used_impls") and key not in seen:
             seen.add(key)
             print(f"{r['config']} {r['mode']}: {r['used_impls']}")
+            if r.get("used_impls_traced", r["used_impls"]) != r["used_impls"]:
+                print(
+                    f"{r['config']} {r['mode']}, traced by torch.compile: {r['used_impls_traced']}"
+                )
     for r in runs:
         if "error" in r:
             print(f"error: {r['config']} {r['mode']} round {r['round']}: {r['error']}")
@@ -266,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             k: v
                             for k, v in r.items()
-                            if k not in ("dispatch_log", "used_impls", "replaced")
+                            if k
+                            not in ("dispatch_log", "used_impls", "used_impls_traced", "replaced")
                         }
                     ),
                     flush=True,
