@@ -29,9 +29,11 @@ from vllm_fl.dispatch import (  # noqa: E402
     OpImpl,
     OpManager,
     OpRegistry,
+    SelectionPolicy,
     dispatch_method,
     get_default_manager,
     reset_default_manager,
+    set_global_policy,
 )
 from vllm_fl.dispatch import call_op  # noqa: E402
 from types import MethodType  # noqa: E402
@@ -130,6 +132,29 @@ def main(argv=None) -> int:
         r,
         g,
     )
+    # An op whose selection under torch.compile differs (compile_prefer): the trampoline adds a
+    # torch.compiler.is_compiling() branch for eager calls. Timed apart, against its own baseline,
+    # because the policy is process-wide.
+    sreg = OpRegistry()
+    sreg.register_many(
+        [
+            OpImpl("rms_norm", "default.flagos", "flagos", impl),
+            OpImpl("rms_norm", "reference.torch", "reference", impl),
+        ]
+    )
+    sm = OpManager(registry=sreg)
+
+    class S:
+        forward_oot = dispatch_method("rms_norm", manager=sm)
+
+    set_global_policy(SelectionPolicy.from_dict(prefer="flagos", compile_prefer="reference"))
+    g["slayer"] = S()
+    g["slayer"].forward_oot(1)
+    (_, split_base), (_, split_ns) = measure(
+        [("direct impl call", "impl(layer, x)", 0), ("split", "slayer.forward_oot(x)", 0)], n, r, g
+    )
+    rows.append(("forward_oot, compile_prefer", split_ns - split_base + rows[0][1]))
+
     base = rows[0][1]
     print(f"Python {sys.version.split()[0]}, median of {r} runs")
     print(f"{'path':<28} | {'ns/call':>8} | {'overhead':>9}")

@@ -6,7 +6,8 @@ configuration and mode it starts a fresh Python process (so plugin loading and e
 clean), measures engine startup and generation time, and prints a table:
 
     configs: vanilla (VLLM_PLUGINS excludes ours), plugin (shipped policy),
-             prefer=flagos, prefer=reference
+             prefer=flagos, prefer=reference; on request compile_prefer=vendor (the shipped
+             policy with vLLM's CUDA kernels as opaque ops under torch.compile too)
     modes:   eager (enforce_eager=True), compile (vLLM's default torch.compile + CUDA graphs)
 
     python benchmarks/bench_e2e.py --modes eager,compile --repeat 3 --json e2e.json
@@ -60,6 +61,8 @@ CONFIGS = {
     "plugin": {},
     "prefer=flagos": {"VLLM_FL_PREFER": "flagos"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
+    # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
+    "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},
 }
 
 
@@ -191,17 +194,17 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     lines = [
-        f"{'config':<18}{'mode':<9}{'runs':>5}{'startup s':>10}{'output tok/s':>14}"
+        f"{'config':<23}{'mode':<9}{'runs':>5}{'startup s':>10}{'output tok/s':>14}"
         f"{'(min-max)':>18}{'total tok/s':>13}{'vs vanilla':>12}{'decode tok/s':>14}"
         f"{'vs vanilla':>12}{'host us':>9}"
     ]
     for r in rows:
         if not r["runs"]:
-            lines.append(f"{r['config']:<18}{r['mode']:<9}  every run failed (see the logs)")
+            lines.append(f"{r['config']:<23}{r['mode']:<9}  every run failed (see the logs)")
             continue
         lo, hi = r["output_range"]
         lines.append(
-            f"{r['config']:<18}{r['mode']:<9}{r['runs']:>5}{r['startup_s']:>10.1f}"
+            f"{r['config']:<23}{r['mode']:<9}{r['runs']:>5}{r['startup_s']:>10.1f}"
             f"{r['output_tok_s']:>14.1f}{f'({lo:.0f}-{hi:.0f})':>18}{r['total_tok_s']:>13.1f}"
             f"{r.get('vs_vanilla', float('nan')):>11.3f}x{r['decode_tok_s']:>14.1f}"
             f"{r.get('decode_vs_vanilla', float('nan')):>11.3f}x{r['host_us']:>9.2f}"
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", metavar="MODEL_DIR")
     parser.add_argument("--mode", default="eager", choices=("eager", "compile"))
     parser.add_argument("--modes", default="eager,compile")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default="vanilla,plugin,prefer=flagos,prefer=reference")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds per config")
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=512)
