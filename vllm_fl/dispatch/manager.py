@@ -332,15 +332,13 @@ class _Binding:
             with _LOCK:
                 other = (self.active if traced else self.active_traced) if self._split else None
                 self._specialise(candidates + ([other] if other else []), self._split)
-                self._set("_traced" if traced else "_impl", nxt.fn)
-                if not self._split:  # one selection serves both modes
+                if not traced:
+                    self._set("_impl", nxt.fn)
+                    self.active = nxt
+                if traced or not self._split:  # without a split one selection serves both modes
                     self._set("_traced", nxt.fn)
                     self.active_traced = nxt
                 self._set("_strict", get_policy().strict)
-                if traced:
-                    self.active_traced = nxt
-                else:
-                    self.active = nxt
                 manager._record_use(op, nxt, fallback=True, traced=traced)
             return out
         # Every candidate failed on these inputs: that says more about the inputs than about the
@@ -552,24 +550,13 @@ class OpManager:
         used = self._used_traced if traced else self._used
         prev = used.get(op)
         used[op] = impl
-        where = " under torch.compile" if traced else ""
-        if not log:
-            pass
-        elif fallback:
+        if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
             logger.info(
-                "Op '%s' fallback to '%s'%s (kind=%s, vendor=%s)",
+                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
                 op,
+                "fallback to" if fallback else "using",
                 impl.impl_id,
-                where,
-                impl.kind.value,
-                impl.vendor,
-            )
-        elif prev is None or prev.impl_id != impl.impl_id:
-            logger.info(
-                "Op '%s' using '%s'%s (kind=%s, vendor=%s)",
-                op,
-                impl.impl_id,
-                where,
+                " under torch.compile" if traced else "",
                 impl.kind.value,
                 impl.vendor,
             )
