@@ -47,15 +47,24 @@ _skip_logged = False
 
 
 def _plugin_enabled() -> bool:
-    raw = os.environ.get("VLLM_FL_PREFER_ENABLED", "").strip().lower()
-    return raw not in ("0", "false", "no", "off")
+    from vllm_fl.dispatch.settings import read_env  # the dispatch's parser; no torch, no vLLM
+
+    return read_env("VLLM_FL_PREFER_ENABLED")
 
 
 def register_platform() -> str | None:
     """`vllm.platform_plugins` entry point: the platform class path, or None."""
-    if not _plugin_enabled():
+    from vllm_fl.dispatch.settings import read_env
+    from vllm_fl.dispatch.types import ConfigError
+
+    try:
+        if not _plugin_enabled():
+            return None
+        requested = read_env("VLLM_FL_PLATFORM") or "auto"
+    except ConfigError as exc:
+        # vLLM swallows exceptions raised here (it logs them at DEBUG), so say it loudly.
+        logger.error("vllm_fl: %s; the plugin's platform stays off", exc)
         return None
-    requested = os.environ.get("VLLM_FL_PLATFORM", "").strip().lower() or "auto"
     if requested in PLATFORM_CLASSES:
         return PLATFORM_CLASSES[requested]
     if requested in _FOREIGN_PLATFORMS:

@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, policy
+from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, policy_state, settings
 from vllm_fl.dispatch.logger_manager import LOGGER_NAME
 from vllm_fl.dispatch.types import BackendImplKind
 
-DISPATCH_ENV = tuple(policy.ENV_VARS)
+DISPATCH_ENV = tuple(settings.ENV_VARS)
 
 
 @pytest.fixture(autouse=True)
@@ -19,12 +19,12 @@ def clean_dispatch_env(monkeypatch):
     for var in DISPATCH_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VLLM_FL_PLATFORM", "cpu")
-    del policy._overrides[:]
-    policy.reset_global_policy()
+    del policy_state._overrides[:]
+    policy_state.reset_global_policy()
     yield monkeypatch
-    del policy._overrides[:]
+    del policy_state._overrides[:]
     monkeypatch.undo()
-    policy.reset_global_policy()
+    policy_state.reset_global_policy()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import logging
 import pytest
 
 from vllm_fl.dispatch import ConfigError, SelectionPolicy, get_policy, load_config, oot_allowed
+from vllm_fl.dispatch import config_loader, values
 from vllm_fl.dispatch import policy as pol
 
 
@@ -61,7 +62,7 @@ def test_env_vars_set_policy_with_sources():
 
 
 def test_platform_yaml_then_env_override(tmp_path, monkeypatch):
-    monkeypatch.setattr(pol, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(values, "CONFIG_DIR", tmp_path)
     write(
         tmp_path,
         "ascend.yaml",
@@ -84,13 +85,13 @@ def test_platform_yaml_then_env_override(tmp_path, monkeypatch):
 
 
 def test_platform_autodetected_and_unknown(monkeypatch):
-    monkeypatch.setattr(pol, "detect_platform", lambda: "cuda")
+    monkeypatch.setattr(config_loader, "detect_platform", lambda: "cuda")
     c = load_config({})
     assert c.platform == "cuda" and c.platform_file.endswith("config/cuda.yaml")
     assert c.sources["platform"] == "auto-detected"
     assert c.policy.deny_vendors == {"ascend"}  # from the shipped cuda.yaml
     with pytest.raises(
-        ConfigError, match=r"VLLM_FL_PLATFORM='tpu': unknown platform; allowed: ascend, cpu, cuda"
+        ConfigError, match=r"VLLM_FL_PLATFORM='tpu': unknown platform; allowed: auto, ascend, cpu, cuda"
     ):
         load_config({"VLLM_FL_PLATFORM": "tpu"})
 
@@ -158,7 +159,10 @@ def test_user_config_missing_or_bad(tmp_path):
             {"VLLM_FL_PREFER": "gpu"},
             r"VLLM_FL_PREFER='gpu': invalid preference; allowed: flagos, vendor, reference",
         ),
-        ({"VLLM_FL_STRICT": "true"}, r"VLLM_FL_STRICT='true': invalid value; allowed: 0, 1"),
+        (
+            {"VLLM_FL_STRICT": "maybe"},
+            r"VLLM_FL_STRICT='maybe': invalid boolean; allowed: 1/0, true/false",
+        ),
         ({"VLLM_FL_STRICT": "2"}, r"VLLM_FL_STRICT='2'"),
         ({"VLLM_FL_PER_OP": "rms_norm"}, r"VLLM_FL_PER_OP='rms_norm': malformed entry 'rms_norm'"),
         ({"VLLM_FL_PER_OP": "rms_norm="}, r"malformed entry"),

@@ -27,6 +27,8 @@ from types import MethodType
 from typing import Any, Callable, Sequence
 
 from .logger_manager import get_logger
+from .name_checks import warn_unknown_names
+from .oplist import write_atomically
 from .policy import add_policy_listener, get_config, get_policy
 from .registry import OpRegistry
 from .types import BackendImplKind, DispatchError, OpImpl
@@ -609,8 +611,7 @@ class OpManager:
             return
         path = get_config().flaggems_enable_oplist_path
         try:
-            with open(path, "w") as f:
-                f.write("".join(f"{op}\n" for op in ops))
+            write_atomically(path, "".join(f"{op}\n" for op in ops))
         except OSError as exc:
             logger.warning("cannot write FLAGGEMS_ENABLE_OPLIST_PATH=%s: %s", path, exc)
         self._oplist_written = ops
@@ -638,6 +639,7 @@ def get_default_manager() -> OpManager:
             m = OpManager(OpRegistry())
             register_builtins(m.registry, m.load_errors)
             load_plugins(m.registry, cfg.plugin_modules, m.load_errors)
+            warn_unknown_names(get_policy(), m.registry)
             with _LOCK:
                 m._bindings = _DEFAULT_BINDINGS
                 m._get_self = get_default_manager

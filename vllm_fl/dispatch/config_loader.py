@@ -1,0 +1,220 @@
+"""Where settings come from, and which source wins.
+
+Precedence (highest first): the ``VLLM_FL_CONFIG`` file (a complete override of every selection
+setting; a missing, empty or invalid file is an error) > individual environment variables > the
+platform YAML (``config/<platform>.yaml``) > built-in defaults. Process settings come from the
+environment only. An environment list replaces the list below it, it never merges; a whitelist
+and the blacklist of its family count as one setting, so a whitelist from the environment also
+replaces a blacklist from the platform file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from . import values
+from .config_files import read_yaml_mapping
+from .logger_manager import get_logger
+from .selection import SelectionPolicy
+from .settings import (
+    BY_FILE_KEY,
+    FILE_KEYS,
+    LIST_FAMILIES,
+    SELECTION_ENV,
+    SETTINGS,
+    env_value,
+)
+from .types import ConfigError
+
+__all__ = ["DispatchConfig", "load_config", "detect_platform", "available_platforms"]
+
+logger = get_logger()
+available_platforms = values.available_platforms
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    """Everything the environment and config files say, resolved and validated."""
+
+    policy: SelectionPolicy
+    platform: str
+    platform_file: str | None
+    config_file: str | None
+    log_level: int
+    debug: bool
+    plugin_modules: tuple[str, ...]
+    op_config_file: str | None
+    flaggems_enable_oplist_path: str
+    flagcx_path: str | None
+    sources: Mapping[str, str]
+    overridden_env: tuple[str, ...] = ()
+
+
+def detect_platform() -> str:
+    """cuda when torch sees a CUDA device, ascend when torch_npu sees an NPU, else cpu."""
+    import importlib.util
+    import sys
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+        if "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None:
+            import torch_npu  # noqa: F401
+
+            if torch.npu.is_available():
+                return "ascend"
+    except Exception as exc:  # noqa: BLE001 - detection must not break dispatch
+        logger.warning(
+            "platform auto-detection failed (%s: %s); using 'cpu'", type(exc).__name__, exc
+        )
+    return "cpu"
+
+
+class _Layer:
+    """Settings from one source: ``values`` (already parsed) and each one's source."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
+
+    def set(self, name: str, value: Any, source: str) -> None:
+        self.values[name] = value
+        self.sources[name] = source
+
+
+def _file_layer(data: Mapping[str, Any], path: Path, label: str) -> _Layer:
+    unknown = [k for k in data if k not in BY_FILE_KEY]
+    if unknown:
+        raise ConfigError(
+            f"{path}:{unknown[0]}: unknown key; allowed keys: {', '.join(FILE_KEYS)}"
+        )
+    for wl, bl in LIST_FAMILIES.values():
+        if wl in data and bl in data:
+            raise ConfigError(f"{path}: {wl} and {bl} are mutually exclusive; keep one")
+    layer = _Layer()
+    for key, value in data.items():
+        setting = BY_FILE_KEY[key]
+        layer.set(setting.name, setting.parse(value, f"{path}:{key}"), f"{label} {path}")
+    return layer
+
+
+def _env_layer(env: Mapping[str, str]) -> _Layer:
+    layer = _Layer()
+    raws: dict[str, tuple[str, str]] = {}  # setting -> (variable, raw value)
+    for setting in SETTINGS:
+        if setting.scope != "selection":
+            continue
+        present = [(e, raw) for e in setting.env if (raw := env_value(env, e.name)) is not None]
+        if not present:
+            continue
+        var, raw = present[0]  # the table lists a setting's variables by precedence
+        for other, other_raw in present[1:]:
+            logger.warning(
+                "%s=%r is overridden by %s (higher precedence)", other.name, other_raw, var.name
+            )
+        raws[setting.name] = (var.name, raw)
+    for wl, bl in LIST_FAMILIES.values():
+        if wl in raws and bl in raws:
+            (wv, wr), (bv, br) = raws[wl], raws[bl]
+            raise ConfigError(f"{wv}={wr!r} and {bv}={br!r} are mutually exclusive; set only one")
+    for setting in SETTINGS:
+        if setting.name in raws:
+            name, raw = raws[setting.name]
+            var = next(e for e in setting.env if e.name == name)
+            value = var.read(raw, name) if var.read is not None else raw
+            layer.set(setting.name, setting.parse(value, name), var.label(raw))
+    if "prefer" in layer.values and "compile_prefer" not in layer.values:
+        # A preference chosen in the environment means that backend, compiled or not; a
+        # platform file's compile_prefer must not quietly override it under torch.compile.
+        layer.set("compile_prefer", None, layer.sources["prefer"])
+    return layer
+
+
+def _merge(layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Highest-precedence layer first. White/black lists of one family are one setting."""
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for layer in reversed(layers):  # lowest first, higher ones replace
+        for family in LIST_FAMILIES.values():
+            if any(k in layer.values for k in family):
+                for k in family:
+                    merged.pop(k, None)
+                    sources.pop(k, None)
+        merged.update(layer.values)
+        sources.update(layer.sources)
+    return merged, sources
+
+
+def _process_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    out: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        if setting.scope != "process":
+            continue
+        (var,) = setting.env
+        raw = env_value(env, var.name)
+        out[setting.name] = setting.default if raw is None else setting.parse(raw, var.name)
+        sources[setting.name] = "default" if raw is None else var.label(raw)
+    if out["log_level"] is None:
+        out["log_level"] = logging.DEBUG if out["debug"] else logging.INFO
+        sources["log_level"] = "env VLLM_FL_DISPATCH_DEBUG" if out["debug"] else "default"
+    if out["platform"] is None:  # unset or "auto"
+        out["platform"] = detect_platform()
+        sources["platform"] = "auto-detected"
+    return out, sources
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
+    """Read the environment and config files; raise ``ConfigError`` on any invalid value."""
+    env = os.environ if environ is None else environ
+    proc, proc_sources = _process_settings(env)
+    config_path = proc["config_file"]
+    overridden: tuple[str, ...] = ()
+    platform_file = None
+    if config_path is not None:
+        path = Path(config_path)
+        data = read_yaml_mapping(path, "VLLM_FL_CONFIG", allow_empty=False)
+        layers = [_file_layer(data, path, "config file")]
+        overridden = tuple(v for v in SELECTION_ENV if env_value(env, v) is not None)
+        if overridden:
+            logger.warning(
+                "VLLM_FL_CONFIG=%s overrides every selection setting; ignoring %s",
+                config_path,
+                ", ".join(overridden),
+            )
+    else:
+        layers = [_env_layer(env)]
+        pf = values.CONFIG_DIR / f"{proc['platform']}.yaml"
+        if pf.is_file():
+            platform_file = str(pf)
+            data = read_yaml_mapping(pf, "platform YAML", allow_empty=True)
+            layers.append(_file_layer(data, pf, "platform YAML"))
+    merged, sources = _merge(layers)
+    merged["enabled"] = proc["enabled"]
+    sources["enabled"] = proc_sources["enabled"]
+    names = [f.name for f in dataclasses.fields(SelectionPolicy) if f.name != "sources"]
+    all_sources = {name: sources.get(name, "default") for name in names}
+    policy = SelectionPolicy(**merged, sources=all_sources, source="configuration")
+    op_config = env_value(env, "VLLM_FL_OP_CONFIG")
+    return DispatchConfig(
+        policy=policy,
+        platform=proc["platform"],
+        platform_file=platform_file,
+        config_file=config_path,
+        log_level=proc["log_level"],
+        debug=proc["debug"],
+        plugin_modules=proc["plugin_modules"],
+        op_config_file=op_config.strip() if op_config else None,
+        flaggems_enable_oplist_path=proc["flaggems_enable_oplist_path"],
+        flagcx_path=proc["flagcx_path"],
+        sources=MappingProxyType({**proc_sources, **all_sources}),
+        overridden_env=overridden,
+    )
