@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             files = build(read_manifest(manifest_path, root), root)
         changes = files.plan()
+        orphans = files.orphans()
         if not args.check:
             files.write(changes)
     except CodegenError as exc:
@@ -68,16 +70,35 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # a generator bug: say so in one line, as for any other error
+        print(
+            f"error: internal generator error {type(exc).__name__}: {exc}; report it with the "
+            "manifest (set CODEGEN_TRACEBACK=1 for the traceback)",
+            file=sys.stderr,
+        )
+        if os.environ.get("CODEGEN_TRACEBACK") == "1":
+            raise
+        return 2
     elapsed = time.perf_counter() - start
 
     total = len(files)
     if args.check:
-        if changes:
+        if changes or orphans:
             for change in changes:
                 sys.stdout.write(change.diff())
+            problems = []
+            if changes:
+                problems.append(
+                    f"{len(changes)} of {total} generated files are stale "
+                    f"({', '.join(c.path for c in changes)})"
+                )
+            if orphans:
+                problems.append(
+                    f"{len(orphans)} temporary file(s) of an interrupted run are left "
+                    f"({', '.join(orphans)})"
+                )
             print(
-                f"codegen --check: {len(changes)} of {total} generated files are stale "
-                f"({', '.join(c.path for c in changes)}); run `{FIX}` "
+                f"codegen --check: {'; '.join(problems)}; run `{FIX}` "
                 f"(python -m codegen) and commit the result ({elapsed:.2f} s)"
             )
             return 1
@@ -86,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         for change in changes:
             print(f"  {change.verb:8} {change.path}")
+        for orphan in orphans:
+            print(f"  removed  {orphan} (left by an interrupted run)")
     what = f"vendor {vendor!r} scaffolded; " if vendor else ""
     print(
         f"codegen: {what}{len(changes)} file(s) changed, {total - len(changes)} unchanged "

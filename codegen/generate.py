@@ -1,15 +1,16 @@
-"""The pipeline: load the manifest, check impls, render everything in memory, find stale files."""
+"""The pipeline: load the manifest, check names and output paths, check impls, render everything
+in memory; the FileManager finds stale files from its record of what it wrote before."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import emit
+from codegen import emit, layout, names, texts
 from codegen.files import FileManager
 from codegen.impls import check_and_scaffold
 from codegen.manifest import load_manifest
 from codegen.model import Manifest
-from codegen.render import MARKER
+from codegen.sources import read_text
 
 
 def manifest_label(manifest_path: Path, root: Path) -> str:
@@ -21,36 +22,18 @@ def manifest_label(manifest_path: Path, root: Path) -> str:
 
 
 def read_manifest(manifest_path: Path, root: Path) -> Manifest:
-    return load_manifest(manifest_path.read_text(), manifest_label(manifest_path, root))
+    label = manifest_label(manifest_path, root)
+    return load_manifest(read_text(manifest_path, label), label)
 
 
 def build(manifest: Manifest, root: Path) -> FileManager:
     """Render every output of ``manifest`` for the tree at ``root``; raises on any error."""
-    files = FileManager(root)
+    names.check(manifest)
+    texts.check(manifest)
+    layout.check(manifest, root)
+    files = FileManager(root, may_own=layout.may_own)
     for path, text in check_and_scaffold(manifest, root).items():
-        files.add(path, text)
+        files.add(path, text, owned=False)  # stubs and package inits: the user's from now on
     for path, text in emit.emit_all(manifest, root).items():
-        files.add(path, text)
-    for path in stale_generated(root, manifest):
-        if path not in files:
-            files.delete(path)
+        files.add(path, text, owned=path != emit.README)  # the README is only partly generated
     return files
-
-
-def _is_generated(path: Path) -> bool:
-    try:
-        with path.open() as handle:
-            return MARKER in handle.readline()
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def stale_generated(root: Path, manifest: Manifest) -> list[str]:
-    """Generated files (by their header) in generated locations; the caller drops current ones."""
-    candidates: list[Path] = []
-    for folder in (emit.OOT_DIR, emit.TESTS_DIR):
-        candidates += sorted((root / folder).glob("*.py"))
-    backends_dir = root / "vllm_fl/dispatch/backends"
-    if backends_dir.exists():
-        candidates += sorted(backends_dir.rglob("register_ops.py"))
-    return [str(p.relative_to(root)) for p in candidates if _is_generated(p)]

@@ -15,6 +15,7 @@ from pathlib import Path
 from codegen import model as m
 from codegen.errors import CodegenError
 from codegen.render import format_python, render
+from codegen.sources import read_text
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,16 @@ class _Module:
 def _read_module(path: Path, rel: str) -> _Module:
     if not path.exists():
         return _Module(path, None, {}, False)
-    text = path.read_text()
+    text = read_text(path, rel)
     try:
         tree = ast.parse(text, filename=rel)
     except SyntaxError as exc:
         raise CodegenError(
             rel, exc.lineno, f"cannot parse impl module: {exc.msg}", "valid Python"
+        ) from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
+        raise CodegenError(
+            rel, None, f"cannot parse impl module: {exc or type(exc).__name__}", "valid Python"
         ) from None
     names: dict[str, ast.stmt] = {}
     imports_torch = False

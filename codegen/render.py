@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -17,9 +18,11 @@ MARKER = "@" + "generated"
 LINE_LENGTH = 100
 
 
-def _pystr(text: str) -> str:
-    """Text made safe inside a triple-double-quoted Python docstring."""
-    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+def _pystr(value: object) -> str:
+    """Text made safe inside a triple-double-quoted Python docstring: backslashes doubled, every
+    quote of a run of three escaped, a final quote escaped (it would join the closing quotes).
+    Apply it last, after any wrapping, so nothing can split an escape."""
+    text = str(value).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     return text[:-1] + '\\"' if text.endswith('"') else text
 
 
@@ -52,6 +55,15 @@ def _pyrepr(value: object) -> str:
     return repr(value)
 
 
+def _mdcode(text: object) -> str:
+    """A Markdown code span holding ``text`` verbatim, whatever backticks it contains."""
+    text = str(text).replace("\n", " ")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _mdcell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -71,7 +83,12 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(
-        pystr=_pystr, docwrap=_docwrap, pyrepr=_pyrepr, mdcell=_mdcell, first_line=_first_line
+        pystr=_pystr,
+        docwrap=_docwrap,
+        pyrepr=_pyrepr,
+        mdcell=_mdcell,
+        mdcode=_mdcode,
+        first_line=_first_line,
     )
     return env
 

@@ -16,6 +16,7 @@ from codegen.files import FileManager
 from codegen.generate import build, manifest_label
 from codegen.manifest import is_identifier, load_manifest
 from codegen.render import render
+from codegen.sources import read_text
 from codegen.yamlnodes import Map, load
 
 #: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
@@ -24,7 +25,7 @@ VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"
 
 def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
     label = manifest_label(manifest_path, root)
-    text = manifest_path.read_text()
+    text = read_text(manifest_path, label)
     manifest = load_manifest(text, label)
     if not is_identifier(name) or name != name.lower():
         raise CodegenError(
@@ -53,7 +54,7 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
     new_text = _insert(text, manifest, name, package, label)
     new_manifest = load_manifest(new_text, label)
     files = build(new_manifest, root)
-    files.add(label, new_text)
+    files.add(label, new_text, owned=False)  # the user's manifest, edited in place
     base = package.replace(".", "/")
     files.override(f"{base}/__init__.py", render("vendor/backend_init.py.j2", name=name))
     files.override(f"{base}/impl/__init__.py", render("vendor/impl_init.py.j2", name=name))

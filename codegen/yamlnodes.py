@@ -3,10 +3,16 @@
 The manifest is composed (not constructed) with PyYAML so that each node keeps its position;
 scalars are then typed by PyYAML's safe constructor. The loader in ``manifest.py`` reads these
 nodes through :class:`Fields`, which pops keys one by one and rejects whatever is left over.
+
+Before composing, one streaming pass over the parser's events bounds the work a hostile file can
+cause: anchors and aliases (alias bombs, cycles), nesting deeper than ``MAX_DEPTH`` (the composer
+recurses, in C, and overflows the stack), scalars longer than ``MAX_SCALAR`` and tags other than
+YAML's plain ones are errors naming the line. Numbers must be finite and fit in 64 bits.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -20,6 +26,17 @@ except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_CORE = "tag:yaml.org,2002:"
+#: explicit tags a manifest may carry: YAML's plain types ("!" forces a string)
+_ALLOWED_TAGS = frozenset(
+    ["!"] + [_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq")]
+)
+#: ops.yaml nests about 9 levels; 32 leaves room and keeps every recursion shallow
+MAX_DEPTH = 32
+#: the longest scalar (a doc paragraph is far shorter); bounds memory and error messages
+MAX_SCALAR = 64 * 1024
+#: integers are priorities, sizes and literals: a 64-bit range is plenty
+MAX_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -74,12 +91,18 @@ def describe(node: Node) -> str:
         return f"the integer {value}"
     if isinstance(value, float):
         return f"the number {value!r}"
-    return f"the string {str(value)!r}"
+    return f"the string {clip(str(value))!r}"
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a hostile value can be huge)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load(text: str, file: str) -> Node | None:
     """Parse ``text`` into located nodes; ``None`` for an empty document."""
     try:
+        _check_events(text, file)
         root = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -97,6 +120,52 @@ def load(text: str, file: str) -> Node | None:
     return _convert(root, file, yaml.constructor.SafeConstructor())
 
 
+def _check_events(text: str, file: str) -> None:
+    """Reject what would make composing unbounded or unsafe, in one pass over parser events."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            raise ManifestError(
+                file,
+                line,
+                f"alias *{clip(str(event.anchor))} is not supported",
+                "every value written out (no anchors or aliases)",
+            )
+        if not isinstance(event, yaml.NodeEvent):
+            if isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            continue
+        if event.anchor is not None:
+            raise ManifestError(
+                file,
+                line,
+                f"anchor &{clip(str(event.anchor))} is not supported",
+                "every value written out (no anchors or aliases)",
+            )
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag not in _ALLOWED_TAGS:
+            raise ManifestError(
+                file,
+                line,
+                f"unknown tag {clip(tag.replace(_CORE, '!!'))}",
+                "plain YAML values without tags",
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ManifestError(
+                    file, line, f"nesting deeper than {MAX_DEPTH} levels", "a shallower manifest"
+                )
+        elif isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_SCALAR:
+            raise ManifestError(
+                file,
+                line,
+                f"a scalar of {len(event.value)} characters",
+                f"at most {MAX_SCALAR} characters",
+            )
+
+
 def _convert(node: yaml.Node, file: str, constructor: yaml.constructor.SafeConstructor) -> Node:
     line = node.start_mark.line + 1
     if isinstance(node, yaml.ScalarNode):
@@ -105,6 +174,24 @@ def _convert(node: yaml.Node, file: str, constructor: yaml.constructor.SafeConst
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             raise ManifestError(file, line, f"invalid scalar: {problem}", "a plain value") from None
+        except (ValueError, OverflowError):  # e.g. an integer of more than 4300 digits
+            raise ManifestError(
+                file,
+                line,
+                f"number {clip(node.value)} is out of range",
+                f"an integer within +-{MAX_INT} or a finite number",
+            ) from None
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ManifestError(
+                file,
+                line,
+                f"integer {clip(node.value)} is out of range",
+                f"an integer within +-{MAX_INT}",
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ManifestError(
+                file, line, f"number {clip(node.value)} is not finite", "a finite number"
+            )
         if not isinstance(value, (str, int, float, bool, type(None))):
             raise ManifestError(
                 file,
