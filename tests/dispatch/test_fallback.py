@@ -105,8 +105,23 @@ def test_impl_failing_on_a_later_call_falls_back(caplog_dispatch):
     )
 
 
-def test_all_fail_one_error_naming_every_impl_chained(caplog_dispatch):
+class OtherBoom(Exception):
+    pass
+
+
+def test_all_fail_one_error_naming_every_impl_chained(caplog_dispatch, monkeypatch):
     m, layer, calls = build({"flagos": -1, "cuda": -1, "reference": -1})
+    # Different exception types: no single original error to hand back.
+    impl = m.registry.get_impl("rms_norm", "vendor.cuda")
+
+    def cuda_other(self, x, residual=None):
+        calls.append("cuda")
+        raise OtherBoom("cuda broke differently")
+
+    m.registry.unregister("rms_norm", "vendor.cuda")
+    m.registry.register_impl(
+        OpImpl("rms_norm", "vendor.cuda", "vendor", cuda_other, vendor=impl.vendor)
+    )
     with pytest.raises(DispatchError) as ei:
         layer.forward_oot(1)
     msg = str(ei.value)
@@ -115,6 +130,7 @@ def test_all_fail_one_error_naming_every_impl_chained(caplog_dispatch):
         "every implementation failed: tried 'default.flagos', 'vendor.cuda', 'reference.torch'"
         in msg
     )
+    assert "'vendor.cuda': OtherBoom: cuda broke differently" in msg
     assert isinstance(ei.value.__cause__, Boom) and str(ei.value.__cause__) == "reference broke"
     assert len([r for r in caplog_dispatch.records if r.levelno == logging.WARNING]) == 3
     # all failing points at the inputs: nothing is excluded for later calls, no second warning

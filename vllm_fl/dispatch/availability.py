@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import threading
 
+from . import sync
+
 __all__ = ["Probe"]
 
 _DEVICES = ("cuda", "npu", "cpu")
@@ -28,6 +30,12 @@ class _Check:
         self._lock = threading.Lock()
         self._done = False
         self._reason: str | None = None
+        sync.reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        # The lock is held while a probe imports or probes a device, possibly by a thread the
+        # forked child does not have: the child evaluates again if no result was recorded.
+        self._lock = threading.Lock()
 
     def _evaluate(self) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError

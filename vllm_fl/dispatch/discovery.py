@@ -1,8 +1,11 @@
 """Plugin discovery: ``VLLM_FL_PLUGIN_MODULES`` and the entry-point group ``vllm_fl.plugin``.
 
-A plugin is a module (or, for an entry point, any object) exposing ``register(registry)``; an entry
-point may also name the register function itself. A plugin that fails to import or register is a
-WARNING naming it and its error; the others still load. Loading is idempotent per registry.
+A plugin is a module (or, for an entry point, any object) exposing ``vllm_fl_register(registry)``
+(the hook name of upstream vllm-plugin-FL, so its plugins load unchanged) or
+``register(registry)``; when a module has both, ``vllm_fl_register`` is the one called, since
+``register`` is a common name that may mean something else there. An entry point may also name the
+register function itself. A plugin that fails to import or register is a WARNING naming it and its
+error; the others still load. Loading is idempotent per registry (until ``OpRegistry.clear()``).
 """
 
 from __future__ import annotations
@@ -19,20 +22,29 @@ __all__ = ["ENTRY_POINT_GROUP", "load_plugins", "load_plugin_module", "load_entr
 
 ENTRY_POINT_GROUP = "vllm_fl.plugin"
 logger = get_logger()
-_loaded: "weakref.WeakKeyDictionary[OpRegistry, set[str]]" = weakref.WeakKeyDictionary()
+# registry -> (its epoch when the plugins were loaded, the labels loaded)
+_loaded: "weakref.WeakKeyDictionary[OpRegistry, tuple[int, set[str]]]" = weakref.WeakKeyDictionary()
+HOOK_NAMES = ("vllm_fl_register", "register")
 
 
 def _register_with(obj: Any, registry: OpRegistry, label: str) -> None:
-    register = getattr(obj, "register", None)
+    register = next(
+        (fn for fn in (getattr(obj, name, None) for name in HOOK_NAMES) if fn is not None), None
+    )
     if register is None and callable(obj) and not isinstance(obj, type(importlib)):
         register = obj
     if not callable(register):
-        raise TypeError(f"{label} exposes no callable register(registry)")
+        raise TypeError(
+            f"{label} exposes no callable vllm_fl_register(registry) or register(registry)"
+        )
     register(registry)
 
 
 def _run(label: str, registry: OpRegistry, errors: list | None, load) -> bool:
-    done = _loaded.setdefault(registry, set())
+    epoch, done = _loaded.get(registry, (None, set()))
+    if epoch != registry.epoch:  # never loaded, or cleared since
+        done = set()
+        _loaded[registry] = (registry.epoch, done)
     if label in done:
         return True
     try:

@@ -6,6 +6,7 @@ import threading
 import weakref
 from typing import Callable, Iterable
 
+from . import sync
 from .types import OpImpl
 
 __all__ = ["OpRegistry"]
@@ -19,6 +20,12 @@ class OpRegistry:
         self._impls: dict[str, dict[str, OpImpl]] = {}
         self._listeners: list[weakref.WeakMethod | Callable[[], None]] = []
         self.generation = 0
+        # Bumped by clear(): plugin loading (discovery) registers into a cleared registry again.
+        self.epoch = 0
+        sync.reinit_after_fork(self)
+
+    def _reinit_after_fork(self) -> None:
+        self._lock = threading.RLock()
 
     def _check(self, impl: OpImpl, pending: dict[tuple[str, str], OpImpl]) -> None:
         if not isinstance(impl, OpImpl):
@@ -61,6 +68,17 @@ class OpRegistry:
             self.generation += 1
         self._notify()
         return impl
+
+    def clear(self) -> None:
+        """Remove every implementation (managers over this registry re-resolve on the next call).
+
+        Plugins loaded into this registry earlier are registered again by the next
+        ``discovery.load_plugins``."""
+        with self._lock:
+            self._impls.clear()
+            self.generation += 1
+            self.epoch += 1
+        self._notify()
 
     def get_implementations(self, op_name: str) -> list[OpImpl]:
         with self._lock:

@@ -63,7 +63,9 @@ class OpImpl:
 
     ``available`` is a zero-argument callable returning whether the implementation can run here
     (None = always available). If it has a ``reason`` attribute (see ``availability.Probe``),
-    ``explain`` shows it when the implementation is unavailable.
+    ``explain`` shows it when the implementation is unavailable. A callable ``fn._is_available``
+    (upstream vllm-plugin-FL's convention, read at each check) is honoured as well: the
+    implementation is available only when every check present says so.
     """
 
     op_name: str
@@ -114,17 +116,26 @@ class OpImpl:
             )
 
     def check_available(self) -> tuple[bool, str | None]:
-        """(available, reason-when-not); an exception from ``available`` counts as unavailable."""
-        if self.available is None:
-            return True, None
-        try:
-            ok = bool(self.available())
-        except Exception as exc:  # noqa: BLE001 - availability must never break dispatch
-            return False, f"availability check raised {type(exc).__name__}: {exc}"
-        if ok:
-            return True, None
-        reason = getattr(self.available, "reason", None)
-        return False, reason if isinstance(reason, str) and reason else "available() returned False"
+        """(available, reason-when-not); an exception from a check counts as unavailable."""
+        checks = []
+        if self.available is not None:
+            checks.append(("available()", self.available))
+        upstream = getattr(self.fn, "_is_available", None)
+        if upstream is not None:
+            checks.append(("fn._is_available()", upstream))
+        for label, check in checks:
+            if not callable(check):
+                return False, f"{label[:-2]} is {check!r}, not a zero-argument callable"
+            try:
+                ok = bool(check())
+            except Exception as exc:  # noqa: BLE001 - availability must never break dispatch
+                return False, f"{label} raised {type(exc).__name__}: {exc}"
+            if not ok:
+                reason = getattr(check, "reason", None)
+                return False, (
+                    reason if isinstance(reason, str) and reason else f"{label} returned False"
+                )
+        return True, None
 
     def is_available(self) -> bool:
         return self.check_available()[0]
