@@ -22,10 +22,13 @@ torch (vLLM imports it while it is still resolving its platform).
   wrong for someone who just serves on CPU with the plugin installed.
   `VLLM_FL_PREFER_ENABLED=false` turns the plugin off: no platform, no replaced layers.
 
-- `register()` (`vllm.general_plugins`, runs in every vLLM process, possibly several times):
-  on an out-of-tree platform it registers the generated layer classes over vLLM's (see
-  `vllm_fl.registration`) and resolves every op. On an in-tree platform vLLM never calls
-  `forward_oot`, so it registers nothing and says so once.
+- `register()` (`vllm.general_plugins`, runs in every vLLM process that loads plugins, the
+  front-end included): on the plugin's own platforms it does nothing, because their workers
+  register the generated layer classes and resolve every op in the process that builds the model
+  (`vllm_fl.worker`, `vllm_fl.registration.prepare_model_process`), so the front-end never
+  imports a kernel library or touches CUDA. On another out-of-tree platform, whose workers are
+  not ours, it registers the classes and resolves the ops itself. On an in-tree platform vLLM
+  never calls `forward_oot`, so it registers nothing and says so once.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def register_platform() -> str | None:
 
 
 def register() -> None:
-    """`vllm.general_plugins` entry point: replace vLLM's layers with ours; idempotent."""
+    """`vllm.general_plugins` entry point; idempotent. See the module docstring."""
     global _skip_logged
     from vllm.platforms import current_platform
 
@@ -98,7 +101,8 @@ def register() -> None:
                 type(current_platform).__name__,
             )
         return
-    from vllm_fl.registration import register_oot_classes, resolve_ops
+    if type(current_platform).__module__ == "vllm_fl.platform":
+        return  # our workers do it where the model is built
+    from vllm_fl.registration import prepare_model_process
 
-    if register_oot_classes():
-        resolve_ops()
+    prepare_model_process()

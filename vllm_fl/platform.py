@@ -2,16 +2,24 @@
 
 - `PlatformFL`: NVIDIA GPUs. It is vLLM's `CudaPlatform` in everything but its enum, and it
   still answers `is_cuda()` / `is_cuda_alike()` so that vLLM's CUDA paths (NCCL, CUDA graphs,
-  the GPU worker and its allocator) stay as they are. The attention backend comes from the
+  the GPU worker and its allocator) stay as they are. Its worker is `vllm_fl.worker.WorkerFL`,
+  vLLM's GPU worker plus the plugin's model-process step. The attention backend comes from the
   dispatch op `attention_backend` unless the user chose one.
 - `PlatformFLCpu`: the CPU host mode, so the whole plugin runs inside vLLM's CPU build with the
   reference backend (developers without an accelerator, CI). vLLM's `CpuPlatform` with the
   OOT enum (so `is_cpu()` is False: `CustomOp` would otherwise pick `forward_cpu`) and
   `vllm_fl.worker.CPUWorkerFL`, whose memory-pool context is a null context.
 
-Both keep the replaced layers enabled when vLLM compiles with Inductor (which defaults
-`compilation_config.custom_ops` to "none" and would bypass `forward_oot`), and honour a user's
-explicit "-rms_norm" / "-RMSNorm".
+Building the configuration (`apply_config_platform_defaults`, `check_and_update_config`) happens
+in vLLM's front-end too, so it only notes what the user asked for and picks the worker: it imports
+no layer class and no kernel library and touches no device.
+
+`compilation_config.custom_ops` keeps vLLM's meaning whenever the user set it (`none`,
+`none,+rms_norm`, `-silu_and_mul`, ...). Only where it was left at vLLM's default, which is
+`none` when Inductor compiles (so `forward_oot` would never run), does the plugin enable the
+layers it replaced (`+rms_norm`, ...; the dispatch's `compile_prefer` then picks what Inductor
+traces). That happens in the process that builds the model (`apply_custom_ops_default`) and is
+logged once.
 
 The classes are built on first access (`vllm_fl.platform.PlatformFL`), because each base can
 only be imported by its own vLLM build: `vllm.platforms.cuda` needs the CUDA extension.
@@ -26,44 +34,54 @@ from vllm_fl import compat
 logger = logging.getLogger("vllm_fl.vllm")
 
 CPU_WORKER_FL = "vllm_fl.worker.CPUWorkerFL"
+GPU_WORKER_FL = "vllm_fl.worker.WorkerFL"
+
+# Set on the CompilationConfig (it travels with the VllmConfig to the engine core and workers)
+# when the user left custom_ops at vLLM's default.
+CUSTOM_OPS_DEFAULT_ATTR = "_vllm_fl_custom_ops_default"
+_default_logged = False
 
 
-def keep_custom_ops_enabled(compilation_config, replaced: dict[str, type]) -> list[str]:
-    """Make `compilation_config.custom_ops` enable every replaced class; return what it added.
+def note_custom_ops_default(compilation_config) -> bool:
+    """Record whether `custom_ops` is still as vLLM defaults it (empty: the user gave no entry).
+    Runs in `apply_config_platform_defaults`, before vLLM appends its base mode."""
+    default = not compilation_config.custom_ops
+    setattr(compilation_config, CUSTOM_OPS_DEFAULT_ATTR, default)
+    return default
 
-    `replaced` maps the in-tree class name to the in-tree class. A registered OOT class is
-    enabled by its in-tree class name ("+RMSNorm", see vllm_fl.compat); a user's "-rms_norm"
-    (vLLM's op name) or "-RMSNorm" disables it and is kept.
+
+def apply_custom_ops_default(compilation_config, op_names: list[str]) -> list[str]:
+    """Enable the replaced layers' ops where vLLM's default would bypass them; return the entries
+    added (none unless the user left `custom_ops` at vLLM's default and that default is `none`).
+
+    `op_names` are vLLM's op names of the in-tree classes replaced (`rms_norm`, ...).
     """
-    from vllm_fl.registration import op_name_of
-
+    global _default_logged
     custom_ops = compilation_config.custom_ops
+    if not getattr(compilation_config, CUSTOM_OPS_DEFAULT_ATTR, False):
+        return []
     added: list[str] = []
-    for in_tree_name, in_tree_cls in replaced.items():
-        op_name = op_name_of(in_tree_cls)
-        if f"-{in_tree_name}" in custom_ops or f"+{in_tree_name}" in custom_ops:
-            continue
-        entry = f"-{in_tree_name}" if op_name and f"-{op_name}" in custom_ops else None
-        if entry is None and "none" in custom_ops:
-            entry = f"+{in_tree_name}"
-        if entry is not None:
-            custom_ops.append(entry)
-            added.append(entry)
+    if "none" in custom_ops:
+        for op in op_names:
+            if op and f"+{op}" not in custom_ops and f"-{op}" not in custom_ops:
+                custom_ops.append(f"+{op}")
+                added.append(f"+{op}")
+    if not _default_logged:
+        _default_logged = True
+        if added:
+            logger.info(
+                "vllm_fl: compilation_config.custom_ops was left at vLLM's default ('none' "
+                "under Inductor): the plugin enables its layers, custom_ops += %s (set "
+                "custom_ops yourself to keep vLLM's meaning)",
+                added,
+            )
+        else:
+            logger.info(
+                "vllm_fl: compilation_config.custom_ops was left at vLLM's default (%s): the "
+                "replaced layers are enabled by it",
+                custom_ops,
+            )
     return added
-
-
-def _update_config(vllm_config) -> None:
-    """What both platforms do after vLLM's own check_and_update_config."""
-    from vllm_fl.registration import register_oot_classes
-
-    registered = register_oot_classes()
-    replaced = {}
-    for in_tree_name, target in registered.items():
-        ours = compat.oot_registry()[in_tree_name]
-        replaced[in_tree_name] = next(c for c in ours.__mro__[1:] if c.__name__ == in_tree_name)
-    added = keep_custom_ops_enabled(vllm_config.compilation_config, replaced)
-    if added:
-        logger.info("vllm_fl: compilation_config.custom_ops += %s", added)
 
 
 def _build_cuda_platform() -> type:
@@ -82,9 +100,16 @@ def _build_cuda_platform() -> type:
             return True
 
         @classmethod
+        def apply_config_platform_defaults(cls, vllm_config) -> None:
+            super().apply_config_platform_defaults(vllm_config)
+            note_custom_ops_default(vllm_config.compilation_config)
+
+        @classmethod
         def check_and_update_config(cls, vllm_config) -> None:
             super().check_and_update_config(vllm_config)
-            _update_config(vllm_config)
+            parallel_config = vllm_config.parallel_config
+            if parallel_config.worker_cls in ("auto", compat.GPU_WORKER_CLS):
+                parallel_config.worker_cls = GPU_WORKER_FL
 
         @classmethod
         def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
@@ -116,12 +141,16 @@ def _build_cpu_platform() -> type:
         _enum = compat.platform_enum_oot()
 
         @classmethod
+        def apply_config_platform_defaults(cls, vllm_config) -> None:
+            super().apply_config_platform_defaults(vllm_config)
+            note_custom_ops_default(vllm_config.compilation_config)
+
+        @classmethod
         def check_and_update_config(cls, vllm_config) -> None:
             super().check_and_update_config(vllm_config)
             parallel_config = vllm_config.parallel_config
             if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):
                 parallel_config.worker_cls = CPU_WORKER_FL
-            _update_config(vllm_config)
 
     PlatformFLCpu.__module__ = __name__
     PlatformFLCpu.__qualname__ = "PlatformFLCpu"

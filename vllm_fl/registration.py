@@ -1,12 +1,21 @@
 """Registers the generated out-of-tree layer classes over vLLM's in-tree ones.
 
-`register_oot_classes()` is what the `vllm.general_plugins` entry point runs in every vLLM
-process (more than once in some): for each entry of `vllm_fl.ops.OOT_CLASSES` the OOT policy
-allows, it checks the class (a subclass of the in-tree class, with `forward_oot` and no
-`__init__` of its own) and calls `CustomOp.register_oot(_decorated_op_cls=cls, name=<in-tree
-name>)` unless that name is registered already. It logs once which classes it replaced and
-then resolves every op through the dispatch manager, so that selection (and its
-`Op '<op>' using '<impl_id>'` log) happens before torch.compile traces a model.
+`prepare_model_process()` is what a process that is about to build the model runs: the workers of
+the plugin's platforms call it from `init_device` (see `vllm_fl.worker`), after every general
+plugin of the process has loaded and the device is set, before `load_model`. It registers every
+class (`register_oot_classes`) and resolves every op through the dispatch manager, so that
+selection (and its `Op '<op>' using '<impl_id>'` log) happens before torch.compile traces a model.
+A process that only builds the configuration or serves requests (vLLM's front-end) never gets
+here: it imports neither the generated classes nor any kernel library, and keeps CUDA untouched.
+
+`register_oot_classes()`, for each entry of `vllm_fl.ops.OOT_CLASSES` the OOT policy allows,
+checks the class (a subclass of the in-tree class, with `forward_oot` and no `__init__` of its
+own) and registers it with `CustomOp.register_oot(_decorated_op_cls=cls, name=<in-tree name>)`,
+unless another plugin registered a class under that name: that one is kept and named once at
+INFO. A plugin that registers after us takes the layer over the same way instead of failing
+vLLM's duplicate-name assert (`compat.guard_oot_registry`). The registered class keeps the
+in-tree op name (`rms_norm`), so `compilation_config.custom_ops` means for it what it means for
+vLLM's class.
 
 Which classes are replaced is the dispatch policy's decision (`current_policy()`): the switch
 `VLLM_FL_PREFER_ENABLED`, `VLLM_FL_OOT_ENABLED`, and `VLLM_FL_OOT_WHITELIST` /
@@ -27,6 +36,8 @@ logger = logging.getLogger(LOGGER_NAME)
 
 _lock = threading.Lock()
 _replaced: dict[str, str] = {}  # in-tree name -> "module:Class" registered by us
+_yielded: set[str] = set()  # in-tree names another plugin took over after we registered
+_foreign_logged: set[str] = set()
 _logged = False
 
 
@@ -91,16 +102,69 @@ def _in_tree_base(cls: type, in_tree_name: str) -> type:
     return base
 
 
+#: vLLM CustomOps replaced by hand-written integration classes: their out-of-tree path is more than
+#: one op call (the MoE method routes, computes experts and leaves shared experts to vLLM).
+INTEGRATION_CLASSES: dict[str, str] = {
+    "UnquantizedFusedMoEMethod": "vllm_fl.moe:UnquantizedFusedMoEMethodFL",
+}
+
+
 def _oot_classes() -> dict[str, str]:
     from vllm_fl.ops import OOT_CLASSES
 
-    return dict(OOT_CLASSES)
+    return {**OOT_CLASSES, **INTEGRATION_CLASSES}
 
 
 def op_name_of(in_tree_cls: type) -> str:
     """vLLM's registered op name of an in-tree class ('rms_norm' for RMSNorm; inherited where
     vLLM registers a base class, as 'rotary_embedding' on RotaryEmbeddingBase)."""
     return getattr(in_tree_cls, "name", "") or ""
+
+
+def allowed_classes(policy=None) -> dict[str, type]:
+    """In-tree name -> the generated class the policy lets replace it (checked, not registered)."""
+    policy = policy or current_policy()
+    if not (policy.enabled and policy.oot_enabled):
+        return {}
+    allowed: dict[str, type] = {}
+    for in_tree_name, target in _oot_classes().items():
+        cls = _load_class(target)
+        base = _in_tree_base(cls, in_tree_name)
+        if policy.oot_allowed(in_tree_name, op_name_of(base)):
+            allowed[in_tree_name] = cls
+    return allowed
+
+
+def _foreign(registry: dict[str, type], in_tree_name: str, ours: type) -> type | None:
+    existing = registry.get(in_tree_name)
+    return existing if existing is not None and existing is not ours else None
+
+
+def _log_foreign(in_tree_name: str, cls: type | None) -> None:
+    if in_tree_name in _foreign_logged:
+        return
+    _foreign_logged.add(in_tree_name)
+    by = f"{cls.__module__}.{cls.__qualname__}" if cls is not None else "another plugin"
+    logger.info(
+        "vllm_fl: %s is registered out of tree by another plugin (%s): that class is used "
+        "for it, ours for the other layers",
+        in_tree_name,
+        by,
+    )
+
+
+def _before_foreign_registration(name: str, cls: type | None) -> None:
+    """Another plugin registers `name` now: withdraw ours so that its class wins (vLLM would
+    assert on the duplicate name)."""
+    with _lock:
+        if name not in _replaced:
+            return
+        registry = compat.oot_registry()
+        ours = _load_class(_replaced.pop(name))
+        if registry.get(name) is ours:
+            compat.unregister_oot(name)
+        _yielded.add(name)
+    _log_foreign(name, cls)
 
 
 def register_oot_classes(policy=None) -> dict[str, str]:
@@ -112,48 +176,57 @@ def register_oot_classes(policy=None) -> dict[str, str]:
     global _logged
     policy = policy or current_policy()
     configure_logging()
+    compat.guard_oot_registry(_before_foreign_registration)
+    targets = _oot_classes()
+    allowed = allowed_classes(policy)
     with _lock:
         registry = compat.oot_registry()
         newly: list[str] = []
-        excluded: list[str] = []
-        foreign: list[str] = []
-        if policy.enabled and policy.oot_enabled:
-            for in_tree_name, target in _oot_classes().items():
-                cls = _load_class(target)
-                base = _in_tree_base(cls, in_tree_name)
-                if not policy.oot_allowed(in_tree_name, op_name_of(base)):
-                    excluded.append(in_tree_name)
-                    continue
-                existing = registry.get(in_tree_name)
-                if existing is cls:
-                    _replaced[in_tree_name] = target
-                    continue
-                if existing is not None:
-                    foreign.append(f"{in_tree_name} (by {existing.__module__}.{existing.__name__})")
-                    continue
+        excluded = [name for name in targets if name not in allowed]
+        foreign: list[tuple[str, type]] = []
+        for in_tree_name, cls in allowed.items():
+            other = _foreign(registry, in_tree_name, cls)
+            if other is not None or in_tree_name in _yielded:
+                _replaced.pop(in_tree_name, None)
+                if other is not None:
+                    foreign.append((in_tree_name, other))
+                continue
+            if registry.get(in_tree_name) is not cls:
                 compat.register_oot(cls, in_tree_name)
-                _replaced[in_tree_name] = target
                 newly.append(f"{in_tree_name} -> {cls.__name__}")
-        if not _logged:
-            _logged = True
-            if not (policy.enabled and policy.oot_enabled):
-                logger.info("vllm_fl: OOT layer replacement disabled (%s)", _describe(policy))
-            else:
-                logger.info(
-                    "vllm_fl: replaced vLLM layers: %s%s",
-                    ", ".join(newly) or "none",
-                    (
-                        f"; kept vLLM's ({_describe(policy)}): {', '.join(excluded)}"
-                        if excluded
-                        else ""
-                    ),
-                )
-        if foreign:
-            logger.warning(
-                "vllm_fl: left in place, registered out of tree by another plugin: %s",
-                ", ".join(foreign),
+            _replaced[in_tree_name] = targets[in_tree_name]
+        first = not _logged
+        _logged = True
+    for in_tree_name, other in foreign:
+        _log_foreign(in_tree_name, other)
+    if first:
+        if not (policy.enabled and policy.oot_enabled):
+            logger.info("vllm_fl: OOT layer replacement disabled (%s)", _describe(policy))
+        else:
+            logger.info(
+                "vllm_fl: replaced vLLM layers: %s%s",
+                ", ".join(newly) or "none",
+                (f"; kept vLLM's ({_describe(policy)}): {', '.join(excluded)}" if excluded else ""),
             )
-        return dict(_replaced)
+    return dict(_replaced)
+
+
+def prepare_model_process(vllm_config=None) -> dict[str, str]:
+    """The plugin's step in a process about to build the model (the plugin's workers call it
+    from `init_device`): register the classes, enable their ops where the user left
+    `custom_ops` at vLLM's default (`vllm_fl.platform.apply_custom_ops_default`), resolve every
+    op. Returns `register_oot_classes()`."""
+    replaced = register_oot_classes()
+    if vllm_config is not None:
+        from vllm_fl.platform import apply_custom_ops_default
+
+        op_names = [
+            op_name_of(_in_tree_base(_load_class(target), name))
+            for name, target in replaced.items()
+        ]
+        apply_custom_ops_default(vllm_config.compilation_config, op_names)
+    resolve_ops()
+    return replaced
 
 
 def replaced_classes() -> dict[str, str]:
@@ -176,4 +249,6 @@ def _reset_for_tests() -> None:
         for name in list(_replaced):
             registry.pop(name, None)
         _replaced.clear()
+        _yielded.clear()
+        _foreign_logged.clear()
         _logged = False

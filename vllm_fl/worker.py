@@ -1,11 +1,21 @@
-"""Workers of the plugin's platforms.
+"""Workers of the plugin's platforms: vLLM's own, plus the plugin's step before the model is built.
 
-`CPUWorkerFL` is vLLM's CPU worker for the CPU host mode (`vllm_fl.platform.PlatformFLCpu`).
-vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache allocation
-in `_maybe_get_memory_pool_context`, which returns a null context only for in-tree platforms
-it recognises (`is_cpu()`, CUDA without cumem, XPU without sleep mode); on an out-of-tree
-platform it would reach for the sleep-mode allocator, which does not exist on CPU. Here the
-context is always a null context. The CUDA platform keeps vLLM's GPU worker unchanged.
+A worker runs in the process that runs the model (vLLM's engine core, or one process per GPU),
+after every general plugin of that process has loaded. Its `init_device` (device set, model not
+built yet) calls `vllm_fl.registration.prepare_model_process`: register the generated layer
+classes, apply the plugin's `custom_ops` default where the user left vLLM's, resolve every op.
+That is why nothing of this happens in vLLM's front-end, which must stay free of CUDA so that vLLM
+may fork.
+
+- `WorkerFL` (`vllm_fl.platform.PlatformFL`): vLLM's GPU worker, otherwise unchanged.
+- `CPUWorkerFL` (`vllm_fl.platform.PlatformFLCpu`): vLLM's CPU worker with a null memory-pool
+  context. vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache
+  allocation in `_maybe_get_memory_pool_context`, which returns a null context only for in-tree
+  platforms it recognises (`is_cpu()`, CUDA without cumem, XPU without sleep mode); on an
+  out-of-tree platform it would reach for the sleep-mode allocator, which does not exist on CPU.
+
+The classes are built on first access, because each base can only be imported by its own vLLM
+build.
 """
 
 from __future__ import annotations
@@ -15,8 +25,47 @@ from contextlib import AbstractContextManager, nullcontext
 from vllm_fl import compat
 
 
-class CPUWorkerFL(compat.cpu_worker_cls()):
-    """vLLM's CPU worker with a null memory-pool context (no sleep-mode allocator on CPU)."""
+def _build_gpu_worker() -> type:
+    class WorkerFL(compat.gpu_worker_cls()):
+        """vLLM's GPU worker; `init_device` also prepares the process for the plugin's layers."""
 
-    def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
-        return nullcontext()
+        def init_device(self) -> None:
+            super().init_device()
+            from vllm_fl.registration import prepare_model_process
+
+            prepare_model_process(self.vllm_config)
+
+    WorkerFL.__module__ = __name__
+    WorkerFL.__qualname__ = "WorkerFL"
+    return WorkerFL
+
+
+def _build_cpu_worker() -> type:
+    class CPUWorkerFL(compat.cpu_worker_cls()):
+        """vLLM's CPU worker with a null memory-pool context (no sleep-mode allocator on CPU);
+        `init_device` also prepares the process for the plugin's layers."""
+
+        def init_device(self) -> None:
+            super().init_device()
+            from vllm_fl.registration import prepare_model_process
+
+            prepare_model_process(self.vllm_config)
+
+        def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
+            return nullcontext()
+
+    CPUWorkerFL.__module__ = __name__
+    CPUWorkerFL.__qualname__ = "CPUWorkerFL"
+    return CPUWorkerFL
+
+
+_BUILDERS = {"WorkerFL": _build_gpu_worker, "CPUWorkerFL": _build_cpu_worker}
+
+
+def __getattr__(name: str) -> type:
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = builder()
+    globals()[name] = cls
+    return cls

@@ -31,6 +31,13 @@ class NoForwardOot(SiluAndMul):
     pass
 
 
+class SiluAndMulOther(SiluAndMul):
+    """What another plugin registers for SiluAndMul."""
+
+    def forward_oot(self, x):
+        return self.forward_native(x)
+
+
 FAKE_OOT_CLASSES = {
     "RMSNorm": "fake_oot:RMSNormFake",
     "SiluAndMul": "fake_oot:SiluAndMulFake",

@@ -115,37 +115,42 @@ def test_cpu_host_worker_has_a_null_memory_pool_context():
         assert isinstance(worker._maybe_get_memory_pool_context(tag), nullcontext)
 
 
-class _Layer:
-    pass
-
-
-def _in_tree(name, op_name):
-    return type(name, (_Layer,), {"name": op_name})
-
-
-REPLACED = {
-    "RMSNorm": _in_tree("RMSNorm", "rms_norm"),
-    "SiluAndMul": _in_tree("SiluAndMul", "silu_and_mul"),
-}
-
-
 @pytest.mark.parametrize(
-    "before, added",
+    "user, base, added",
     [
-        (["none"], ["+RMSNorm", "+SiluAndMul"]),  # Inductor's default would bypass forward_oot
-        (["all"], []),  # enabled already
-        (["none", "-rms_norm"], ["-RMSNorm", "+SiluAndMul"]),  # the user's -op is honoured
-        (["all", "-rms_norm"], ["-RMSNorm"]),
-        (["none", "-RMSNorm"], ["+SiluAndMul"]),
-        (["none", "+RMSNorm"], ["+SiluAndMul"]),
+        ([], "none", ["+rms_norm", "+silu_and_mul"]),  # Inductor's default would bypass ours
+        ([], "all", []),  # vLLM's default enables them already
+        (["none"], "", []),  # the user's choices keep vLLM's meaning
+        (["none", "+rms_norm"], "", []),
+        (["-silu_and_mul"], "none", []),
     ],
 )
-def test_keep_custom_ops_enabled(before, added):
-    from vllm_fl.platform import keep_custom_ops_enabled
+def test_custom_ops_default_only_where_the_user_left_it(user, base, added):
+    from vllm_fl.platform import apply_custom_ops_default, note_custom_ops_default
 
-    config = SimpleNamespace(custom_ops=list(before))
-    assert keep_custom_ops_enabled(config, REPLACED) == added
+    config = SimpleNamespace(custom_ops=list(user))
+    note_custom_ops_default(config)  # before vLLM appends its base mode
+    if base:
+        config.custom_ops.append(base)
+    before = list(config.custom_ops)
+    assert apply_custom_ops_default(config, ["rms_norm", "silu_and_mul"]) == added
     assert config.custom_ops == before + added
+
+
+@needs_vllm
+def test_cpu_worker_prepares_the_model_process_in_init_device(monkeypatch):
+    from vllm.v1.worker.cpu_worker import CPUWorker
+
+    from vllm_fl import registration
+    from vllm_fl.worker import CPUWorkerFL
+
+    calls = []
+    monkeypatch.setattr(CPUWorker, "init_device", lambda self: calls.append("init_device"))
+    monkeypatch.setattr(registration, "prepare_model_process", lambda c: calls.append(c))
+    worker = object.__new__(CPUWorkerFL)
+    worker.vllm_config = "config"
+    worker.init_device()
+    assert calls == ["init_device", "config"]
 
 
 @needs_vllm

@@ -30,6 +30,8 @@ def fresh(monkeypatch, clean_oot_registry):
     for name in fake_oot.FAKE_OOT_CLASSES:
         clean_oot_registry.pop(name, None)
     registration._replaced.clear()
+    registration._yielded.clear()
+    registration._foreign_logged.clear()
     registration._logged = False
 
     def configure(**env):
@@ -40,6 +42,8 @@ def fresh(monkeypatch, clean_oot_registry):
     configure()
     yield clean_oot_registry, configure
     monkeypatch.undo()
+    registration._yielded.clear()
+    registration._foreign_logged.clear()
     dispatch_policy.reset_global_policy()
 
 
@@ -107,15 +111,57 @@ def test_switches_turn_registration_off(fresh, env, caplog):
     assert any("disabled" in r.getMessage() for r in caplog.records)
 
 
-def test_another_plugins_registration_is_left_in_place(fresh, caplog):
-    registry, _ = fresh
-    from vllm_fl import compat
+def _foreign_lines(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and "another plugin" in r.getMessage()
+    ]
 
-    compat.register_oot(fake_oot.NotASubclass, "SiluAndMul")
-    caplog.set_level(logging.WARNING, logger=registration.LOGGER_NAME)
+
+def test_another_plugin_registering_first_keeps_its_class(fresh, caplog):
+    registry, _ = fresh
+    from vllm.model_executor.custom_op import CustomOp
+
+    CustomOp.register_oot(_decorated_op_cls=fake_oot.SiluAndMulOther, name="SiluAndMul")
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
     assert registration.register_oot_classes() == {"RMSNorm": "fake_oot:RMSNormFake"}
-    assert registry["SiluAndMul"] is fake_oot.NotASubclass
-    assert any("another plugin" in r.getMessage() for r in caplog.records)
+    assert registration.register_oot_classes() == {"RMSNorm": "fake_oot:RMSNormFake"}
+    assert registry["SiluAndMul"] is fake_oot.SiluAndMulOther
+    assert registry["RMSNorm"] is fake_oot.RMSNormFake
+    lines = _foreign_lines(caplog)
+    assert len(lines) == 1 and "SiluAndMul" in lines[0] and "SiluAndMulOther" in lines[0], lines
+
+
+@pytest.mark.parametrize("form", ["keyword", "decorator", "class-decorator"])
+def test_another_plugin_registering_after_us_takes_the_layer(fresh, caplog, form):
+    registry, _ = fresh
+    from vllm.model_executor.custom_op import CustomOp
+    from vllm.model_executor.layers.activation import SiluAndMul
+
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
+    registration.register_oot_classes()
+    assert registry["SiluAndMul"] is fake_oot.SiluAndMulFake
+    # No "AssertionError: Duplicate op name" from vLLM: ours steps aside.
+    if form == "keyword":
+        CustomOp.register_oot(_decorated_op_cls=fake_oot.SiluAndMulOther, name="SiluAndMul")
+    elif form == "decorator":
+        CustomOp.register_oot(name="SiluAndMul")(fake_oot.SiluAndMulOther)
+    else:
+        SiluAndMul.register_oot(fake_oot.SiluAndMulOther)
+    assert registry["SiluAndMul"] is fake_oot.SiluAndMulOther
+    assert registry["RMSNorm"] is fake_oot.RMSNormFake
+    assert registration.register_oot_classes() == {"RMSNorm": "fake_oot:RMSNormFake"}
+    assert registry["SiluAndMul"] is fake_oot.SiluAndMulOther
+    lines = _foreign_lines(caplog)
+    assert len(lines) == 1 and "SiluAndMul" in lines[0], lines
+
+
+def test_registered_classes_keep_vllms_op_name(fresh):
+    """vLLM's register_oot names the class 'RMSNorm'; ours answers to vLLM's 'rms_norm'."""
+    registration.register_oot_classes()
+    assert fake_oot.RMSNormFake.name == "rms_norm"
+    assert fake_oot.SiluAndMulFake.name == "silu_and_mul"
 
 
 @pytest.mark.parametrize(

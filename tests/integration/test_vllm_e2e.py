@@ -52,8 +52,8 @@ def test_forward_oot_of_our_layers_ran(vllm_runs, mode):
 
 def test_compile_mode_keeps_our_ops_enabled(vllm_runs):
     plugin = vllm_runs("compile, plugin on", PLUGIN_ON, mode="compile")
-    added = plugin.lines("compilation_config.custom_ops += ")
-    assert added and all(f"+{layer}" in added[0] for layer in REPLACED), added
+    added = plugin.lines("custom_ops += ")
+    assert len(added) == 1 and all(f"+{op}" in added[0] for op in REPLACED.values()), added
 
 
 def test_blacklist_keeps_vllms_rms_norm(vllm_runs):

@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-prompts", type=int, default=len(DEFAULT_PROMPTS))
     args = parser.parse_args(argv)
 
+    # Extra plugin distributions found after the installed ones (so their entry points load
+    # after ours); PYTHONPATH puts them before.
+    extra = os.environ.get("VLLM_FL_TEST_APPEND_PATH")
+    if extra:
+        sys.path.append(extra)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 

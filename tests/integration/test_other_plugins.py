@@ -1,0 +1,47 @@
+"""Another plugin registering its own out-of-tree class for a layer the plugin also replaces:
+real vLLM runs with both plugins installed, its entry points loaded before ours and after ours.
+No `AssertionError: Duplicate op name`, the other plugin's class is the one vLLM builds for that
+layer, one INFO line names it, and ours still replace every other layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllm_harness import PLUGIN_NAME, PLUGIN_ON, vllm_available
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+
+OTHER_CLASS = "other_oot_plugin.RotaryEmbeddingOther"
+
+
+@pytest.fixture(scope="module")
+def other_plugin_dist(tmp_path_factory) -> Path:
+    """A folder holding the dist-info of a plugin `other` (its module sits next to this file,
+    where the runner imports it from)."""
+    root = tmp_path_factory.mktemp("other-plugin")
+    info = root / "vllm_other_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm-other-plugin\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[vllm.general_plugins]\nother = other_oot_plugin:register\n"
+    )
+    return root
+
+
+@pytest.mark.parametrize("order", ["other first", "fl first"])
+def test_other_plugins_class_wins_for_its_layer_only(vllm_runs, other_plugin_dist, order):
+    where = "PYTHONPATH" if order == "other first" else "VLLM_FL_TEST_APPEND_PATH"
+    env = {**PLUGIN_ON, "VLLM_PLUGINS": f"{PLUGIN_NAME},other", where: str(other_plugin_dist)}
+    run = vllm_runs(f"eager, another plugin, {order}", env)
+    layers = run.result["layer_classes"]
+    assert layers["RotaryEmbedding"] == OTHER_CLASS, layers
+    assert layers["RMSNorm"].startswith("vllm_fl.ops."), layers
+    assert layers["SiluAndMul"].startswith("vllm_fl.ops."), layers
+    named = [ln for ln in run.lines("another plugin") if "RotaryEmbeddingOther" in ln]
+    assert len(named) == 1 and "INFO" in named[0], run.lines("vllm_fl")
+    vanilla = vllm_runs("eager, plugin off", {"VLLM_PLUGINS": "none"})
+    assert run.result["tokens"] == vanilla.result["tokens"]
