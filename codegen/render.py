@@ -23,7 +23,11 @@ def _pystr(value: object) -> str:
     quote of a run of three escaped, a final quote escaped (it would join the closing quotes).
     Apply it last, after any wrapping, so nothing can split an escape."""
     text = str(value).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    return text[:-1] + '\\"' if text.endswith('"') else text
+    if text.endswith('"'):
+        body = text[:-1]
+        if (len(body) - len(body.rstrip("\\"))) % 2 == 0:  # an odd run: escaped already
+            text = body + '\\"'
+    return text
 
 
 def _docwrap(text: str, indent: int) -> str:
