@@ -231,7 +231,8 @@ def emit_oot(manifest: m.Manifest) -> dict[str, str]:
         groups.setdefault(op.layer.short_module, []).append(op)
     out = {}
     init = f"{OOT_DIR}/__init__.py"
-    out[init] = render_file("oot_init.py.j2", init, ops=layered)
+    functions = [op for op in manifest.ops if op.function is not None]
+    out[init] = render_file("oot_init.py.j2", init, ops=layered, functions=functions)
     for short, ops in groups.items():
         path = f"{OOT_DIR}/{short}.py"
         assert ops[0].layer is not None

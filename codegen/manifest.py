@@ -34,7 +34,17 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 IMPL_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")
 
 BACKEND_KEYS = ("kind", "vendor", "package", "priority", "requires", "device", "opaque", "probe")
-OP_KEYS = ("signature", "doc", "layer", "reads", "inplace", "impls", "tests")
+OP_KEYS = (
+    "signature",
+    "doc",
+    "layer",
+    "function",
+    "reads",
+    "inplace",
+    "mutates",
+    "impls",
+    "tests",
+)
 IMPL_KEYS = ("fn", "priority", "requires", "eager")
 TESTS_KEYS = ("dtypes", "cases", "tolerances")
 CASE_KEYS = ("init", "inputs")
@@ -295,6 +305,14 @@ class _Loader:
             )
         layer_entry = f.pop("layer")
         layer = self.layer(layer_entry.value, what) if layer_entry else None
+        function_entry = f.pop("function")
+        function = self.function(function_entry.value, what) if function_entry else None
+        if function_entry is not None and layer is not None:
+            raise self.error(
+                function_entry.key_line,
+                f"{what} has both 'layer' and 'function'",
+                "'layer' for a vLLM CustomOp class, 'function' for a function vLLM calls",
+            )
         reads_entry = f.pop("reads")
         reads: tuple[m.Attr, ...] = ()
         if reads_entry is not None:
@@ -307,6 +325,13 @@ class _Loader:
             reads = self.reads(reads_entry.value, what, schema)
         inplace_entry = f.pop("inplace")
         inplace = self.inplace(inplace_entry.value, what, schema) if inplace_entry else ()
+        mutates_entry = f.pop("mutates")
+        mutates = (
+            self.tensor_args(mutates_entry.value, f"mutates of {what}", schema)
+            if mutates_entry
+            else ()
+        )
+        self.check_mutates(what, schema, mutates, mutates_entry, sig_node.line, inplace_entry)
         impls_entry = f.require("impls", "a mapping of backend -> module.function")
         impls = self.impls(impls_entry, what, backends, inplace)
         tests_entry = f.pop("tests")
@@ -314,7 +339,19 @@ class _Loader:
             self.tests(tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
         )
         f.done()
-        op = m.Op(name, schema, doc.strip(), layer, reads, impls, tests, entry.key_line, inplace)
+        op = m.Op(
+            name,
+            schema,
+            doc.strip(),
+            layer,
+            reads,
+            impls,
+            tests,
+            entry.key_line,
+            inplace,
+            function,
+            mutates,
+        )
         self.check_op(op, backends, sig_node.line, tests_entry)
         return op
 
@@ -373,8 +410,50 @@ class _Loader:
             attrs.append(m.Attr(attr, self.type_(entry.value, f"type of {what}.reads.{attr}")))
         return tuple(attrs)
 
+    def function(self, node: Node, what: str) -> m.Function:
+        path = self.dotted(node, f"function of {what}")
+        if "." not in path:
+            raise self.error(
+                node.line,
+                f"function of {what} {path!r} has no module",
+                "an import path like vllm._custom_ops.topk_softmax",
+            )
+        module, name = path.rsplit(".", 1)
+        return m.Function(module, name)
+
+    def check_mutates(
+        self,
+        what: str,
+        schema: FunctionSchema,
+        mutates: tuple[str, ...],
+        mutates_entry: Entry | None,
+        sig_line: int,
+        inplace_entry: Entry | None,
+    ) -> None:
+        returns_none = any(form.is_none for form in schema.returns.forms)
+        if mutates and not returns_none:
+            raise self.error(
+                sig_line,
+                f"{what} declares 'mutates' but returns {schema.returns}",
+                "-> None: an op writes into its mutates arguments or returns its results",
+            )
+        if returns_none and not mutates:
+            raise self.error(
+                sig_line,
+                f"{what} returns None but declares no 'mutates' arguments",
+                "mutates: [the Tensor arguments every impl writes into]",
+            )
+        if mutates and inplace_entry is not None:
+            raise self.error(
+                inplace_entry.key_line,
+                f"{what} has both 'mutates' and 'inplace'",
+                "'inplace' only for functional ops with an in-place eager variant",
+            )
+
     def inplace(self, node: Node, what: str, schema: FunctionSchema) -> tuple[str, ...]:
-        sub = f"inplace of {what}"
+        return self.tensor_args(node, f"inplace of {what}", schema)
+
+    def tensor_args(self, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:
         expected = "a list of the signature's Tensor arguments, like [x, residual]"
         items = self.seq(node, sub, expected)
         if not items.items:
@@ -680,7 +759,18 @@ class _Loader:
     def check_layers(self, ops: tuple[m.Op, ...]) -> None:
         by_cls: dict[str, m.Op] = {}
         by_module: dict[str, m.Op] = {}
+        by_function: dict[str, m.Op] = {}
         for op in ops:
+            if op.function is not None:
+                other = by_function.get(op.function.path)
+                if other is not None:
+                    raise self.error(
+                        op.line,
+                        f"op {op.name!r} replaces {op.function.path}, already "
+                        f"replaced by op {other.name!r} (line {other.line})",
+                        "one op per vLLM function",
+                    )
+                by_function[op.function.path] = op
             if op.layer is None:
                 continue
             other = by_cls.get(op.layer.cls)

@@ -106,6 +106,18 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Function:
+    """A function vLLM calls (``vllm._custom_ops.topk_softmax``) that an op replaces."""
+
+    module: str  # vllm._custom_ops
+    name: str  # topk_softmax
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True)
 class Attr:
     """A layer attribute an impl reads through ``self``."""
 
@@ -162,6 +174,10 @@ class Op:
     line: int
     #: arguments vLLM's own kernels overwrite and return; an impl's ``eager`` variant may too
     inplace: tuple[str, ...] = ()
+    #: the vLLM function the op replaces (ops without a layer), or None
+    function: Function | None = None
+    #: caller-provided output tensors every impl writes into (ops returning None)
+    mutates: tuple[str, ...] = ()
 
     @property
     def camel(self) -> str:
@@ -175,8 +191,11 @@ class Op:
 
     @property
     def opaque_ok(self) -> bool:
-        """Whether opaque backends wrap this op as a torch.library custom op (tensor returns)."""
-        return self.schema.returns.all_tensors
+        """Whether opaque backends wrap this op as a torch.library custom op (tensor returns).
+
+        Ops that write into ``mutates`` arguments are registered unwrapped: vLLM calls them
+        inside its own opaque custom ops (``vllm.moe_forward``), never under a Dynamo trace."""
+        return self.schema.returns.all_tensors and not self.mutates
 
 
 @dataclass(frozen=True)

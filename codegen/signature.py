@@ -4,7 +4,8 @@
 
 Types are ``Tensor``, ``int``, ``float``, ``bool`` and ``str``, each optionally followed by ``?``
 (may be None). A return is one type, a parenthesised tuple of types, or alternatives joined by
-``|``. Defaults are Python literals (``None``, ``True``, ``False``, numbers, quoted strings).
+``|``, or ``None`` alone for an op that only writes into caller-provided tensors (declared in
+ops.yaml as ``mutates``). Defaults are Python literals (``None``, ``True``, ``False``, numbers, quoted strings).
 Every class has ``parse(text)`` and a ``__str__`` that round-trips: ``parse(str(s)) == s``.
 """
 
@@ -114,17 +115,26 @@ class ReturnForm:
     is_tuple: bool
 
     def __str__(self) -> str:
+        if self.is_none:
+            return "None"
         inner = ", ".join(str(t) for t in self.types)
         return f"({inner})" if self.is_tuple else inner
 
+    @property
+    def is_none(self) -> bool:
+        """``-> None``: an op that only writes into its ``mutates`` arguments."""
+        return not self.types
+
     def python(self) -> str:
+        if self.is_none:
+            return "None"
         if not self.is_tuple:
             return self.types[0].python()
         return "tuple[" + ", ".join(t.python() for t in self.types) + "]"
 
     @property
     def all_tensors(self) -> bool:
-        return all(t.is_tensor for t in self.types)
+        return bool(self.types) and all(t.is_tensor for t in self.types)
 
 
 @dataclass(frozen=True)
@@ -293,6 +303,10 @@ class _Parser:
         return Argument(name, type_, default)
 
     def returns(self) -> Returns:
+        token = self.peek()
+        if token is not None and token == ("name", "None"):
+            self.pos += 1
+            return Returns((ReturnForm((), False),))
         forms = [self.form()]
         while self.accept("|"):
             forms.append(self.form())

@@ -215,8 +215,13 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
     """The plugin's step in a process about to build the model (the plugin's workers call it
     from `init_device`): register the classes, enable their ops where the user left
     `custom_ops` at vLLM's default (`vllm_fl.platform.apply_custom_ops_default`), resolve every
-    op. Returns `register_oot_classes()`."""
+    op, after routing the vLLM functions ops.yaml replaces through the dispatch
+    (`vllm_fl.functions.install`). Returns `register_oot_classes()`."""
+    from vllm_fl import functions
+
     replaced = register_oot_classes()
+    if replaced:
+        functions.install()
     if vllm_config is not None:
         from vllm_fl.platform import apply_custom_ops_default
 

@@ -273,6 +273,62 @@ CASES = [
         "module.function",
         "eager: rms_norm_inplace}",
     ),
+    (
+        "function-and-layer",
+        "    function: vllm._custom_ops.scale_into\n",
+        "    function: vllm._custom_ops.scale_into\n"
+        "    layer: vllm.model_executor.layers.activation.ScaleInto\n",
+        "op 'scale_into' has both 'layer' and 'function', expected 'layer' for a vLLM CustomOp",
+        "    function: vllm._custom_ops.scale_into",
+    ),
+    (
+        "function-without-module",
+        "function: vllm._custom_ops.scale_into",
+        "function: scale_into",
+        "function of op 'scale_into' 'scale_into' has no module",
+        "function: scale_into",
+    ),
+    (
+        "function-replaced-twice",
+        "  pick_backend:\n",
+        "  scale_twice:\n"
+        "    signature: scale_twice(Tensor x) -> Tensor\n"
+        "    doc: Twice.\n"
+        "    function: vllm._custom_ops.scale_into\n"
+        "    impls: {acme: act.scale_twice}\n\n"
+        "  pick_backend:\n",
+        "op 'scale_into' replaces vllm._custom_ops.scale_into, already replaced by op "
+        "'scale_twice'",
+        "  scale_into:",
+    ),
+    (
+        "mutates-with-a-return",
+        "scale_into(Tensor x, Tensor dest, float factor=2.0) -> None",
+        "scale_into(Tensor x, Tensor dest, float factor=2.0) -> Tensor",
+        "op 'scale_into' declares 'mutates' but returns Tensor, expected -> None",
+        "signature: scale_into(",
+    ),
+    (
+        "none-without-mutates",
+        "    mutates: [dest]\n",
+        "",
+        "op 'scale_into' returns None but declares no 'mutates' arguments",
+        "signature: scale_into(",
+    ),
+    (
+        "mutates-a-float",
+        "mutates: [dest]",
+        "mutates: [factor]",
+        "mutates of op 'scale_into' names 'factor' of type float, expected Tensor arguments only",
+        "mutates: [factor]",
+    ),
+    (
+        "mutates-unknown-argument",
+        "mutates: [dest]",
+        "mutates: [dst]",
+        "mutates of op 'scale_into' names 'dst', which is not an argument",
+        "mutates: [dst]",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 

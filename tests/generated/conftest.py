@@ -88,17 +88,22 @@ class Parity:
             values[name] = tensor.to(device)
         return values
 
-    def call(self, impl, layer, inputs):
+    def call(self, impl, layer, inputs, mutates=()):
         """Run ``impl`` on clones of ``inputs``; it must not mutate or return them.
 
         An adapter with an in-place eager variant runs that variant outside torch.compile: the
         functional impl it calls under a trace (its ``functional`` attribute) is checked here.
+        An op that writes into caller-provided tensors (``mutates``) returns None; its result is
+        then the tuple of those tensors after the call, and no other input may change.
         """
         fn = getattr(impl.fn, "functional", impl.fn)
         args = {name: _clone(value) for name, value in inputs.items()}
         result = fn(layer, **args) if layer is not None else fn(**args)
+        if mutates:
+            assert result is None, f"{impl.impl_id} returned {type(result).__name__}, not None"
+            result = tuple(args[name] for name in mutates)
         for name, value in args.items():
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and name not in mutates:
                 assert torch.equal(value, inputs[name]), f"{impl.impl_id} mutated input {name!r}"
                 outputs = result if isinstance(result, tuple) else (result,)
                 assert all(
@@ -114,19 +119,22 @@ class Parity:
                 self.compare(a, e, tolerance)
         elif isinstance(expected, torch.Tensor):
             assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual)}"
-            torch.testing.assert_close(actual.cpu(), expected.cpu(), **tolerance)
+            if expected.is_floating_point():
+                torch.testing.assert_close(actual.cpu(), expected.cpu(), **tolerance)
+            else:  # indices and counts: exactly
+                torch.testing.assert_close(actual.cpu(), expected.cpu(), atol=0, rtol=0)
         else:
             assert actual == expected
 
-    def check(self, op, layer_path, impl_id, device, dtype_name, case, tolerance):
+    def check(self, op, layer_path, impl_id, device, dtype_name, case, tolerance, mutates=()):
         impl = self.impl(op, impl_id)
         self.require_available(impl)
         reference = self.impl(op, REFERENCE)
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, device)
         inputs = self.inputs(case["inputs"], dtype, device)
-        expected = self.call(reference, layer, inputs)
-        actual = self.call(impl, layer, inputs)
+        expected = self.call(reference, layer, inputs, mutates)
+        actual = self.call(impl, layer, inputs, mutates)
         self.compare(actual, expected, tolerance)
 
     def check_eager(self, op, layer_path, impl_id, device, dtype_name, case, tolerance, inplace):

@@ -7,11 +7,12 @@ hand-written side honest on its own.
 
 import importlib
 import inspect
-import re
 from pathlib import Path
 
 import pytest
 import yaml
+
+from codegen.signature import FunctionSchema
 
 MANIFEST = Path(__file__).resolve().parents[2] / "ops.yaml"
 
@@ -21,18 +22,13 @@ def _manifest():
 
 
 def _params(signature: str) -> list[tuple[str, object]]:
-    """(name, default or inspect.Parameter.empty) per argument of ``op(T a, T? b=None)``."""
-    args = re.match(r"\s*\w+\((.*?)\)\s*->", signature, re.S).group(1)
-    params = []
-    for arg in filter(None, (a.strip() for a in args.split(","))):
-        decl, _, default = arg.partition("=")
-        name = decl.split()[-1]
-        params.append((name, _literal(default.strip()) if default else inspect.Parameter.empty))
-    return params
-
-
-def _literal(text: str):
-    return {"None": None, "True": True, "False": False}.get(text, text)
+    """(name, default or inspect.Parameter.empty) per argument, parsed by the generator's own
+    signature parser (the one contract both sides read)."""
+    schema = FunctionSchema.parse(" ".join(signature.split()))
+    return [
+        (arg.name, arg.default_value if arg.has_default else inspect.Parameter.empty)
+        for arg in schema.arguments
+    ]
 
 
 def _impls():

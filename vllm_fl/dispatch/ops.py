@@ -92,6 +92,10 @@ class FLBackendBase(abc.ABC):
         "gemma_rms_norm",
         "rotary_embedding",
         "attention_backend",
+        "topk_softmax",
+        "moe_align_block_size",
+        "moe_sum",
+        "fused_experts",
     )
 
     @abc.abstractmethod
@@ -218,4 +222,80 @@ class FLBackendBase(abc.ABC):
         """The import path of the attention backend class the platform should use.
 
         Signature: ``attention_backend(bool use_mla=False) -> str``.
+        """
+
+    @abc.abstractmethod
+    def topk_softmax(
+        self,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        token_expert_indices: torch.Tensor,
+        gating_output: torch.Tensor,
+        renormalize: bool = False,
+        e_score_correction_bias: torch.Tensor | None = None,
+        is_padding: torch.Tensor | None = None,
+    ) -> None:
+        """MoE routing: softmax over the experts' logits (in float32), then the top-k experts of
+        each token, written into topk_weights (float32), topk_ids and token_expert_indices (k *
+        num_tokens + token). A correction bias, if given, is added for the choice only; with
+        renormalize the k weights of a token sum to one.
+
+        Signature: ``topk_softmax(Tensor topk_weights, Tensor topk_ids, Tensor token_expert_indices, Tensor gating_output, bool renormalize=False, Tensor? e_score_correction_bias=None, Tensor? is_padding=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def moe_align_block_size(
+        self,
+        topk_ids: torch.Tensor,
+        num_experts: int,
+        block_size: int,
+        sorted_token_ids: torch.Tensor,
+        experts_ids: torch.Tensor,
+        num_tokens_post_pad: torch.Tensor,
+        expert_map: torch.Tensor | None = None,
+        scatter_idx: torch.Tensor | None = None,
+    ) -> None:
+        """Groups the flattened (token, slot) pairs of topk_ids by expert, each expert's run padded
+        to a multiple of block_size with the value topk_ids.numel(): sorted_token_ids gets the pair
+        indices (the rest of it the padding value), experts_ids the expert of each block (-1 for
+        blocks past the end, or for experts another rank owns when expert_map is given) and
+        num_tokens_post_pad the padded length.
+
+        Signature: ``moe_align_block_size(Tensor topk_ids, int num_experts, int block_size, Tensor sorted_token_ids, Tensor experts_ids, Tensor num_tokens_post_pad, Tensor? expert_map=None, Tensor? scatter_idx=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def moe_sum(
+        self,
+        input: torch.Tensor,
+        output: torch.Tensor,
+        topk_ids: torch.Tensor | None = None,
+        expert_map: torch.Tensor | None = None,
+    ) -> None:
+        """Sums the top-k expert outputs of each token, input [tokens, k, hidden] into output
+        [tokens, hidden]; with expert_map, slots whose expert another rank owns are skipped.
+
+        Signature: ``moe_sum(Tensor input, Tensor output, Tensor? topk_ids=None, Tensor? expert_map=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def fused_experts(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        activation: str = "silu",
+        apply_router_weight_on_input: bool = False,
+        global_num_experts: int = -1,
+        expert_map: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The unquantized MoE experts: for each token and each of its top-k experts e, act(x @
+        w1[e].T) @ w2[e].T weighted by the token's routing weight, summed over the k experts. w1 is
+        [experts, 2 * intermediate, hidden] (gate rows, then up rows), w2 is [experts, hidden,
+        intermediate]; activation is silu, gelu or gelu_tanh applied to the gate and multiplied by
+        up. expert_map maps global to local experts (-1: not on this rank).
+
+        Signature: ``fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor``.
         """

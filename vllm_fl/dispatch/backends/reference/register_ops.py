@@ -7,12 +7,13 @@
 
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
+from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 9 implementation(s) of backend ``reference``."""
+    """Register the 13 implementation(s) of backend ``reference``."""
     registry.register_impl(
         OpImpl(
             "silu_and_mul",
@@ -99,6 +100,46 @@ def register(registry: OpRegistry) -> None:
             "reference.torch",
             BackendImplKind.REFERENCE,
             _reference_rotary.rotary_embedding,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "topk_softmax",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_moe.topk_softmax,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "moe_align_block_size",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_moe.moe_align_block_size,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "moe_sum",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_moe.moe_sum,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "fused_experts",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_moe.fused_experts,
             priority=50,
             available=None,
         )

@@ -21,9 +21,11 @@ from vllm_fl.dispatch import opaque as _opaque
 from vllm_fl.dispatch.availability import Probe
 from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activation
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
+from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe
 from vllm_fl.dispatch.backends.vendor.cuda.impl import normalization as _cuda_normalization
 from vllm_fl.dispatch.backends.vendor.cuda.impl import rotary as _cuda_rotary
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
+from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
@@ -261,8 +263,94 @@ rotary_embedding.eager = _cuda_rotary.rotary_embedding_inplace  # type: ignore[a
 rotary_embedding.functional = _cuda_rotary.rotary_embedding  # type: ignore[attr-defined]
 
 
+def _fused_experts_kernel(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_moe.fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def _fused_experts_fake(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_moe.fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def fused_experts(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``fused_experts``: a direct call, or custom op ``vllm_fl::cuda_fused_experts`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_moe.fused_experts(
+            hidden_states,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            activation,
+            apply_router_weight_on_input,
+            global_num_experts,
+            expert_map,
+        )
+    return torch.ops.vllm_fl.cuda_fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
 def register(registry: OpRegistry) -> None:
-    """Register the 10 implementation(s) of backend ``cuda``."""
+    """Register the 14 implementation(s) of backend ``cuda``."""
     available = Probe(requires=("vllm._custom_ops",), device="cuda")
     _opaque.define("vllm_fl::cuda_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
     registry.register_impl(
@@ -380,6 +468,51 @@ def register(registry: OpRegistry) -> None:
             "vendor.cuda",
             BackendImplKind.VENDOR,
             _cuda_attention.attention_backend,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "topk_softmax",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            _cuda_moe.topk_softmax,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "moe_align_block_size",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            _cuda_moe.moe_align_block_size,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "moe_sum",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            _cuda_moe.moe_sum,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    _opaque.define("vllm_fl::cuda_fused_experts", _fused_experts_kernel, _fused_experts_fake)
+    registry.register_impl(
+        OpImpl(
+            "fused_experts",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            fused_experts,
             vendor="cuda",
             priority=100,
             available=available,

@@ -1,0 +1,44 @@
+"""Real vLLM (its CPU build) running a tiny Qwen3-MoE with and without the plugin's platform.
+
+Under an out-of-tree platform vLLM leaves the unquantized MoE computation to the platform's
+plugin; these runs show that the plugin supplies it: the same greedy tokens as vanilla vLLM, our
+MoE method bound to forward_oot, and every MoE op (routing through vLLM's
+``vllm._custom_ops.topk_softmax``, the experts through ``fused_experts``) selected by the dispatch.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tiny_moe import build_tiny_qwen3_moe
+from vllm_harness import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+
+MOE_OPS = ("topk_softmax", "fused_experts")
+
+
+@pytest.fixture(scope="module")
+def moe_runs(tmp_path_factory):
+    model = build_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny-qwen3-moe"))
+    return {
+        "vanilla": run_vllm(model, PLUGIN_OFF, max_tokens=16),
+        "plugin": run_vllm(model, PLUGIN_ON, max_tokens=16),
+    }
+
+
+def test_moe_model_generates_the_same_tokens_as_vanilla_vllm(moe_runs):
+    vanilla, plugin = moe_runs["vanilla"], moe_runs["plugin"]
+    assert vanilla.result["platform"].endswith(".CpuPlatform"), vanilla.result["platform"]
+    assert plugin.result["platform"].endswith(".PlatformFLCpu"), plugin.result["platform"]
+    assert plugin.result["tokens"] == vanilla.result["tokens"]
+    assert len(plugin.result["tokens"][0]) == 16
+
+
+def test_our_moe_method_and_ops_ran(moe_runs):
+    result = moe_runs["plugin"].result
+    method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
+    assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
+    assert result["forward_methods"]["UnquantizedFusedMoEMethod"] == "forward_oot"
+    for op in MOE_OPS:
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
+    assert moe_runs["plugin"].lines("vllm._custom_ops.topk_softmax -> topk_softmax")

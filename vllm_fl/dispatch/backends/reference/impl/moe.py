@@ -1,0 +1,136 @@
+"""Reference mixture-of-experts kernels in plain PyTorch: the ground truth for parity.
+
+They follow vLLM's CUDA kernels (``csrc/moe``) output for output, including the parts a caller
+reads back (token_expert_indices, the padding of moe_align_block_size), so any backend can be
+compared with them exactly where results are integers.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def topk_softmax(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    token_expert_indices: torch.Tensor,
+    gating_output: torch.Tensor,
+    renormalize: bool = False,
+    e_score_correction_bias: torch.Tensor | None = None,
+    is_padding: torch.Tensor | None = None,
+) -> None:
+    """Softmax in float32, top-k (bias only for the choice), k-major token_expert_indices."""
+    scores = torch.softmax(gating_output.to(torch.float32), dim=-1)
+    k = topk_weights.shape[-1]
+    if e_score_correction_bias is None:
+        weights, ids = torch.topk(scores, k, dim=-1)
+    else:
+        biased = scores + e_score_correction_bias.to(torch.float32)
+        ids = torch.topk(biased, k, dim=-1).indices
+        weights = scores.gather(-1, ids)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    num_tokens = gating_output.shape[0]
+    slots = torch.arange(k, device=ids.device, dtype=torch.int64)[None, :] * num_tokens
+    tokens = torch.arange(num_tokens, device=ids.device, dtype=torch.int64)[:, None]
+    topk_weights.copy_(weights)
+    topk_ids.copy_(ids)
+    token_expert_indices.copy_(slots + tokens)
+
+
+def moe_align_block_size(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: torch.Tensor,
+    experts_ids: torch.Tensor,
+    num_tokens_post_pad: torch.Tensor,
+    expert_map: torch.Tensor | None = None,
+    scatter_idx: torch.Tensor | None = None,
+) -> None:
+    """Stable sort of the flattened pairs by expert, each expert's run padded to block_size."""
+    if scatter_idx is not None:
+        raise NotImplementedError("reference moe_align_block_size: scatter_idx is not supported")
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    numel = flat.numel()
+    counts = torch.bincount(flat, minlength=num_experts)[:num_experts]
+    padded = (counts + block_size - 1) // block_size * block_size
+    starts = torch.cumsum(padded, 0) - padded
+    total = int(padded.sum())
+    order = torch.argsort(flat, stable=True)
+    sorted_experts = flat[order]
+    first_of_expert = torch.cumsum(counts, 0) - counts
+    rank_in_expert = torch.arange(numel, device=flat.device) - first_of_expert[sorted_experts]
+    positions = starts[sorted_experts] + rank_in_expert
+    sorted_token_ids.fill_(numel)
+    sorted_token_ids[positions] = order.to(sorted_token_ids.dtype)
+    blocks = torch.repeat_interleave(
+        torch.arange(num_experts, device=flat.device), padded // block_size
+    )
+    if expert_map is not None:
+        blocks = expert_map.to(blocks.device)[blocks].to(torch.int64)
+    experts_ids.fill_(-1)
+    experts_ids[: blocks.numel()] = blocks.to(experts_ids.dtype)
+    num_tokens_post_pad.fill_(total)
+
+
+def moe_sum(
+    input: torch.Tensor,
+    output: torch.Tensor,
+    topk_ids: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+) -> None:
+    """output = sum over the k slots of input (slots of experts on other ranks skipped)."""
+    values = input
+    if expert_map is not None and topk_ids is not None:
+        local = expert_map[topk_ids.to(torch.int64)] >= 0
+        values = torch.where(local[..., None], input, torch.zeros_like(input))
+    output.copy_(values.sum(dim=1))
+
+
+_ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def fused_experts(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Each expert on the tokens routed to it; the weighted sum accumulated in float32."""
+    act = _ACTIVATIONS.get(activation)
+    if act is None:
+        raise NotImplementedError(
+            f"reference fused_experts: activation {activation!r} (supported: {sorted(_ACTIVATIONS)})"
+        )
+    num_tokens, k = topk_ids.shape
+    out = torch.zeros(num_tokens, w2.shape[1], dtype=torch.float32, device=hidden_states.device)
+    flat_ids = topk_ids.reshape(-1).to(torch.int64)
+    flat_weights = topk_weights.reshape(-1).to(torch.float32)
+    token_of = torch.arange(num_tokens, device=flat_ids.device).repeat_interleave(k)
+    for expert in torch.unique(flat_ids).tolist():
+        local = expert if expert_map is None else int(expert_map[expert])
+        if local < 0:
+            continue
+        pairs = (flat_ids == expert).nonzero().squeeze(-1)
+        tokens = token_of[pairs]
+        x = hidden_states[tokens]
+        weight = flat_weights[pairs][:, None]
+        if apply_router_weight_on_input:
+            x = (x.to(torch.float32) * weight).to(hidden_states.dtype)
+        gate_up = x @ w1[local].t()
+        d = gate_up.shape[-1] // 2
+        h = (act(gate_up[:, :d]) * gate_up[:, d:]) @ w2[local].t()
+        h = h.to(torch.float32)
+        if not apply_router_weight_on_input:
+            h = h * weight
+        out.index_add_(0, tokens, h)
+    return out.to(hidden_states.dtype)
