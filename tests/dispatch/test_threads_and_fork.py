@@ -176,7 +176,7 @@ def test_threads_flipping_policy_with_injected_failures():
 
     def flipper(seed: int) -> None:
         rng = random.Random(seed)
-        for _ in range(150):
+        for _ in range(400):
             p = rng.choice(policies)
             with flip_lock:
                 epoch[0] += 1
@@ -192,7 +192,7 @@ def test_threads_flipping_policy_with_injected_failures():
 
     def caller(seed: int) -> None:
         tls.rng = random.Random(seed)
-        for _ in range(1500):
+        for _ in range(3000):
             e0, denied = epoch[0], deny[0]
             try:
                 out = layer.forward_oot(1)
