@@ -68,7 +68,7 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
     (with the reason) until its probe is edited."""
     root = tmp_path / "repo"
     root.mkdir()
-    for name in ("ops.yaml", "README.md"):
+    for name in ("ops.yaml", "README.md", ".codegen-outputs"):
         shutil.copy(REPO / name, root / name)
     for name in ("vllm_fl", "tests/generated", "docs"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
