@@ -124,7 +124,7 @@ class Binding:
         )
         impl, traced_impl = candidates[0], traced_cands[0]
         with sync.LOCK:
-            if sync.generation() == gen and self.active is None:
+            if sync.generation() == gen and (self.active is None or self.active_traced is None):
                 split = traced_impl is not impl
                 self._specialise(candidates + traced_cands if split else candidates, split)
                 self._set("_strict", policy.strict)
