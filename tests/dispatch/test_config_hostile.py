@@ -236,6 +236,15 @@ def test_vendor_token_naming_unknown_vendor_warns(
     assert any("'vendor:cdua'" in w for w in warnings(caplog_dispatch)), warnings(caplog_dispatch)
 
 
+def test_explain_lists_unknown_names(clean_dispatch_env, fake_builtins):
+    from vllm_fl.dispatch.explain import explain
+
+    build(clean_dispatch_env, VLLM_FL_DENY_VENDORS="cdua")
+    text = explain()
+    assert "Names no backend registered (typos?):" in text
+    assert "deny_vendors lists 'cdua'" in text and "did you mean 'cuda'?" in text
+
+
 def test_known_names_do_not_warn(clean_dispatch_env, fake_builtins, caplog_dispatch):
     build(
         clean_dispatch_env,

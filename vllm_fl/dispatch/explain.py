@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from .manager import OpManager, get_default_manager
+from .name_checks import unknown_names
 from .policy import DispatchConfig, SelectionPolicy, get_config, get_policy
 
 __all__ = ["explain", "explain_table", "explain_ops"]
@@ -92,6 +93,10 @@ def explain(manager: OpManager | None = None) -> str:
     if manager.load_errors:
         lines.append("Load errors:")
         lines += [f"  {name}: {msg}" for name, msg in manager.load_errors]
+    unknown = unknown_names(policy, manager.registry)
+    if unknown:
+        lines.append("Names no backend registered (typos?):")
+        lines += [f"  {msg}" for msg in unknown]
     used = manager.used_impls()
     for info in explain_ops(manager, policy):
         op = info["op"]
