@@ -1,13 +1,17 @@
 """End-to-end serving throughput of real vLLM with and without the plugin.
 
-A Llama-3-8B-shaped model with dummy weights (no download: a config.json and
-`load_format="dummy"`), bf16, 256 prompts x 512 input / 128 output tokens, greedy. For each
-configuration and mode it starts a fresh Python process (so plugin loading and environment are
-clean), measures engine startup and generation time, and prints a table:
+A Llama-3-8B-shaped model (or, with --shape qwen3-moe, Qwen3-30B-A3B's MoE shape) with dummy
+weights (no download: a config.json and `load_format="dummy"`), bf16, 256 prompts x 512 input /
+128 output tokens, greedy. For each configuration and mode it starts a fresh Python process (so
+plugin loading and environment are clean) in vLLM's default process layout (the engine core in
+its own process; --in-process for one process), measures engine startup and generation time,
+compares the greedy tokens of the first prompts with vanilla vLLM's, and prints a table:
 
     configs: vanilla (VLLM_PLUGINS excludes ours), plugin (shipped policy),
-             prefer=flagos, prefer=reference; on request compile_prefer=vendor (the shipped
-             policy with vLLM's CUDA kernels as opaque ops under torch.compile too)
+             prefer=flagos, prefer=reference, flagos,deny=cuda (FlagGems with the cuda vendor
+             denied: what a chip without vendor kernels runs); on request
+             compile_prefer=vendor (the shipped policy with vLLM's CUDA kernels as opaque ops
+             under torch.compile too)
     modes:   eager (enforce_eager=True), compile (vLLM's default torch.compile + CUDA graphs)
 
     python benchmarks/bench_e2e.py --modes eager,compile --repeat 3 --json e2e.json
@@ -56,10 +60,41 @@ LLAMA3_8B = {
     "eos_token_id": 128001,
 }
 
+# Qwen3-30B-A3B's shape (48 layers there; --layers keeps fewer so dummy weights start fast).
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+}
+SHAPES = {"llama3-8b": LLAMA3_8B, "qwen3-moe": QWEN3_MOE}
+
 CONFIGS = {
     "vanilla": {"VLLM_PLUGINS": "none"},
     "plugin": {},
     "prefer=flagos": {"VLLM_FL_PREFER": "flagos"},
+    # What a chip without vendor kernels runs: FlagGems, else the reference; vLLM's Triton
+    # attention instead of FlashAttention.
+    "flagos,deny=cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
     # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
     "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},
@@ -110,6 +145,7 @@ def worker(model_dir: str, mode: str, args) -> dict:
     outputs = llm.generate(batch, params, use_tqdm=False)
     elapsed = time.perf_counter() - t0
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+    first_tokens = [list(o.outputs[0].token_ids) for o in outputs[:4]]
     short = [{"prompt_token_ids": p["prompt_token_ids"][: args.decode_input_len]} for p in batch]
     t0 = time.perf_counter()
     decoded = llm.generate(short, params, use_tqdm=False)
@@ -123,6 +159,7 @@ def worker(model_dir: str, mode: str, args) -> dict:
             sum(len(o.outputs[0].token_ids) for o in decoded) / decode_elapsed, 1
         ),
         "host_us": round(_host_probe_us(), 2),
+        "tokens": first_tokens,
     }
     try:
         from vllm_fl import compat
@@ -139,7 +176,9 @@ def worker(model_dir: str, mode: str, args) -> dict:
 
 
 def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
-    env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    env = {**os.environ, **CONFIGS[name]}
+    if args.in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     cmd = [sys.executable, __file__, "--worker", model_dir, "--mode", mode]
     for flag in ("prompts", "input_len", "output_len", "decode_input_len"):
@@ -156,12 +195,29 @@ def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         return {**head, "error": " | ".join(tail)[-400:], "wall_s": wall}
     result = json.loads(lines[-1][len("E2E_RESULT ") :])
+    output = proc.stdout + proc.stderr
     dispatch_lines = [
         l.split("] ", 1)[-1]
-        for l in proc.stderr.splitlines()
+        for l in output.splitlines()
         if "Op '" in l and ("using" in l or "fallback" in l)
     ]
+    if not result.get("used_impls") and dispatch_lines:
+        # The model ran in vLLM's engine process: its dispatch log says what it selected.
+        result["used_impls"] = _impls_from_log(dispatch_lines)
+    result["spawn_forced"] = "must use the spawn" in output
     return {**head, "wall_s": round(wall, 1), **result, "dispatch_log": dispatch_lines}
+
+
+def _impls_from_log(lines: list[str]) -> dict[str, str]:
+    """op -> impl id from the dispatch's "Op '<op>' using '<impl>'" lines (the last one wins)."""
+    import re
+
+    found: dict[str, str] = {}
+    for line in lines:
+        match = re.search(r"Op '([^']+)' using '([^']+)'", line)
+        if match:
+            found[match.group(1)] = match.group(2)
+    return dict(sorted(found.items()))
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -224,6 +280,16 @@ def report(runs: list[dict]) -> None:
                 print(
                     f"{r['config']} {r['mode']}, traced by torch.compile: {r['used_impls_traced']}"
                 )
+    vanilla = {r["mode"]: r["tokens"] for r in runs if r["config"] == "vanilla" and "tokens" in r}
+    for r in runs:
+        if r["config"] != "vanilla" and "tokens" in r and r["mode"] in vanilla:
+            same = r["tokens"] == vanilla[r["mode"]]
+            print(
+                f"greedy tokens of {r['config']} {r['mode']} round {r['round']}: "
+                f"{'identical to' if same else 'DIFFERENT from'} vanilla"
+            )
+        if r.get("spawn_forced"):
+            print(f"{r['config']} {r['mode']}: vLLM forced the spawn start method")
     for r in runs:
         if "error" in r:
             print(f"error: {r['config']} {r['mode']} round {r['round']}: {r['error']}")
@@ -242,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-input-len", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=400)
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/e2e.json"))
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="VLLM_ENABLE_V1_MULTIPROCESSING=0 (default: vLLM's own process layout)",
+    )
     parser.add_argument("--log-dir", default="benchmarks/results/logs")
     parser.add_argument(
         "--summarize",
@@ -263,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {unknown}; allowed: {', '.join(CONFIGS)}")
-    model_dir = tempfile.mkdtemp(prefix="llama3-8b-shape-")
-    Path(model_dir, "config.json").write_text(json.dumps(LLAMA3_8B))
+    model_dir = tempfile.mkdtemp(prefix=f"{args.shape}-shape-")
+    config = dict(SHAPES[args.shape])
+    if args.layers:
+        config["num_hidden_layers"] = args.layers
+    Path(model_dir, "config.json").write_text(json.dumps(config))
     runs = []
     for mode in args.modes.split(","):
         for round_no in range(1, args.repeat + 1):
@@ -277,7 +353,13 @@ def main(argv: list[str] | None = None) -> int:
                             k: v
                             for k, v in r.items()
                             if k
-                            not in ("dispatch_log", "used_impls", "used_impls_traced", "replaced")
+                            not in (
+                                "dispatch_log",
+                                "used_impls",
+                                "used_impls_traced",
+                                "replaced",
+                                "tokens",
+                            )
                         }
                     ),
                     flush=True,

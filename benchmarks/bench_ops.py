@@ -34,6 +34,8 @@ HIDDEN = 4096
 INTERMEDIATE = 11008
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 MAX_POSITIONS = 32768
+# Qwen3-30B-A3B's MoE layer
+MOE_HIDDEN, MOE_INTERMEDIATE, MOE_EXPERTS, MOE_TOP_K, MOE_BLOCK = 2048, 768, 128, 8, 64
 
 
 @dataclass
@@ -99,6 +101,9 @@ def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
     if op in ("rms_norm+residual", "gemma_rms_norm+residual"):
         layer = SimpleNamespace(weight=randn(HIDDEN), variance_epsilon=1e-6)
         return layer, (randn(tokens, HIDDEN), randn(tokens, HIDDEN))
+    moe = _moe_inputs(op, tokens, dtype, device)
+    if moe is not None:
+        return None, moe
     if op == "rotary_embedding":
         layer = SimpleNamespace(
             cos_sin_cache=_rotary_cache(dtype, device),
@@ -112,6 +117,35 @@ def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
             randn(tokens, NUM_HEADS * HEAD_DIM),
             randn(tokens, NUM_KV_HEADS * HEAD_DIM),
         )
+    return None
+
+
+def _moe_inputs(op: str, tokens: int, dtype: torch.dtype, device: str) -> tuple | None:
+    """Arguments of the MoE function ops (no layer), at Qwen3-30B-A3B's sizes."""
+    E, K, H, I = MOE_EXPERTS, MOE_TOP_K, MOE_HIDDEN, MOE_INTERMEDIATE
+    ids = torch.rand(tokens, E, device=device).topk(K, dim=-1).indices.to(torch.int32)
+    if op == "topk_softmax":
+        gating = torch.randn(tokens, E, dtype=dtype, device=device)
+        outs = (torch.empty(tokens, K, device=device), torch.empty_like(ids), torch.empty_like(ids))
+        return (*outs, gating, True)
+    if op == "moe_align_block_size":
+        padded = ids.numel() + E * (MOE_BLOCK - 1)
+        if ids.numel() < E:
+            padded = min(ids.numel() * MOE_BLOCK, padded)
+        sorted_ids = torch.empty(padded, dtype=torch.int32, device=device)
+        blocks = torch.empty(-(-padded // MOE_BLOCK), dtype=torch.int32, device=device)
+        total = torch.empty(1, dtype=torch.int32, device=device)
+        return ids, E, MOE_BLOCK, sorted_ids, blocks, total
+    if op == "moe_sum":
+        return torch.randn(tokens, K, H, dtype=dtype, device=device), torch.empty(
+            tokens, H, dtype=dtype, device=device
+        )
+    if op == "fused_experts":
+        x = torch.randn(tokens, H, dtype=dtype, device=device)
+        w1 = torch.randn(E, 2 * I, H, dtype=dtype, device=device) * 0.02
+        w2 = torch.randn(E, H, I, dtype=dtype, device=device) * 0.02
+        weights = torch.softmax(torch.randn(tokens, K, device=device), dim=-1)
+        return x, w1, w2, weights, ids
     return None
 
 
@@ -153,10 +187,14 @@ def copy_bandwidth_gbps(device: str) -> float:
 
 
 def _measure(fn, layer, args) -> tuple[float, float, object]:
-    out = fn(layer, *args)
+    if layer is None:  # a function op
+        call = lambda: fn(*args)  # noqa: E731
+    else:
+        call = lambda: fn(layer, *args)  # noqa: E731
+    out = call()
     torch.cuda.synchronize()
-    eager = _time_us(lambda: fn(layer, *args), graph=False)
-    graph = _time_us(lambda: fn(layer, *args), graph=True)
+    eager = _time_us(call, graph=False)
+    graph = _time_us(call, graph=True)
     return eager, graph, out
 
 
@@ -197,10 +235,11 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
         dtype = getattr(torch, dtype_name)
         layer, args = _inputs(op, t, dtype, device)
         reference = next(i for i in impls if i.impl_id.startswith("reference"))
-        if (op, dtype_name) not in compiled:
-            compiled[op, dtype_name] = _compiled_reference(reference.fn)
         candidates = [(i.impl_id, i.fn) for i in impls]
-        candidates.append(("compile(reference)", compiled[op, dtype_name]))
+        if layer is not None:  # the MoE references have data-dependent shapes: nothing to compile
+            if (op, dtype_name) not in compiled:
+                compiled[op, dtype_name] = _compiled_reference(reference.fn)
+            candidates.append(("compile(reference)", compiled[op, dtype_name]))
         for impl_id, fn in candidates:
             try:
                 eager, graph, out = _measure(fn, layer, args)

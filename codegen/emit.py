@@ -258,6 +258,8 @@ def _case_view(index: int, case: m.Case) -> _CaseView:
             item: dict[str, object] = {"shape": spec.shape, "dtype": spec.dtype}
             if spec.high is not None:
                 item["high"] = spec.high
+            if spec.scale is not None:
+                item["scale"] = spec.scale
             inputs[name] = item
             parts.append(name + "x".join(str(d) for d in spec.shape))
         else:

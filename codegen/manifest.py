@@ -48,7 +48,7 @@ OP_KEYS = (
 IMPL_KEYS = ("fn", "priority", "requires", "eager")
 TESTS_KEYS = ("dtypes", "cases", "tolerances")
 CASE_KEYS = ("init", "inputs")
-TENSOR_KEYS = ("shape", "dtype", "high")
+TENSOR_KEYS = ("shape", "dtype", "high", "scale")
 TOL_KEYS = ("atol", "rtol")
 
 
@@ -696,7 +696,21 @@ class _Loader:
                     )
             high_entry = f.pop("high")
             high = self.integer(high_entry.value, f"high of {what}") if high_entry else None
+            scale_entry = f.pop("scale")
+            scale = self.number(scale_entry.value, f"scale of {what}") if scale_entry else None
             f.done()
+            if scale is not None and not (0 < scale < 1e6):
+                raise self.error(
+                    scale_entry.value.line,
+                    f"scale of {what} is {scale!r}",
+                    "a finite number above 0 (the standard deviation of the random values)",
+                )
+            if scale is not None and dtype in m.INT_DTYPES:
+                raise self.error(
+                    scale_entry.key_line,
+                    f"integer tensor {what} has 'scale'",
+                    "'scale' only with a floating-point dtype",
+                )
             if dtype in m.INT_DTYPES and (high is None or high <= 0):
                 raise self.error(
                     node.line,
@@ -709,7 +723,7 @@ class _Loader:
                     f"floating-point tensor {what} has 'high'",
                     "'high' only with an integer dtype",
                 )
-            return m.TensorInput(shape, dtype, high)
+            return m.TensorInput(shape, dtype, high, scale)
         value = self.literal(node, what)
         if value is None and type_.optional:
             return m.LiteralInput(None)

@@ -130,6 +130,7 @@ class TensorInput:
     shape: tuple[int, ...]
     dtype: str  # a DTYPES/INT_DTYPES name or "$dtype"
     high: int | None  # integer tensors: values in [0, high)
+    scale: float | None = None  # floating-point tensors: standard deviation (default 1)
 
     @property
     def is_int(self) -> bool:

@@ -329,6 +329,13 @@ CASES = [
         "mutates of op 'scale_into' names 'dst', which is not an argument",
         "mutates: [dst]",
     ),
+    (
+        "scale-zero",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {shape: [3, 16], scale: 0}, dest: [3, 16]}",
+        "scale of input 'x' of test case of op 'scale_into' is 0.0, expected a finite number above 0",
+        "scale: 0}",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 

@@ -4,8 +4,9 @@
 
 A case is ``{"init": {...}, "inputs": {...}}``: ``init`` holds the layer's constructor arguments
 (``"$dtype"`` stands for the dtype under test); an input is ``{"shape": ..., "dtype": ...}`` for a
-tensor (``"$dtype"``: the dtype under test; integer dtypes draw from ``[0, high)``) or
-``{"value": ...}`` for a literal.
+tensor (``"$dtype"``: the dtype under test; integer dtypes draw from ``[0, high)``, floating ones
+from a normal distribution of standard deviation ``scale``, default 1) or ``{"value": ...}`` for a
+literal.
 """
 
 import contextlib
@@ -80,7 +81,8 @@ class Parity:
                 continue
             item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
             if item_dtype.is_floating_point:
-                tensor = torch.randn(item["shape"], generator=generator).to(item_dtype)
+                noise = torch.randn(item["shape"], generator=generator)
+                tensor = (noise * item.get("scale", 1.0)).to(item_dtype)
             else:
                 tensor = torch.randint(
                     0, item["high"], item["shape"], generator=generator, dtype=item_dtype

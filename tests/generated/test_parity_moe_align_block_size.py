@@ -43,15 +43,43 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "topk_ids": {"shape": (33, 8), "dtype": "int32", "high": 64},
-                "num_experts": {"value": 64},
+                "topk_ids": {"shape": (1, 2), "dtype": "int32", "high": 8},
+                "num_experts": {"value": 8},
                 "block_size": {"value": 16},
-                "sorted_token_ids": {"shape": (1224,), "dtype": "int32", "high": 1},
-                "experts_ids": {"shape": (77,), "dtype": "int32", "high": 1},
+                "sorted_token_ids": {"shape": (32,), "dtype": "int32", "high": 1},
+                "experts_ids": {"shape": (2,), "dtype": "int32", "high": 1},
                 "num_tokens_post_pad": {"shape": (1,), "dtype": "int32", "high": 1},
             },
         },
-        id="case1-topk_ids33x8-num_experts=64-block_size=16-sorted_token_ids1224-experts_ids77-num_tokens_post_pad1",
+        id="case1-topk_ids1x2-num_experts=8-block_size=16-sorted_token_ids32-experts_ids2-num_tokens_post_pad1",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "topk_ids": {"shape": (64, 8), "dtype": "int32", "high": 128},
+                "num_experts": {"value": 128},
+                "block_size": {"value": 16},
+                "sorted_token_ids": {"shape": (2432,), "dtype": "int32", "high": 1},
+                "experts_ids": {"shape": (152,), "dtype": "int32", "high": 1},
+                "num_tokens_post_pad": {"shape": (1,), "dtype": "int32", "high": 1},
+            },
+        },
+        id="case2-topk_ids64x8-num_experts=128-block_size=16-sorted_token_ids2432-experts_ids152-num_tokens_post_pad1",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "topk_ids": {"shape": (2048, 8), "dtype": "int32", "high": 128},
+                "num_experts": {"value": 128},
+                "block_size": {"value": 64},
+                "sorted_token_ids": {"shape": (24448,), "dtype": "int32", "high": 1},
+                "experts_ids": {"shape": (382,), "dtype": "int32", "high": 1},
+                "num_tokens_post_pad": {"shape": (1,), "dtype": "int32", "high": 1},
+            },
+        },
+        id="case3-topk_ids2048x8-num_experts=128-block_size=64-sorted_token_ids24448-experts_ids382-num_tokens_post_pad1",
     ),
 ]
 

@@ -41,11 +41,21 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "input": {"shape": (3, 8, 128), "dtype": "$dtype"},
-                "output": {"shape": (3, 128), "dtype": "$dtype"},
+                "input": {"shape": (1, 2, 128), "dtype": "$dtype"},
+                "output": {"shape": (1, 128), "dtype": "$dtype"},
             },
         },
-        id="case1-input3x8x128-output3x128",
+        id="case1-input1x2x128-output1x128",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "input": {"shape": (2048, 8, 256), "dtype": "$dtype"},
+                "output": {"shape": (2048, 256), "dtype": "$dtype"},
+            },
+        },
+        id="case2-input2048x8x256-output2048x256",
     ),
 ]
 

@@ -31,27 +31,40 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "topk_weights": {"shape": (7, 2), "dtype": "float32"},
-                "topk_ids": {"shape": (7, 2), "dtype": "int32", "high": 1},
-                "token_expert_indices": {"shape": (7, 2), "dtype": "int32", "high": 1},
-                "gating_output": {"shape": (7, 8), "dtype": "$dtype"},
+                "topk_weights": {"shape": (1, 2), "dtype": "float32"},
+                "topk_ids": {"shape": (1, 2), "dtype": "int32", "high": 1},
+                "token_expert_indices": {"shape": (1, 2), "dtype": "int32", "high": 1},
+                "gating_output": {"shape": (1, 8), "dtype": "$dtype"},
                 "renormalize": {"value": False},
             },
         },
-        id="case0-topk_weights7x2-topk_ids7x2-token_expert_indices7x2-gating_output7x8-renormalize=False",
+        id="case0-topk_weights1x2-topk_ids1x2-token_expert_indices1x2-gating_output1x8-renormalize=False",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "topk_weights": {"shape": (5, 8), "dtype": "float32"},
-                "topk_ids": {"shape": (5, 8), "dtype": "int32", "high": 1},
-                "token_expert_indices": {"shape": (5, 8), "dtype": "int32", "high": 1},
-                "gating_output": {"shape": (5, 128), "dtype": "$dtype"},
+                "topk_weights": {"shape": (64, 8), "dtype": "float32"},
+                "topk_ids": {"shape": (64, 8), "dtype": "int32", "high": 1},
+                "token_expert_indices": {"shape": (64, 8), "dtype": "int32", "high": 1},
+                "gating_output": {"shape": (64, 128), "dtype": "$dtype"},
                 "renormalize": {"value": True},
             },
         },
-        id="case1-topk_weights5x8-topk_ids5x8-token_expert_indices5x8-gating_output5x128-renormalize=True",
+        id="case1-topk_weights64x8-topk_ids64x8-token_expert_indices64x8-gating_output64x128-renormalize=True",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "topk_weights": {"shape": (2048, 8), "dtype": "float32"},
+                "topk_ids": {"shape": (2048, 8), "dtype": "int32", "high": 1},
+                "token_expert_indices": {"shape": (2048, 8), "dtype": "int32", "high": 1},
+                "gating_output": {"shape": (2048, 128), "dtype": "$dtype"},
+                "renormalize": {"value": True},
+            },
+        },
+        id="case2-topk_weights2048x8-topk_ids2048x8-token_expert_indices2048x8-gating_output2048x128-renormalize=True",
     ),
 ]
 
