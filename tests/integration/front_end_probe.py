@@ -51,12 +51,13 @@ after_config = sorted(
 from vllm_fl import compat  # noqa: E402
 
 ours = {k: v.__module__ for k, v in compat.oot_registry().items() if "vllm_fl" in v.__module__}
+cuda_calls = list(CUDA_CALLS)  # before the question below, which builds the dispatch manager
 resolved: list[str] = []
-if "vllm_fl.dispatch.manager" in sys.modules:
-    from vllm_fl.dispatch import manager as _manager
+if "vllm_fl.dispatch" in sys.modules:
+    # Asked after the module snapshots above: what any op selected, in this process.
+    from vllm_fl.dispatch import used_impls
 
-    for m in list(_manager._MANAGERS):
-        resolved += [op for op, b in m._bindings.items() if b.active is not None]
+    resolved = sorted(used_impls())
 
 print(
     "FRONT_END "
@@ -65,10 +66,10 @@ print(
             "platform": platform,
             "imported_after_plugins": after_plugins,
             "imported_after_config": after_config,
-            "cuda_calls": CUDA_CALLS,
+            "cuda_calls": cuda_calls,
             "cuda_initialized": torch.cuda.is_initialized(),
             "registered_oot": ours,
-            "resolved_ops": sorted(resolved),
+            "resolved_ops": resolved,
             "worker_cls": config.parallel_config.worker_cls,
         }
     ),

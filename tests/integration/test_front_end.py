@@ -28,7 +28,12 @@ def _probe(env: dict[str, str]) -> dict:
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FRONT_END ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("FRONT_END ") :])
+    report = json.loads(lines[-1][len("FRONT_END ") :])
+    # The dispatch logs every selection ("Op 'rms_norm' using ..."): none may happen here.
+    report["selection_log"] = [
+        ln for ln in (proc.stdout + proc.stderr).splitlines() if "Op '" in ln and "using" in ln
+    ]
+    return report
 
 
 @pytest.mark.parametrize(
@@ -46,7 +51,7 @@ def test_front_end_stays_free_of_kernels_and_cuda(env, platform):
     assert report["imported_after_config"] == [], report
     assert report["cuda_calls"] == [] and not report["cuda_initialized"], report
     assert report["registered_oot"] == {}, report
-    assert report["resolved_ops"] == [], report
+    assert report["resolved_ops"] == [] and report["selection_log"] == [], report
 
 
 def test_cpu_host_platform_picks_the_plugins_worker():

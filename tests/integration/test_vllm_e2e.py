@@ -67,11 +67,13 @@ def test_blacklist_keeps_vllms_rms_norm(vllm_runs):
 
 
 def test_entry_points_load_in_multiprocess_mode(vllm_runs):
+    """vLLM's default layout: the model runs in another process (the engine core or a worker),
+    and the plugin does its work there, never in the front-end (MainProcess)."""
     run = vllm_runs("eager, multi-process", {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
     assert run.result["platform"].endswith(".PlatformFLCpu")
-    engine_lines = [line for line in run.lines("replaced vLLM layers: ") if "EngineCore" in line]
-    assert engine_lines, "\n".join(run.lines("vllm_fl"))
+    replaced = run.lines("replaced vLLM layers: ")
+    assert replaced and not [ln for ln in replaced if "MainProcess" in ln], replaced
     for layer in REPLACED:
-        assert f"{layer} -> " in engine_lines[0]
+        assert f"{layer} -> " in replaced[0]
     vanilla = vllm_runs("eager, plugin off", PLUGIN_OFF)
     assert run.result["tokens"] == vanilla.result["tokens"]
