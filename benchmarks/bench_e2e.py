@@ -8,7 +8,7 @@ its own process; --in-process for one process), measures engine startup and gene
 compares the greedy tokens of the first prompts with vanilla vLLM's, and prints a table:
 
     configs: vanilla (VLLM_PLUGINS excludes ours), plugin (shipped policy),
-             prefer=flagos, prefer=reference, flagos,deny=cuda (FlagGems with the cuda vendor
+             prefer=flagos, prefer=reference, flagos-deny-cuda (FlagGems with the cuda vendor
              denied: what a chip without vendor kernels runs); on request
              compile_prefer=vendor (the shipped policy with vLLM's CUDA kernels as opaque ops
              under torch.compile too)
@@ -94,7 +94,7 @@ CONFIGS = {
     "prefer=flagos": {"VLLM_FL_PREFER": "flagos"},
     # What a chip without vendor kernels runs: FlagGems, else the reference; vLLM's Triton
     # attention instead of FlashAttention.
-    "flagos,deny=cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
+    "flagos-deny-cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
     # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
     "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},

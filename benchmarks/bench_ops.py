@@ -121,13 +121,18 @@ def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
 
 
 def _moe_inputs(op: str, tokens: int, dtype: torch.dtype, device: str) -> tuple | None:
-    """Arguments of the MoE function ops (no layer), at Qwen3-30B-A3B's sizes."""
+    """Arguments of the MoE function ops (no layer), at Qwen3-30B-A3B's sizes. Drawn on the CPU:
+    a failed CUDA-graph capture of one backend must not leave the device's generator unusable."""
     E, K, H, I = MOE_EXPERTS, MOE_TOP_K, MOE_HIDDEN, MOE_INTERMEDIATE
-    ids = torch.rand(tokens, E, device=device).topk(K, dim=-1).indices.to(torch.int32)
+    gen = torch.Generator().manual_seed(tokens)
+
+    def randn(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=gen) * scale).to(dt).to(device)
+
+    ids = torch.rand(tokens, E, generator=gen).topk(K, dim=-1).indices.to(torch.int32).to(device)
     if op == "topk_softmax":
-        gating = torch.randn(tokens, E, dtype=dtype, device=device)
         outs = (torch.empty(tokens, K, device=device), torch.empty_like(ids), torch.empty_like(ids))
-        return (*outs, gating, True)
+        return (*outs, randn(tokens, E), True)
     if op == "moe_align_block_size":
         padded = ids.numel() + E * (MOE_BLOCK - 1)
         if ids.numel() < E:
@@ -137,15 +142,16 @@ def _moe_inputs(op: str, tokens: int, dtype: torch.dtype, device: str) -> tuple 
         total = torch.empty(1, dtype=torch.int32, device=device)
         return ids, E, MOE_BLOCK, sorted_ids, blocks, total
     if op == "moe_sum":
-        return torch.randn(tokens, K, H, dtype=dtype, device=device), torch.empty(
-            tokens, H, dtype=dtype, device=device
-        )
+        return randn(tokens, K, H), torch.empty(tokens, H, dtype=dtype, device=device)
     if op == "fused_experts":
-        x = torch.randn(tokens, H, dtype=dtype, device=device)
-        w1 = torch.randn(E, 2 * I, H, dtype=dtype, device=device) * 0.02
-        w2 = torch.randn(E, H, I, dtype=dtype, device=device) * 0.02
-        weights = torch.softmax(torch.randn(tokens, K, device=device), dim=-1)
-        return x, w1, w2, weights, ids
+        weights = torch.softmax(randn(tokens, K, dt=torch.float32), dim=-1)
+        return (
+            randn(tokens, H),
+            randn(E, 2 * I, H, scale=0.02),
+            randn(E, H, I, scale=0.02),
+            weights,
+            ids,
+        )
     return None
 
 
@@ -186,7 +192,7 @@ def copy_bandwidth_gbps(device: str) -> float:
     return 2 * src.numel() / (us * 1e-6) / 1e9
 
 
-def _measure(fn, layer, args) -> tuple[float, float, object]:
+def _measure(fn, layer, args, graph: bool = True) -> tuple[float, float | None, object]:
     if layer is None:  # a function op
         call = lambda: fn(*args)  # noqa: E731
     else:
@@ -194,8 +200,7 @@ def _measure(fn, layer, args) -> tuple[float, float, object]:
     out = call()
     torch.cuda.synchronize()
     eager = _time_us(call, graph=False)
-    graph = _time_us(call, graph=True)
-    return eager, graph, out
+    return eager, (_time_us(call, graph=True) if graph else None), out
 
 
 def _compiled_reference(ref_fn):
@@ -242,7 +247,9 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
             candidates.append(("compile(reference)", compiled[op, dtype_name]))
         for impl_id, fn in candidates:
             try:
-                eager, graph, out = _measure(fn, layer, args)
+                # The MoE references read sizes back to the host: they cannot be captured.
+                capturable = layer is not None or not impl_id.startswith("reference")
+                eager, graph, out = _measure(fn, layer, args, graph=capturable)
                 moved = _bytes_moved(layer, args, out)
                 row = Row(
                     op,
@@ -250,9 +257,9 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
                     dtype_name,
                     t,
                     round(eager, 2),
-                    round(graph, 2),
+                    None if graph is None else round(graph, 2),
                     moved,
-                    round(moved / (graph * 1e-6) / 1e9, 1),
+                    round(moved / ((graph or eager) * 1e-6) / 1e9, 1),
                     impl_id == selected,
                 )
             except Exception as exc:  # a backend failing on one shape is a result, not a crash
@@ -300,9 +307,10 @@ def format_table(report: Report) -> str:
             )
             continue
         pct = 100.0 * r.gbps / report.copy_gbps
+        graph = "-" if r.graph_us is None else f"{r.graph_us:.1f}"
         lines.append(
             f"{r.op:<18}{r.dtype:<10}{r.tokens:>7} {mark}{r.backend:<20}{r.eager_us:>10.1f}"
-            f"{r.graph_us:>10.1f}{r.gbps:>9.0f}{pct:>6.0f}%"
+            f"{graph:>10}{r.gbps:>9.0f}{pct:>6.0f}%"
         )
     return "\n".join(lines)
 

@@ -286,8 +286,18 @@ def emit_tests(manifest: m.Manifest) -> dict[str, str]:
         backends = [manifest.backend(impl.backend) for impl in op.impls]
         eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
         cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
+        canonical = None
+        if op.tests.canonical is not None:
+            module, function = op.tests.canonical
+            canonical = f"{reference.package}.impl.{module}:{function}"
         out[path] = render_file(
-            "test_parity.py.j2", path, op=op, backends=backends, eager=eager, cases=cases
+            "test_parity.py.j2",
+            path,
+            op=op,
+            backends=backends,
+            eager=eager,
+            cases=cases,
+            canonical=canonical,
         )
     return out
 

@@ -46,7 +46,7 @@ OP_KEYS = (
     "tests",
 )
 IMPL_KEYS = ("fn", "priority", "requires", "eager")
-TESTS_KEYS = ("dtypes", "cases", "tolerances")
+TESTS_KEYS = ("dtypes", "cases", "tolerances", "canonical")
 CASE_KEYS = ("init", "inputs")
 TENSOR_KEYS = ("shape", "dtype", "high", "scale")
 TOL_KEYS = ("atol", "rtol")
@@ -338,6 +338,12 @@ class _Loader:
         tests = (
             self.tests(tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
         )
+        if tests is not None and tests.canonical is not None and not mutates:
+            raise self.error(
+                tests_entry.key_line,
+                f"tests of {what} name a 'canonical' form but the op declares no 'mutates'",
+                "'canonical' only for ops that write into mutates arguments",
+            )
         f.done()
         op = m.Op(
             name,
@@ -588,6 +594,14 @@ class _Loader:
         cases = tuple(self.case(c, what, schema, layer) for c in cases_node.items)
         tol_entry = f.pop("tolerances")
         own = dict(self.tolerances(tol_entry.value, f"tolerances of {what}")) if tol_entry else {}
+        canonical_entry = f.pop("canonical")
+        canonical = None
+        if canonical_entry is not None:
+            canonical = self.fn_ref(
+                canonical_entry.value,
+                f"canonical of {sub}",
+                "module.function under the reference backend's impl/ package",
+            )
         f.done()
         resolved = []
         for dtype in dtypes:
@@ -599,7 +613,7 @@ class _Loader:
                     f"{dtype} in the top-level tolerances or in the op's tests",
                 )
             resolved.append((dtype, tol))
-        return m.Tests(tuple(dtypes), cases, tuple(resolved), node.line)
+        return m.Tests(tuple(dtypes), cases, tuple(resolved), node.line, canonical)
 
     def case(self, node: Node, what: str, schema: FunctionSchema, layer: m.Layer | None) -> m.Case:
         sub = f"test case of {what}"

@@ -161,6 +161,9 @@ class Tests:
     cases: tuple[Case, ...]
     tolerances: tuple[tuple[str, Tolerance], ...]  # resolved for every dtype in ``dtypes``
     line: int
+    #: (module, function) under the reference impl/ package mapping an op's arguments after the
+    #: call to what is compared (results whose order or padding the op leaves open)
+    canonical: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 MUTATES = ["sorted_token_ids", "experts_ids", "num_tokens_post_pad"]
+# what is compared: the reference's canonical form of the arguments after the call
+CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:moe_align_block_size_canonical"
 DTYPES = ["float32"]
 TOLERANCES = {
     "float32": {"atol": 1e-05, "rtol": 1.3e-06},
@@ -88,4 +90,14 @@ CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("impl_id, device", BACKENDS)
 def test_parity(parity, impl_id, device, dtype, case):
-    parity.check(OP, LAYER, impl_id, device, dtype, case, TOLERANCES[dtype], mutates=MUTATES)
+    parity.check(
+        OP,
+        LAYER,
+        impl_id,
+        device,
+        dtype,
+        case,
+        TOLERANCES[dtype],
+        mutates=MUTATES,
+        canonical=CANONICAL,
+    )

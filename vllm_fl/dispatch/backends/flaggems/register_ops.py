@@ -351,7 +351,9 @@ def fused_experts(
 
 def register(registry: OpRegistry) -> None:
     """Register the 14 implementation(s) of backend ``flagos``."""
-    available = Probe(requires=("flag_gems",), device="cuda")
+    available = Probe(
+        requires=("vllm_fl.dispatch.backends.flaggems.load_order", "flag_gems"), device="cuda"
+    )
     _opaque.define("vllm_fl::flagos_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
     registry.register_impl(
         OpImpl(

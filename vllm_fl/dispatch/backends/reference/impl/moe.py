@@ -134,3 +134,45 @@ def fused_experts(
             h = h * weight
         out.index_add_(0, tokens, h)
     return out.to(hidden_states.dtype)
+
+
+def topk_softmax_canonical(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    token_expert_indices: torch.Tensor,
+    gating_output: torch.Tensor,
+    renormalize: bool = False,
+    e_score_correction_bias: torch.Tensor | None = None,
+    is_padding: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """What two topk_softmax results must agree on: experts whose logits tie (common in half
+    precision) may be chosen and ordered either way, so each token's weights and the logits of
+    its chosen experts are compared sorted, and token_expert_indices as they are."""
+    chosen = gating_output.to(torch.float32).gather(-1, topk_ids.to(torch.int64))
+    return (
+        topk_weights.sort(dim=-1, descending=True).values,
+        chosen.sort(dim=-1, descending=True).values,
+        token_expert_indices,
+    )
+
+
+def moe_align_block_size_canonical(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    block_size: int,
+    sorted_token_ids: torch.Tensor,
+    experts_ids: torch.Tensor,
+    num_tokens_post_pad: torch.Tensor,
+    expert_map: torch.Tensor | None = None,
+    scatter_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """What two alignments must agree on: the padded length, the expert of every used block, and
+    which pairs (and how much padding) each expert's blocks hold. The order of the pairs inside an
+    expert's run is open (GPU kernels place them with atomics), and so is everything past the
+    padded length."""
+    total = int(num_tokens_post_pad.reshape(-1)[0])
+    experts = experts_ids[: total // block_size].to(torch.int64)
+    slot_expert = experts.repeat_interleave(block_size)
+    pairs = sorted_token_ids[:total].to(torch.int64)
+    keyed = slot_expert * (topk_ids.numel() + 1) + pairs
+    return num_tokens_post_pad.reshape(-1)[:1], experts, keyed.sort().values
