@@ -7,21 +7,29 @@ first, see ops.yaml).
 operator ... with the same name" error) and every call of ``torch.ops._moe_C.<op>`` - vLLM's own
 wrappers and the cuda backend's - reaches FlagGems' op, with another signature. Loading vLLM's
 library first keeps ``_moe_C`` vLLM's, so the dispatch decides which kernel runs, not import
-order. Without vLLM's CUDA build there is nothing to load.
+order. (FlagGems itself tries ``vllm._moe_C`` first, but vLLM 0.24 ships that library as
+``vllm._moe_C_stable_libtorch``.) Without vLLM's CUDA build there is nothing to load.
 """
 
 import importlib
 import importlib.util
 
 
-def _load_vllm_moe_library() -> bool:
+#: the names vLLM's compiled MoE library has had (newest first)
+VLLM_MOE_LIBRARIES = ("vllm._moe_C_stable_libtorch", "vllm._moe_C")
+
+
+def _load_vllm_moe_library() -> str | None:
+    """Import vLLM's compiled MoE library if there is one; return its module name."""
     if importlib.util.find_spec("vllm") is None:
-        return False
-    try:
-        importlib.import_module("vllm._moe_C")
-    except ImportError:
-        return False
-    return True
+        return None
+    for name in VLLM_MOE_LIBRARIES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        return name
+    return None
 
 
-VLLM_MOE_LIBRARY_LOADED = _load_vllm_moe_library()
+VLLM_MOE_LIBRARY = _load_vllm_moe_library()
