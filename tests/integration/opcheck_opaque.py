@@ -32,6 +32,30 @@ def _no_grad(value):
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
+def _function_op_samples():
+    """(op, {"id", "inputs"}) for every op without a layer that has parity cases in ops.yaml:
+    the first case of its generated parity test, built by the parity fixture, in float32."""
+    import importlib.util
+
+    from vllm_fl.ops import OOT_CLASSES as layered
+
+    generated = Path(__file__).resolve().parents[1] / "generated"
+    spec = importlib.util.spec_from_file_location("_parity_conftest", generated / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    parity = conftest.Parity()
+    layer_ops = {op_name_of(_in_tree_base(_load_class(t), n)) for n, t in layered.items()}
+    for path in sorted(generated.glob("test_parity_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if module.LAYER is not None or module.OP in layer_ops:
+            continue
+        case = module.CASES[0]
+        inputs = parity.inputs(case.values[0]["inputs"], torch.float32, "cpu")
+        yield module.OP, {"id": case.id, "inputs": inputs}
+
+
 def main() -> int:
     registry = get_default_manager().registry  # builds the registry: defines the custom ops
     defined = set(opaque.defined())
@@ -72,6 +96,26 @@ def main() -> int:
                     # mode): the layer's nn.Parameter weight is passed without its grad flag.
                     args = tuple(_no_grad(a) for a in captured[-1])
                     torch.library.opcheck(packet.default, args)
+                    checked[key] = "ok"
+                except Exception:  # noqa: BLE001 - reported, the test fails on it
+                    checked[key] = traceback.format_exc(limit=6)
+        for op, spec in _function_op_samples():
+            for impl in registry.get_implementations(op):
+                qualname = f"vllm_fl::{impl.impl_id.split('.', 1)[-1]}_{op}"
+                if qualname not in defined:
+                    continue
+                seen.add(qualname)
+                key = f"{qualname}/{spec['id']}"
+                opdef = opaque._DEFINED[qualname]
+                opdef.register_kernel("cpu", capture(opdef._abstract_fn))
+                try:
+                    captured.clear()
+                    traced = torch.compile(impl.fn, backend="eager", fullgraph=True)
+                    traced(**spec["inputs"])
+                    torch._dynamo.reset()
+                    ns, opname = qualname.split("::")
+                    packet = getattr(getattr(torch.ops, ns), opname)
+                    torch.library.opcheck(packet.default, tuple(captured[-1]))
                     checked[key] = "ok"
                 except Exception:  # noqa: BLE001 - reported, the test fails on it
                     checked[key] = traceback.format_exc(limit=6)

@@ -7,6 +7,7 @@ compared with them exactly where results are integers.
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 
 def topk_softmax(
@@ -112,6 +113,10 @@ def fused_experts(
             f"reference fused_experts: activation {activation!r} (supported: {sorted(_ACTIVATIONS)})"
         )
     num_tokens, k = topk_ids.shape
+    if is_fake(hidden_states):
+        # As the fake of an opaque backend's custom op (Dynamo, opcheck) only the result's shape
+        # counts, and which experts a token uses is data the fake does not have.
+        return hidden_states.new_empty(num_tokens, w2.shape[1])
     out = torch.zeros(num_tokens, w2.shape[1], dtype=torch.float32, device=hidden_states.device)
     flat_ids = topk_ids.reshape(-1).to(torch.int64)
     flat_weights = topk_weights.reshape(-1).to(torch.float32)
