@@ -203,19 +203,25 @@ def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
     ]
     if not result.get("used_impls") and dispatch_lines:
         # The model ran in vLLM's engine process: its dispatch log says what it selected.
-        result["used_impls"] = _impls_from_log(dispatch_lines)
+        result["used_impls"] = _impls_from_log(dispatch_lines, traced=False)
+        if mode == "compile":
+            result["used_impls_traced"] = {
+                **result["used_impls"],
+                **_impls_from_log(dispatch_lines, traced=True),
+            }
     result["spawn_forced"] = "must use the spawn" in output
     return {**head, "wall_s": round(wall, 1), **result, "dispatch_log": dispatch_lines}
 
 
-def _impls_from_log(lines: list[str]) -> dict[str, str]:
-    """op -> impl id from the dispatch's "Op '<op>' using '<impl>'" lines (the last one wins)."""
+def _impls_from_log(lines: list[str], traced: bool) -> dict[str, str]:
+    """op -> impl id from the dispatch's "Op '<op>' using '<impl>'" lines (the last one wins),
+    those for calls traced by torch.compile ("... under torch.compile") or the others."""
     import re
 
     found: dict[str, str] = {}
     for line in lines:
-        match = re.search(r"Op '([^']+)' using '([^']+)'", line)
-        if match:
+        match = re.search(r"Op '([^']+)' using '([^']+)'( under torch.compile)?", line)
+        if match and bool(match.group(3)) == traced:
             found[match.group(1)] = match.group(2)
     return dict(sorted(found.items()))
 

@@ -38,7 +38,7 @@ def census(events) -> dict[str, dict[str, int]]:
     moe: collections.Counter[str] = collections.Counter()
     other: collections.Counter[str] = collections.Counter()
     for event in events:
-        name = event.name
+        name = event.key
         if not name.startswith(("_moe_C::", "_C::", "vllm::")) or name in LAYER_WRAPPERS:
             continue
         (moe if any(m in name.lower() for m in MOE_MARKERS) else other)[name] += event.count
@@ -48,6 +48,8 @@ def census(events) -> dict[str, dict[str, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--model", help="a model directory instead of the Qwen3-MoE shape")
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--output-len", type=int, default=8)
     args = parser.parse_args(argv)
@@ -57,24 +59,33 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from vllm import LLM, SamplingParams
 
-    model_dir = tempfile.mkdtemp(prefix="qwen3-moe-census-")
-    Path(model_dir, "config.json").write_text(
-        json.dumps({**QWEN3_MOE, "num_hidden_layers": args.layers})
-    )
+    model_dir = args.model
+    if model_dir is None:
+        model_dir = tempfile.mkdtemp(prefix="qwen3-moe-census-")
+        Path(model_dir, "config.json").write_text(
+            json.dumps({**QWEN3_MOE, "num_hidden_layers": args.layers})
+        )
     llm = LLM(
         model=model_dir,
         load_format="dummy",
         skip_tokenizer_init=True,
-        dtype="bfloat16",
+        dtype=args.dtype,
         max_model_len=256,
         enforce_eager=True,
         gpu_memory_utilization=0.5,
         seed=0,
     )
-    prompts = [{"prompt_token_ids": list(range(1000 + i, 1064 + i))} for i in range(args.prompts)]
-    params = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
+    prompts = [
+        {"prompt_token_ids": [(7 * i + j) % 300 + 10 for j in range(64)]}
+        for i in range(args.prompts)
+    ]
+    params = SamplingParams(
+        temperature=0.0, max_tokens=args.output_len, ignore_eos=True, detokenize=False
+    )
     llm.generate(prompts[:1], params, use_tqdm=False)
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         llm.generate(prompts, params, use_tqdm=False)
     result = census(prof.key_averages())
