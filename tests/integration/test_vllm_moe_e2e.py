@@ -8,6 +8,12 @@ MoE method bound to forward_oot, and every MoE op (routing through vLLM's
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tiny_moe import build_tiny_qwen3_moe
 from vllm_harness import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
@@ -17,9 +23,17 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
 MOE_OPS = ("topk_softmax", "fused_experts")
 
 
+CENSUS = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_kernel_census.py"
+
+
 @pytest.fixture(scope="module")
-def moe_runs(tmp_path_factory):
-    model = build_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny-qwen3-moe"))
+def moe_model(tmp_path_factory):
+    return build_tiny_qwen3_moe(tmp_path_factory.mktemp("tiny-qwen3-moe"))
+
+
+@pytest.fixture(scope="module")
+def moe_runs(moe_model):
+    model = moe_model
     return {
         "vanilla": run_vllm(model, PLUGIN_OFF, max_tokens=16),
         "plugin": run_vllm(model, PLUGIN_ON, max_tokens=16),
@@ -42,3 +56,25 @@ def test_our_moe_method_and_ops_ran(moe_runs):
     for op in MOE_OPS:
         assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
     assert moe_runs["plugin"].lines("vllm._custom_ops.topk_softmax -> topk_softmax")
+
+
+def _census(model, env: dict[str, str]) -> dict:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    full_env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **env})
+    cmd = [sys.executable, str(CENSUS), "--model", str(model), "--dtype", "float32"]
+    cmd += ["--prompts", "2", "--output-len", "4"]
+    proc = subprocess.run(
+        cmd, env=full_env, cwd=str(model.parent), capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("MOE_CENSUS ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("MOE_CENSUS ") :])
+
+
+def test_no_vllm_moe_kernel_runs_under_the_plugin(moe_model):
+    """The profiler sees vLLM's own MoE kernel in vanilla vLLM, and none with the plugin."""
+    vanilla = _census(moe_model, PLUGIN_OFF)
+    plugin = _census(moe_model, PLUGIN_ON)
+    assert vanilla["moe_kernel_calls"] > 0, vanilla
+    assert plugin["moe_kernel_calls"] == 0, plugin["moe"]
+    assert plugin["used_impls"]["fused_experts"] == "reference.torch", plugin
