@@ -6,6 +6,9 @@ dispatch overhead. Rows:
   layer.forward_oot(x)       through dispatch_method (the trampoline installed on the class)
   bound forward_oot          what vLLM's CustomOp stores in _forward_method at __init__
   call_op                    call_op("rms_norm", layer, x) on the default manager
+  replaced function          mod.fn(x): a function op (ops.yaml `function:`) as vLLM calls it,
+                             the module attribute holding the op's trampoline
+                             (vllm_fl.functions.install), against the impl called directly
   manager.call               OpManager.call("rms_norm", layer, x)
   fallback path              first impl raises on every call (strict off): it is excluded after
                              the first failure, so steady state is the second impl; the row
@@ -22,6 +25,7 @@ import os
 import statistics
 import sys
 import timeit
+import types
 
 os.environ.setdefault("VLLM_FL_LOG_LEVEL", "ERROR")  # keep the fallback rows' logs off the table
 
@@ -40,6 +44,10 @@ from types import MethodType  # noqa: E402
 
 
 def impl(self, x, residual=None):
+    return x
+
+
+def function_impl(x, residual=None):
     return x
 
 
@@ -79,6 +87,14 @@ def main(argv=None) -> int:
     layer.forward_oot(1)  # resolve + install
     bound = layer.forward_oot
 
+    # a function op: the trampoline installed as a module attribute, as vllm_fl.functions does
+    freg_fn = OpRegistry()
+    freg_fn.register_impl(OpImpl("moe_sum", "reference.torch", "reference", function_impl))
+    fn_manager = OpManager(registry=freg_fn)
+    vllm_module = types.ModuleType("fake_vllm_custom_ops")
+    dispatch_method("moe_sum", manager=fn_manager).__set_name__(vllm_module, "moe_sum")
+    vllm_module.moe_sum(1)  # resolve + install
+
     # call_op on the default manager, with the test impl registered into it
     reset_default_manager()
     dm = get_default_manager()
@@ -114,6 +130,8 @@ def main(argv=None) -> int:
         m=m,
         flayer=flayer,
         fallback_each_call=fallback_each_call,
+        function_impl=function_impl,
+        vllm_module=vllm_module,
         x=1,
     )
     n, r = args.number, args.repeat
@@ -124,6 +142,8 @@ def main(argv=None) -> int:
             ("bound impl (MethodType)", "bound_impl(x)", 0),
             ("bound forward_oot(x)", "bound(x)", 0),
             ("call_op(op, layer, x)", "call_op('bench_op', layer, x)", 0),
+            ("direct function impl", "function_impl(x)", 0),
+            ("replaced function mod.fn(x)", "vllm_module.moe_sum(x)", 0),
             ("manager.call(op, layer, x)", "m.call('rms_norm', layer, x)", 0),
             ("fallback (steady state)", "flayer.forward_oot(x)", 0),
             ("fallback (reselect+raise)", "fallback_each_call(x)", max(n // 200, 50)),
