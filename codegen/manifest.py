@@ -338,11 +338,13 @@ class _Loader:
         tests = (
             self.tests(tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
         )
-        if tests is not None and tests.canonical is not None and not mutates:
+        if tests is not None and tests.canonical is not None and not (
+            mutates or schema.returns.all_tensors
+        ):
             raise self.error(
                 tests_entry.key_line,
-                f"tests of {what} name a 'canonical' form but the op declares no 'mutates'",
-                "'canonical' only for ops that write into mutates arguments",
+                f"tests of {what} name a 'canonical' form but the op returns {schema.returns}",
+                "'canonical' only for ops that return tensors or write into mutates arguments",
             )
         f.done()
         op = m.Op(

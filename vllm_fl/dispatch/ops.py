@@ -95,6 +95,7 @@ class FLBackendBase(abc.ABC):
         "topk_softmax",
         "moe_align_block_size",
         "moe_sum",
+        "grouped_topk",
         "fused_experts",
     )
 
@@ -276,6 +277,26 @@ class FLBackendBase(abc.ABC):
         [tokens, hidden]; with expert_map, slots whose expert another rank owns are skipped.
 
         Signature: ``moe_sum(Tensor input, Tensor output, Tensor? topk_ids=None, Tensor? expert_map=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def grouped_topk(
+        self,
+        scores: torch.Tensor,
+        num_expert_group: int,
+        topk_group: int,
+        topk: int,
+        renormalize: bool,
+        routed_scaling_factor: float,
+        bias: torch.Tensor,
+        scoring_func: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """DeepSeek-V3's grouped routing: scores (logits if scoring_func is 1, then sigmoid; already
+        scores if 0) plus bias choose the topk_group groups with the highest sum of their two best
+        experts, then the topk experts among them; returns their unbiased scores (float32,
+        renormalised if asked, times routed_scaling_factor) and indices (int32), in no set order.
+
+        Signature: ``grouped_topk(Tensor scores, int num_expert_group, int topk_group, int topk, bool renormalize, float routed_scaling_factor, Tensor bias, int scoring_func=0) -> (Tensor, Tensor)``.
         """
 
     @abc.abstractmethod

@@ -25,4 +25,5 @@ FUNCTIONS: dict[str, str] = {
     "topk_softmax": "vllm._custom_ops:topk_softmax",
     "moe_align_block_size": "vllm._custom_ops:moe_align_block_size",
     "moe_sum": "vllm._custom_ops:moe_sum",
+    "grouped_topk": "vllm._custom_ops:grouped_topk",
 }

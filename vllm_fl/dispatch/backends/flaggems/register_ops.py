@@ -263,6 +263,90 @@ rotary_embedding.eager = _flagos_rotary.rotary_embedding_inplace  # type: ignore
 rotary_embedding.functional = _flagos_rotary.rotary_embedding  # type: ignore[attr-defined]
 
 
+def _grouped_topk_kernel(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _opaque.flatten(
+        _flagos_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def _grouped_topk_fake(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _opaque.flatten(
+        _reference_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grouped_topk``: a direct call, or custom op ``vllm_fl::flagos_grouped_topk`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _flagos_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    out = torch.ops.vllm_fl.flagos_grouped_topk(
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )
+    return (out[0], out[1])
+
+
 def _fused_experts_kernel(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -350,7 +434,7 @@ def fused_experts(
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 14 implementation(s) of backend ``flagos``."""
+    """Register the 15 implementation(s) of backend ``flagos``."""
     available = Probe(
         requires=("vllm_fl.dispatch.backends.flaggems.load_order", "flag_gems"), device="cuda"
     )
@@ -491,6 +575,17 @@ def register(registry: OpRegistry) -> None:
             "default.flagos",
             BackendImplKind.DEFAULT,
             _flagos_moe.moe_sum,
+            priority=150,
+            available=available,
+        )
+    )
+    _opaque.define("vllm_fl::flagos_grouped_topk", _grouped_topk_kernel, _grouped_topk_fake)
+    registry.register_impl(
+        OpImpl(
+            "grouped_topk",
+            "default.flagos",
+            BackendImplKind.DEFAULT,
+            grouped_topk,
             priority=150,
             available=available,
         )

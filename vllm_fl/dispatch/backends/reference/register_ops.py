@@ -13,7 +13,7 @@ from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 13 implementation(s) of backend ``reference``."""
+    """Register the 14 implementation(s) of backend ``reference``."""
     registry.register_impl(
         OpImpl(
             "silu_and_mul",
@@ -130,6 +130,16 @@ def register(registry: OpRegistry) -> None:
             "reference.torch",
             BackendImplKind.REFERENCE,
             _reference_moe.moe_sum,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "grouped_topk",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_moe.grouped_topk,
             priority=50,
             available=None,
         )

@@ -92,3 +92,28 @@ def fused_experts(
         global_num_experts=global_num_experts,
         expert_map=expert_map,
     )
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flag_gems.grouped_topk`` (the contract of vLLM's fused kernel)."""
+    from flag_gems.fused import grouped_topk as gems_grouped_topk
+
+    return gems_grouped_topk(
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )

@@ -181,3 +181,51 @@ def moe_align_block_size_canonical(
     pairs = sorted_token_ids[:total].to(torch.int64)
     keyed = slot_expert * (topk_ids.numel() + 1) + pairs
     return num_tokens_post_pad.reshape(-1)[:1], experts, keyed.sort().values
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's native grouped top-k with a correction bias (``grouped_topk_router``), in float32."""
+    if scoring_func not in (0, 1):
+        raise NotImplementedError(f"reference grouped_topk: scoring_func {scoring_func}")
+    scores = scores.to(torch.float32)
+    if scoring_func == 1:
+        scores = scores.sigmoid()
+    num_tokens, num_experts = scores.shape
+    biased = scores + bias.to(torch.float32).unsqueeze(0)
+    groups = biased.view(num_tokens, num_expert_group, -1)
+    group_scores = groups.topk(2, dim=-1).values.sum(dim=-1)
+    chosen_groups = group_scores.topk(topk_group, dim=-1).indices
+    group_mask = torch.zeros_like(group_scores).scatter_(1, chosen_groups, 1.0)
+    expert_mask = group_mask.unsqueeze(-1).expand_as(groups).reshape(num_tokens, num_experts)
+    ids = biased.masked_fill(expert_mask == 0, float("-inf")).topk(topk, dim=-1).indices
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return (weights * routed_scaling_factor).to(torch.float32), ids.to(torch.int32)
+
+
+def grouped_topk_canonical(
+    result: tuple[torch.Tensor, torch.Tensor],
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What two grouped_topk results must agree on: the order of a token's k experts is open, so
+    each row is sorted by expert index (indices compared exactly, weights with the tolerance)."""
+    weights, ids = result
+    order = ids.to(torch.int64).argsort(dim=-1)
+    return weights.gather(-1, order), ids.gather(-1, order)

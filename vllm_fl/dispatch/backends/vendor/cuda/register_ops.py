@@ -263,6 +263,90 @@ rotary_embedding.eager = _cuda_rotary.rotary_embedding_inplace  # type: ignore[a
 rotary_embedding.functional = _cuda_rotary.rotary_embedding  # type: ignore[attr-defined]
 
 
+def _grouped_topk_kernel(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _opaque.flatten(
+        _cuda_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def _grouped_topk_fake(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _opaque.flatten(
+        _reference_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grouped_topk``: a direct call, or custom op ``vllm_fl::cuda_grouped_topk`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    out = torch.ops.vllm_fl.cuda_grouped_topk(
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )
+    return (out[0], out[1])
+
+
 def _fused_experts_kernel(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -350,7 +434,7 @@ def fused_experts(
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 14 implementation(s) of backend ``cuda``."""
+    """Register the 15 implementation(s) of backend ``cuda``."""
     available = Probe(requires=("vllm._custom_ops",), device="cuda")
     _opaque.define("vllm_fl::cuda_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
     registry.register_impl(
@@ -501,6 +585,18 @@ def register(registry: OpRegistry) -> None:
             "vendor.cuda",
             BackendImplKind.VENDOR,
             _cuda_moe.moe_sum,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    _opaque.define("vllm_fl::cuda_grouped_topk", _grouped_topk_kernel, _grouped_topk_fake)
+    registry.register_impl(
+        OpImpl(
+            "grouped_topk",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            grouped_topk,
             vendor="cuda",
             priority=100,
             available=available,

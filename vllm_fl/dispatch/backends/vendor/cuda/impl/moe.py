@@ -94,3 +94,27 @@ def fused_experts(
         global_num_experts=global_num_experts,
         expert_map=expert_map,
     )
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_moe_C.grouped_topk`` through vLLM's wrapper."""
+    values, indices = original("grouped_topk")(
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )
+    return values, indices
