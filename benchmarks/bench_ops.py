@@ -141,6 +141,8 @@ def _moe_inputs(op: str, tokens: int, dtype: torch.dtype, device: str) -> tuple 
         blocks = torch.empty(-(-padded // MOE_BLOCK), dtype=torch.int32, device=device)
         total = torch.empty(1, dtype=torch.int32, device=device)
         return ids, E, MOE_BLOCK, sorted_ids, blocks, total
+    if op == "grouped_topk":  # DeepSeek-V3's routing: 256 experts in 8 groups
+        return randn(tokens, 256), 8, 4, 8, True, 2.5, randn(256, scale=0.1), 1
     if op == "moe_sum":
         return randn(tokens, K, H), torch.empty(tokens, H, dtype=dtype, device=device)
     if op == "fused_experts":

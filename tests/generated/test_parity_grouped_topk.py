@@ -79,14 +79,14 @@ CASES = [
                 "scores": {"shape": (7, 64), "dtype": "$dtype", "scale": 0.1},
                 "num_expert_group": {"value": 4},
                 "topk_group": {"value": 2},
-                "topk": {"value": 6},
+                "topk": {"value": 4},
                 "renormalize": {"value": False},
                 "routed_scaling_factor": {"value": 1.0},
                 "bias": {"shape": (64,), "dtype": "$dtype", "scale": 0.01},
                 "scoring_func": {"value": 0},
             },
         },
-        id="case3-scores7x64-num_expert_group=4-topk_group=2-topk=6-renormalize=False-routed_scaling_factor=1.0-bias64-scoring_func=0",
+        id="case3-scores7x64-num_expert_group=4-topk_group=2-topk=4-renormalize=False-routed_scaling_factor=1.0-bias64-scoring_func=0",
     ),
 ]
 

@@ -104,7 +104,10 @@ def grouped_topk(
     bias: torch.Tensor,
     scoring_func: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``flag_gems.grouped_topk`` (the contract of vLLM's fused kernel)."""
+    """``flag_gems.grouped_topk`` (the contract of vLLM's fused kernel). Its Triton kernel needs a
+    power-of-two topk (FlagGems 5.0.2 fails to compile topk=6, seen on the H100)."""
+    if topk & (topk - 1):
+        raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")
     from flag_gems.fused import grouped_topk as gems_grouped_topk
 
     return gems_grouped_topk(
