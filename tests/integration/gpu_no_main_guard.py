@@ -23,24 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-LLAMA_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 128000,
-    "eos_token_id": 128001,
-    "tie_word_embeddings": False,
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_e2e import LLAMA3_8B as LLAMA_8B  # noqa: E402  (one copy of the model shape)
+
 RESULT = "GPU_NMG_RESULT "
 
 if os.environ.get("GPU_NMG_CHILD"):

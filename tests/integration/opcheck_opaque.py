@@ -70,55 +70,42 @@ def main() -> int:
 
         return kernel
 
+    def check(op: str, case_id: str, call_adapter) -> None:
+        """opcheck every custom op defined for `op`, with the arguments its adapter passes."""
+        for impl in registry.get_implementations(op):
+            qualname = f"vllm_fl::{impl.impl_id.split('.', 1)[-1]}_{op}"
+            if qualname not in defined:
+                continue
+            seen.add(qualname)
+            key = f"{qualname}/{case_id}"
+            opdef = opaque._DEFINED[qualname]
+            opdef.register_kernel("cpu", capture(opdef._abstract_fn))
+            try:
+                captured.clear()
+                # Under Dynamo the adapter calls the custom op (outside it calls the kernel
+                # directly): trace it, fullgraph, to get there and capture its args.
+                call_adapter(torch.compile(impl.fn, backend="eager", fullgraph=True))
+                torch._dynamo.reset()
+                ns, opname = qualname.split("::")
+                packet = getattr(getattr(torch.ops, ns), opname)
+                # Inference-only ops (no autograd formula; vLLM runs under inference mode): a
+                # layer's nn.Parameter weight is passed without its grad flag.
+                args = tuple(_no_grad(a) for a in captured[-1])
+                torch.library.opcheck(packet.default, args)
+                checked[key] = "ok"
+            except Exception:  # noqa: BLE001 - reported, the test fails on it
+                checked[key] = traceback.format_exc(limit=6)
+
     with set_current_vllm_config(VllmConfig()):
         for name, case_id, ctor, spec in samples(OOT_CLASSES):
             base = _in_tree_base(_load_class(OOT_CLASSES[name]), name)
-            op = op_name_of(base)
-            for impl in registry.get_implementations(op):
-                qualname = f"vllm_fl::{impl.impl_id.split('.', 1)[-1]}_{op}"
-                if qualname not in defined:
-                    continue
-                seen.add(qualname)
-                key = f"{qualname}/{case_id}"
-                opdef = opaque._DEFINED[qualname]
-                opdef.register_kernel("cpu", capture(opdef._abstract_fn))
-                try:
-                    layer = make_layer(base, ctor)
-                    captured.clear()
-                    # Under Dynamo the adapter calls the custom op (outside it calls the
-                    # kernel directly): trace it, fullgraph, to get there and capture its args.
-                    traced = torch.compile(impl.fn, backend="eager", fullgraph=True)
-                    traced(layer, **make_inputs(spec))
-                    torch._dynamo.reset()
-                    ns, opname = qualname.split("::")
-                    packet = getattr(getattr(torch.ops, ns), opname)
-                    # Inference-only ops (no autograd formula; vLLM runs under inference
-                    # mode): the layer's nn.Parameter weight is passed without its grad flag.
-                    args = tuple(_no_grad(a) for a in captured[-1])
-                    torch.library.opcheck(packet.default, args)
-                    checked[key] = "ok"
-                except Exception:  # noqa: BLE001 - reported, the test fails on it
-                    checked[key] = traceback.format_exc(limit=6)
+            check(
+                op_name_of(base),
+                case_id,
+                lambda traced: traced(make_layer(base, ctor), **make_inputs(spec)),
+            )
         for op, spec in _function_op_samples():
-            for impl in registry.get_implementations(op):
-                qualname = f"vllm_fl::{impl.impl_id.split('.', 1)[-1]}_{op}"
-                if qualname not in defined:
-                    continue
-                seen.add(qualname)
-                key = f"{qualname}/{spec['id']}"
-                opdef = opaque._DEFINED[qualname]
-                opdef.register_kernel("cpu", capture(opdef._abstract_fn))
-                try:
-                    captured.clear()
-                    traced = torch.compile(impl.fn, backend="eager", fullgraph=True)
-                    traced(**spec["inputs"])
-                    torch._dynamo.reset()
-                    ns, opname = qualname.split("::")
-                    packet = getattr(getattr(torch.ops, ns), opname)
-                    torch.library.opcheck(packet.default, tuple(captured[-1]))
-                    checked[key] = "ok"
-                except Exception:  # noqa: BLE001 - reported, the test fails on it
-                    checked[key] = traceback.format_exc(limit=6)
+            check(op, spec["id"], lambda traced: traced(**spec["inputs"]))
     report = {"checked": checked, "unchecked": sorted(defined - seen)}
     print("OPCHECK " + json.dumps(report), flush=True)
     return 0

@@ -57,21 +57,33 @@ def _train_tokenizer(path: Path) -> None:
 
 def build_tiny_llama(path: str | Path) -> Path:
     """Write the tiny model and its tokenizer to `path` (created if missing); return it."""
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    _train_tokenizer(path)
-    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
+    return build_tiny_model(
+        path,
+        LlamaConfig,
+        LlamaForCausalLM,
         intermediate_size=INTERMEDIATE_SIZE,
         num_hidden_layers=NUM_LAYERS,
         num_attention_heads=NUM_HEADS,
         num_key_value_heads=NUM_KV_HEADS,
         head_dim=HIDDEN_SIZE // NUM_HEADS,
+    )
+
+
+def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
+    """A random model of `model_cls` (its config from `config` and the shared defaults: vocabulary,
+    hidden size, positions, the tokenizer's special tokens), saved with the tokenizer to `path`.
+    The weights come from a fixed seed, scaled up so that greedy decoding has no near-ties."""
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _train_tokenizer(path)
+    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
+    defaults = dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
         max_position_embeddings=MAX_POSITIONS,
         rms_norm_eps=1e-6,
         rope_theta=10000.0,
@@ -81,7 +93,7 @@ def build_tiny_llama(path: str | Path) -> Path:
         torch_dtype="float32",
     )
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config)
+    model = model_cls(config_cls(**{**defaults, **config}))
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name:

@@ -7,12 +7,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tiny_model import MAX_POSITIONS, SEED, VOCAB_SIZE, _train_tokenizer
+from tiny_model import HIDDEN_SIZE, build_tiny_model
 
-HIDDEN_SIZE = 64
 NUM_LAYERS = 2
 NUM_EXPERTS = 8
 TOP_K = 2
@@ -21,16 +19,12 @@ MOE_INTERMEDIATE_SIZE = 32
 
 def build_tiny_qwen3_moe(path: str | Path) -> Path:
     """Write the tiny MoE model and its tokenizer to `path` (created if missing); return it."""
-    import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    _train_tokenizer(path)
-    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
-    config = Qwen3MoeConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
+    return build_tiny_model(
+        path,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
         intermediate_size=2 * HIDDEN_SIZE,
         moe_intermediate_size=MOE_INTERMEDIATE_SIZE,
         num_experts=NUM_EXPERTS,
@@ -42,24 +36,7 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=32,
-        max_position_embeddings=MAX_POSITIONS,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        bos_token_id=vocab["<s>"],
-        eos_token_id=vocab["</s>"],
-        tie_word_embeddings=False,
-        torch_dtype="float32",
     )
-    torch.manual_seed(SEED)
-    model = Qwen3MoeForCausalLM(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.copy_(1.0 + 0.1 * torch.randn_like(param))
-            else:
-                param.normal_(0.0, 0.2)
-    model.save_pretrained(str(path), safe_serialization=True)
-    return path
 
 
 if __name__ == "__main__":
