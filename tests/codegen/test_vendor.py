@@ -63,9 +63,24 @@ def test_vendor_rejects_bad_names_and_existing_folders(generated, cli, snapshot)
     assert snapshot(generated) == before
 
 
+def _fresh_vendor_name() -> str:
+    """metax, or metax2, metax3, ... : the first the repository's ops.yaml and tree do not use."""
+    from codegen.manifest import load_manifest
+
+    taken = {b.name for b in load_manifest((REPO / "ops.yaml").read_text()).backends}
+    vendors = REPO / "vllm_fl/dispatch/backends/vendor"
+    for n in range(1, 100):
+        name = "metax" if n == 1 else f"metax{n}"
+        if name not in taken and not (vendors / name).exists():
+            return name
+    raise AssertionError("no free vendor name")
+
+
 def test_vendor_in_a_copy_of_the_repository(tmp_path):
     """The real manifest: the new backend registers through the real runtime, unavailable
-    (with the reason) until its probe is edited."""
+    (with the reason) until its probe is edited. The vendor's name is one the repository does not
+    have yet (the README's own example, `make vendor NAME=metax`, may have run here)."""
+    name = _fresh_vendor_name()
     root = tmp_path / "repo"
     root.mkdir()
     for name in ("ops.yaml", "README.md", ".codegen-outputs"):
@@ -77,36 +92,36 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
     done = subprocess.run(cmd + ["--check"], capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     done = subprocess.run(
-        cmd + ["vendor", "metax"], capture_output=True, text=True, env=env, cwd=REPO
+        cmd + ["vendor", name], capture_output=True, text=True, env=env, cwd=REPO
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "created  vllm_fl/dispatch/backends/vendor/metax/register_ops.py" in done.stdout
+    assert f"created  vllm_fl/dispatch/backends/vendor/{name}/register_ops.py" in done.stdout
     manifest = (root / "ops.yaml").read_text().splitlines()
     original = (REPO / "ops.yaml").read_text().splitlines()
     block = [
-        "  metax:",
+        f"  {name}:",
         "    kind: vendor",
-        "    vendor: metax",
-        "    package: vllm_fl.dispatch.backends.vendor.metax",
+        f"    vendor: {name}",
+        f"    package: vllm_fl.dispatch.backends.vendor.{name}",
         "    priority: 100",
         "    probe: available",
         "    opaque: true",
     ]
-    start = manifest.index("  metax:")
+    start = manifest.index(f"  {name}:")
     assert manifest[start : start + len(block)] == block
-    added = block + [line for line in manifest if line.startswith("      metax: ")]
+    added = block + [line for line in manifest if line.startswith(f"      {name}: ")]
     # nothing removed or changed: without the added lines, the manifest is the original
     rest = manifest[:start] + manifest[start + len(block) :]
-    assert [line for line in rest if not line.startswith("      metax: ")] == original
-    assert "      metax: activation.silu_and_mul" in added
+    assert [line for line in rest if not line.startswith(f"      {name}: ")] == original
+    assert f"      {name}: activation.silu_and_mul" in added
     probe = (
         "import vllm_fl, sys\n"
         f"assert vllm_fl.__file__.startswith({str(root)!r}), vllm_fl.__file__\n"
         "from vllm_fl.dispatch import OpRegistry\n"
-        "from vllm_fl.dispatch.backends.vendor.metax import register_ops\n"
+        f"from vllm_fl.dispatch.backends.vendor.{name} import register_ops\n"
         "reg = OpRegistry()\n"
         "register_ops.register(reg)\n"
-        "impl = reg.get_impl('rms_norm', 'vendor.metax')\n"
+        f"impl = reg.get_impl('rms_norm', 'vendor.{name}')\n"
         "print(impl.kind.value, impl.vendor, impl.priority, impl.check_available())\n"
         "from vllm_fl.dispatch.backends import BUILTIN_BACKENDS\n"
         "print(BUILTIN_BACKENDS[-1])\n"
@@ -115,7 +130,7 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
-    assert "vendor metax 100 (False, \"module 'torch_metax' not importable" in done.stdout
-    assert done.stdout.splitlines()[-1] == "vllm_fl.dispatch.backends.vendor.metax"
+    assert f"vendor {name} 100 (False, \"module 'torch_{name}' not importable" in done.stdout
+    assert done.stdout.splitlines()[-1] == f"vllm_fl.dispatch.backends.vendor.{name}"
     done = subprocess.run(cmd + ["--check"], capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
