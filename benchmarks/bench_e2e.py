@@ -184,12 +184,16 @@ def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
     for flag in ("prompts", "input_len", "output_len", "decode_input_len"):
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    head = {"config": name, "mode": mode, "round": round_no}
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        # a run that outlives --timeout is a result of the sweep, not the end of it
+        return {**head, "error": f"timed out after {args.timeout} s", "wall_s": args.timeout}
     wall = time.perf_counter() - t0
     log = Path(args.log_dir) / f"e2e_{name.replace('=', '_')}_{mode}_{round_no}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(proc.stdout + proc.stderr)
-    head = {"config": name, "mode": mode, "round": round_no}
     lines = [l for l in proc.stdout.splitlines() if l.startswith("E2E_RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
