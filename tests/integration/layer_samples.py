@@ -1,73 +1,34 @@
-"""One small float32 sample per replaced layer: constructor arguments and forward inputs.
+"""One float32 sample per test case of every replaced layer, from ops.yaml's test cases.
 
 Shared by the torch.compile and opcheck tests. `samples()` covers every in-tree class in
-`vllm_fl.ops.OOT_CLASSES`; a class without a sample here makes those tests fail, naming it.
+`vllm_fl.ops.OOT_CLASSES`; a layer op without test cases in ops.yaml makes those tests fail,
+naming it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-T = 7  # tokens
+from codegen import model as m
+from codegen.manifest import load_manifest
 
-SAMPLES: dict[str, list[tuple[str, dict, dict]]] = {
-    # in-tree class -> [(case id, constructor kwargs, forward kwargs factory spec)]
-    "SiluAndMul": [("x", {}, {"x": (T, 64)})],
-    "MulAndSilu": [("x", {}, {"x": (T, 64)})],
-    "GeluAndMul": [
-        ("none", {"approximate": "none"}, {"x": (T, 64)}),
-        ("tanh", {"approximate": "tanh"}, {"x": (T, 64)}),
-    ],
-    "NewGELU": [("x", {}, {"x": (T, 32)})],
-    "FastGELU": [("x", {}, {"x": (T, 32)})],
-    "QuickGELU": [("x", {}, {"x": (T, 32)})],
-    "RMSNorm": [
-        ("x", {"hidden_size": 64, "eps": 1e-6}, {"x": (T, 64)}),
-        ("residual", {"hidden_size": 64, "eps": 1e-5}, {"x": (T, 64), "residual": (T, 64)}),
-    ],
-    "GemmaRMSNorm": [
-        ("x", {"hidden_size": 64}, {"x": (T, 64)}),
-        ("residual", {"hidden_size": 64}, {"x": (T, 64), "residual": (T, 64)}),
-    ],
-    "RotaryEmbedding": [
-        (
-            "neox",
-            dict(
-                head_size=32,
-                rotary_dim=32,
-                max_position_embeddings=128,
-                base=10000.0,
-                is_neox_style=True,
-                dtype=torch.float32,
-            ),
-            {"positions": "positions", "query": (T, 64), "key": (T, 32)},
-        ),
-        (
-            "gptj-partial-nokey",
-            dict(
-                head_size=32,
-                rotary_dim=16,
-                max_position_embeddings=128,
-                base=10000.0,
-                is_neox_style=False,
-                dtype=torch.float32,
-            ),
-            {"positions": "positions", "query": (T, 64), "key": None},
-        ),
-    ],
-}
+MANIFEST = Path(__file__).resolve().parents[2] / "ops.yaml"
 
 
 def make_inputs(spec: dict, seed: int = 0) -> dict:
+    """Forward arguments for a case's inputs (ops.yaml), floating-point tensors in float32."""
     gen = torch.Generator().manual_seed(seed)
     out = {}
-    for name, shape in spec.items():
-        if shape is None:
-            out[name] = None
-        elif shape == "positions":
-            out[name] = torch.randint(0, 128, (T,), generator=gen)
+    for name, item in spec.items():
+        if isinstance(item, m.LiteralInput):
+            out[name] = item.value
+        elif item.is_int:
+            dtype = getattr(torch, item.dtype)
+            out[name] = torch.randint(0, item.high, item.shape, generator=gen, dtype=dtype)
         else:
-            out[name] = torch.randn(*shape, generator=gen)
+            out[name] = torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)
     return out
 
 
@@ -86,10 +47,15 @@ def make_layer(cls: type, kwargs: dict, seed: int = 0):
 
 
 def samples(oot_classes: dict[str, str]):
-    """(in-tree name, case id, ctor kwargs, input spec) for every class of `oot_classes`."""
-    missing = sorted(set(oot_classes) - set(SAMPLES))
+    """(in-tree name, case id, ctor kwargs, input spec) for every class of `oot_classes`: the
+    test cases its op declares in ops.yaml, with `$dtype` as float32."""
+    manifest = load_manifest(MANIFEST.read_text(), str(MANIFEST.name))
+    by_class = {op.layer.cls: op for op in manifest.ops if op.layer is not None}
+    missing = sorted(n for n in oot_classes if n not in by_class or by_class[n].tests is None)
     if missing:
-        raise AssertionError(f"no sample in tests/integration/layer_samples.py for {missing}")
+        raise AssertionError(f"ops.yaml declares no test cases for the layers {missing}")
     for name in oot_classes:
-        for case_id, ctor, spec in SAMPLES[name]:
-            yield name, case_id, ctor, spec
+        op = by_class[name]
+        for index, case in enumerate(op.tests.cases):
+            ctor = {k: torch.float32 if v == m.DTYPE_PLACEHOLDER else v for k, v in case.init}
+            yield name, f"case{index}", ctor, dict(case.inputs)

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
 
 import torch  # noqa: E402
 from layer_samples import make_inputs, make_layer, samples  # noqa: E402
