@@ -172,3 +172,22 @@ def cuda_device_present() -> bool:
         return cuda_platform_plugin() is not None
     except Exception:
         return False
+
+
+def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) -> Callable:
+    """A module ``__getattr__`` that builds each class on first access and keeps it.
+
+    The plugin's platforms and workers subclass classes only the matching vLLM build can import
+    (``vllm.platforms.cuda`` needs the CUDA extension), so they are built when first asked for.
+    """
+    module_name = module_globals["__name__"]
+
+    def __getattr__(name: str) -> type:
+        builder = builders.get(name)
+        if builder is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        cls = builder()
+        module_globals[name] = cls
+        return cls
+
+    return __getattr__

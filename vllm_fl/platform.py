@@ -157,13 +157,6 @@ def _build_cpu_platform() -> type:
     return PlatformFLCpu
 
 
-_BUILDERS = {"PlatformFL": _build_cuda_platform, "PlatformFLCpu": _build_cpu_platform}
-
-
-def __getattr__(name: str) -> type:
-    builder = _BUILDERS.get(name)
-    if builder is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls = builder()
-    globals()[name] = cls
-    return cls
+__getattr__ = compat.lazy_classes(
+    globals(), {"PlatformFL": _build_cuda_platform, "PlatformFLCpu": _build_cpu_platform}
+)

@@ -59,13 +59,6 @@ def _build_cpu_worker() -> type:
     return CPUWorkerFL
 
 
-_BUILDERS = {"WorkerFL": _build_gpu_worker, "CPUWorkerFL": _build_cpu_worker}
-
-
-def __getattr__(name: str) -> type:
-    builder = _BUILDERS.get(name)
-    if builder is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls = builder()
-    globals()[name] = cls
-    return cls
+__getattr__ = compat.lazy_classes(
+    globals(), {"WorkerFL": _build_gpu_worker, "CPUWorkerFL": _build_cpu_worker}
+)
