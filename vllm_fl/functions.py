@@ -55,14 +55,23 @@ def original(op_name: str) -> Callable[..., Any]:
     return fn
 
 
+def bind(owner: Any, name: str, op_name: str) -> None:
+    """Make ``owner.name`` (a module attribute, usually) op ``op_name``'s dispatch trampoline.
+
+    The same installation a layer class gets from ``dispatch_method``, so a policy change keeps
+    ``owner.name`` current; calls cost one extra Python frame over the selected impl.
+    """
+    from vllm_fl.dispatch import dispatch_method
+
+    dispatch_method(op_name).__set_name__(owner, name)
+
+
 def install(policy=None) -> dict[str, list[str]]:
     """Point every replaced vLLM function at its op's dispatch; idempotent.
 
     Ops the OOT policy excludes (``VLLM_FL_OOT_BLACKLIST=topk_softmax``, ...) keep vLLM's function.
     Returns op -> the ``module.attr`` sites now holding the dispatch.
     """
-    from vllm_fl.dispatch import dispatch_method
-
     if policy is None:
         from vllm_fl.dispatch.policy import get_policy
 
@@ -81,14 +90,12 @@ def install(policy=None) -> dict[str, list[str]]:
             sites = [(sys.modules[module_name], attr)]
             sites += _name_bound_copies(vllm_fn, skip=module_name)
             for owner, name in sites:
-                # The descriptor installs the op's trampoline on owner.name, exactly as it does on
-                # a layer class, and keeps it current when the policy changes.
-                dispatch_method(op_name).__set_name__(owner, name)
+                bind(owner, name, op_name)
             _installed[op_name] = [f"{owner.__name__}.{name}" for owner, name in sites]
         newly.append(f"{module_name}.{attr} -> {op_name}")
     if newly:
         logger.info("vllm_fl: vLLM functions routed through the dispatch: %s", ", ".join(newly))
-    return {op: list(sites) for op, sites in _installed.items()}
+    return installed()
 
 
 def _name_bound_copies(fn: Callable[..., Any], skip: str) -> list[tuple[Any, str]]:

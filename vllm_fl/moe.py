@@ -19,12 +19,19 @@ build, so a user's ``-unquantized_fused_moe`` cannot select it under this platfo
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
     UnquantizedFusedMoEMethod,
 )
 
-from vllm_fl.dispatch import call_op
+from vllm_fl import functions
+
+# The op's dispatch trampoline as a module attribute (kept current on policy changes): a call
+# costs one frame over the selected impl, where call_op would look the op up on every call.
+fused_experts = None
+functions.bind(sys.modules[__name__], "fused_experts", "fused_experts")
 
 
 def _activation_name(activation: object) -> str:
@@ -48,8 +55,7 @@ class UnquantizedFusedMoEMethodFL(UnquantizedFusedMoEMethod):
         shared_experts: object | None = None,
         shared_experts_input: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return call_op(
-            "fused_experts",
+        return fused_experts(
             x,
             layer.w13_weight,
             layer.w2_weight,
