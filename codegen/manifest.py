@@ -170,7 +170,7 @@ class _Loader:
             raise self.error(ops_entry.key_line, "ops is empty", "at least one op")
         by_name = {b.name: b for b in backends}
         ops = tuple(self.op(entry, by_name, dict(tolerances)) for entry in ops_map.entries.values())
-        self.check_layers(ops)
+        self.check_targets(ops)
         return m.Manifest(self.file, backends, tolerances, ops)
 
     def backends(self, entry: Entry) -> tuple[m.Backend, ...]:
@@ -338,8 +338,10 @@ class _Loader:
         tests = (
             self.tests(tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
         )
-        if tests is not None and tests.canonical is not None and not (
-            mutates or schema.returns.all_tensors
+        if (
+            tests is not None
+            and tests.canonical is not None
+            and not (mutates or schema.returns.all_tensors)
         ):
             raise self.error(
                 tests_entry.key_line,
@@ -786,7 +788,8 @@ class _Loader:
                         "return forms that differ in their number of tensors",
                     ) from None
 
-    def check_layers(self, ops: tuple[m.Op, ...]) -> None:
+    def check_targets(self, ops: tuple[m.Op, ...]) -> None:
+        """One op per vLLM class and per vLLM function; OOT modules with distinct names."""
         by_cls: dict[str, m.Op] = {}
         by_module: dict[str, m.Op] = {}
         by_function: dict[str, m.Op] = {}

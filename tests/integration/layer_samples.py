@@ -2,7 +2,7 @@
 
 Shared by the torch.compile and opcheck tests. `samples()` covers every in-tree class in
 `vllm_fl.ops.OOT_CLASSES`; a layer op without test cases in ops.yaml makes those tests fail,
-naming it.
+naming it. `function_samples()` gives the test cases of the ops without a layer.
 """
 
 from __future__ import annotations
@@ -46,10 +46,14 @@ def make_layer(cls: type, kwargs: dict, seed: int = 0):
     return layer
 
 
+def _manifest() -> m.Manifest:
+    return load_manifest(MANIFEST.read_text(), str(MANIFEST.name))
+
+
 def samples(oot_classes: dict[str, str]):
     """(in-tree name, case id, ctor kwargs, input spec) for every class of `oot_classes`: the
     test cases its op declares in ops.yaml, with `$dtype` as float32."""
-    manifest = load_manifest(MANIFEST.read_text(), str(MANIFEST.name))
+    manifest = _manifest()
     by_class = {op.layer.cls: op for op in manifest.ops if op.layer is not None}
     missing = sorted(n for n in oot_classes if n not in by_class or by_class[n].tests is None)
     if missing:
@@ -59,3 +63,11 @@ def samples(oot_classes: dict[str, str]):
         for index, case in enumerate(op.tests.cases):
             ctor = {k: torch.float32 if v == m.DTYPE_PLACEHOLDER else v for k, v in case.init}
             yield name, f"case{index}", ctor, dict(case.inputs)
+
+
+def function_samples():
+    """(op name, case id, input spec) for every test case of the ops without a layer."""
+    for op in _manifest().ops:
+        if op.layer is None and op.tests is not None:
+            for index, case in enumerate(op.tests.cases):
+                yield op.name, f"case{index}", dict(case.inputs)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
 
 import torch  # noqa: E402
-from layer_samples import make_inputs, make_layer, samples  # noqa: E402
+from layer_samples import function_samples, make_inputs, make_layer, samples  # noqa: E402
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 
 from vllm_fl.dispatch import get_default_manager, opaque  # noqa: E402
@@ -31,30 +31,6 @@ from vllm_fl.registration import _in_tree_base, _load_class, op_name_of  # noqa:
 
 def _no_grad(value):
     return value.detach() if isinstance(value, torch.Tensor) else value
-
-
-def _function_op_samples():
-    """(op, {"id", "inputs"}) for every op without a layer that has parity cases in ops.yaml:
-    the first case of its generated parity test, built by the parity fixture, in float32."""
-    import importlib.util
-
-    from vllm_fl.ops import OOT_CLASSES as layered
-
-    generated = Path(__file__).resolve().parents[1] / "generated"
-    spec = importlib.util.spec_from_file_location("_parity_conftest", generated / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
-    parity = conftest.Parity()
-    layer_ops = {op_name_of(_in_tree_base(_load_class(t), n)) for n, t in layered.items()}
-    for path in sorted(generated.glob("test_parity_*.py")):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if module.LAYER is not None or module.OP in layer_ops:
-            continue
-        case = module.CASES[0]
-        inputs = parity.inputs(case.values[0]["inputs"], torch.float32, "cpu")
-        yield module.OP, {"id": case.id, "inputs": inputs}
 
 
 def main() -> int:
@@ -105,8 +81,8 @@ def main() -> int:
                 case_id,
                 lambda traced: traced(make_layer(base, ctor), **make_inputs(spec)),
             )
-        for op, spec in _function_op_samples():
-            check(op, spec["id"], lambda traced: traced(**spec["inputs"]))
+        for op, case_id, spec in function_samples():
+            check(op, case_id, lambda traced: traced(**make_inputs(spec)))
     report = {"checked": checked, "unchecked": sorted(defined - seen)}
     print("OPCHECK " + json.dumps(report), flush=True)
     return 0

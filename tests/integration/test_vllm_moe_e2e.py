@@ -9,14 +9,13 @@ MoE method bound to forward_oot, and every MoE op (routing through vLLM's
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tiny_moe import build_tiny_qwen3_moe
-from vllm_harness import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
+from vllm_harness import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available, vllm_env
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
@@ -59,8 +58,7 @@ def test_our_moe_method_and_ops_ran(moe_runs):
 
 
 def _census(model, env: dict[str, str]) -> dict:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    full_env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **env})
+    full_env = vllm_env(env)
     cmd = [sys.executable, str(CENSUS), "--model", str(model), "--dtype", "float32"]
     cmd += ["--prompts", "2", "--output-len", "4"]
     proc = subprocess.run(

@@ -39,6 +39,22 @@ class VllmRun:
         return [line for line in self.output.splitlines() if needle in line]
 
 
+def vllm_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` on top of a clean environment for a vLLM subprocess: no inherited VLLM_* variables,
+    offline, 1 GiB of KV cache."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    full_env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    full_env.update(env)
+    return full_env
+
+
 def run_vllm(
     model: Path,
     env: dict[str, str],
@@ -50,17 +66,7 @@ def run_vllm(
 ) -> VllmRun:
     """Run the runner in a fresh interpreter with `env` on top of a clean environment (no
     inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless `env` says)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    full_env.update(
-        {
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-    )
-    full_env.update(env)
+    full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
     cmd = [sys.executable, str(RUNNER), "--model", str(model), "--mode", mode]
     cmd += ["--max-tokens", str(max_tokens)]
     if num_prompts is not None:
