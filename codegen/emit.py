@@ -290,6 +290,10 @@ def emit_tests(manifest: m.Manifest) -> dict[str, str]:
         if op.tests.canonical is not None:
             module, function = op.tests.canonical
             canonical = f"{reference.package}.impl.{module}:{function}"
+        # keyword arguments of parity.check beyond the common ones
+        check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
+            "" if canonical is None else ", canonical=CANONICAL"
+        )
         out[path] = render_file(
             "test_parity.py.j2",
             path,
@@ -298,6 +302,7 @@ def emit_tests(manifest: m.Manifest) -> dict[str, str]:
             eager=eager,
             cases=cases,
             canonical=canonical,
+            check_options=check_options,
         )
     return out
 

@@ -17,7 +17,7 @@ BACKENDS = [
     pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
-# what is compared: the reference's canonical form of the arguments after the call
+# what is compared: the reference backend's canonical form of the outputs
 CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:grouped_topk_canonical"
 DTYPES = ["float32"]
 TOLERANCES = {
@@ -95,13 +95,4 @@ CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("impl_id, device", BACKENDS)
 def test_parity(parity, impl_id, device, dtype, case):
-    parity.check(
-        OP,
-        LAYER,
-        impl_id,
-        device,
-        dtype,
-        case,
-        TOLERANCES[dtype],
-        canonical=CANONICAL,
-    )
+    parity.check(OP, LAYER, impl_id, device, dtype, case, TOLERANCES[dtype], canonical=CANONICAL)

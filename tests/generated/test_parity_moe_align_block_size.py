@@ -20,7 +20,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 MUTATES = ["sorted_token_ids", "experts_ids", "num_tokens_post_pad"]
-# what is compared: the reference's canonical form of the arguments after the call
+# what is compared: the reference backend's canonical form of the outputs
 CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:moe_align_block_size_canonical"
 DTYPES = ["float32"]
 TOLERANCES = {

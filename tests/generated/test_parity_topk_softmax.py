@@ -20,7 +20,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 MUTATES = ["topk_weights", "topk_ids", "token_expert_indices"]
-# what is compared: the reference's canonical form of the arguments after the call
+# what is compared: the reference backend's canonical form of the outputs
 CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:topk_softmax_canonical"
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {
