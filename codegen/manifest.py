@@ -331,7 +331,7 @@ class _Loader:
             if mutates_entry
             else ()
         )
-        self.check_mutates(what, schema, mutates, mutates_entry, sig_node.line, inplace_entry)
+        self.check_mutates(what, schema, mutates, sig_node.line, inplace_entry)
         impls_entry = f.require("impls", "a mapping of backend -> module.function")
         impls = self.impls(impls_entry, what, backends, inplace)
         tests_entry = f.pop("tests")
@@ -389,16 +389,22 @@ class _Loader:
             )
         return schema
 
-    def layer(self, node: Node, what: str) -> m.Layer:
-        path = self.dotted(node, f"layer of {what}")
+    def import_path(self, node: Node, what: str, example: str) -> tuple[str, str]:
+        """A dotted ``module.name`` (a vLLM class or function): (module, name)."""
+        path = self.dotted(node, what)
         if "." not in path:
             raise self.error(
-                node.line,
-                f"layer of {what} {path!r} has no module",
-                "an import path like vllm.model_executor.layers.layernorm.RMSNorm",
+                node.line, f"{what} {path!r} has no module", f"an import path like {example}"
             )
-        module, cls = path.rsplit(".", 1)
-        return m.Layer(module, cls)
+        module, name = path.rsplit(".", 1)
+        return module, name
+
+    def layer(self, node: Node, what: str) -> m.Layer:
+        return m.Layer(
+            *self.import_path(
+                node, f"layer of {what}", "vllm.model_executor.layers.layernorm.RMSNorm"
+            )
+        )
 
     def reads(self, node: Node, what: str, schema: FunctionSchema) -> tuple[m.Attr, ...]:
         table = self.map(node, f"reads of {what}", "a mapping of attribute -> type")
@@ -421,22 +427,15 @@ class _Loader:
         return tuple(attrs)
 
     def function(self, node: Node, what: str) -> m.Function:
-        path = self.dotted(node, f"function of {what}")
-        if "." not in path:
-            raise self.error(
-                node.line,
-                f"function of {what} {path!r} has no module",
-                "an import path like vllm._custom_ops.topk_softmax",
-            )
-        module, name = path.rsplit(".", 1)
-        return m.Function(module, name)
+        return m.Function(
+            *self.import_path(node, f"function of {what}", "vllm._custom_ops.topk_softmax")
+        )
 
     def check_mutates(
         self,
         what: str,
         schema: FunctionSchema,
         mutates: tuple[str, ...],
-        mutates_entry: Entry | None,
         sig_line: int,
         inplace_entry: Entry | None,
     ) -> None:
