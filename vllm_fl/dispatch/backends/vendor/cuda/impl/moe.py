@@ -107,7 +107,7 @@ def grouped_topk(
     scoring_func: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_moe_C.grouped_topk`` through vLLM's wrapper."""
-    values, indices = original("grouped_topk")(
+    return original("grouped_topk")(
         scores,
         num_expert_group,
         topk_group,
@@ -117,4 +117,3 @@ def grouped_topk(
         bias,
         scoring_func,
     )
-    return values, indices
