@@ -7,40 +7,111 @@ kernel (5 passes, one launch fewer). The sum is rounded to x's dtype before it i
 as vLLM's own CUDA kernel does; vLLM's native path normalises the float32 sum (the difference
 is within the parity tolerances). Outside torch.compile, ``rms_norm_inplace`` (the op's eager
 variant) calls ``fused_add_rms_norm`` in place instead, as vLLM does: one launch, 4 passes.
+
+The kernels are FlagGems' ``rms_norm`` and ``fused_add_rms_norm`` kernels, launched through the
+backend's launch plans (``launch.py``) with the arguments FlagGems' own functions pass them.
 """
 
+import functools
+
 import torch
+
+from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.dispatch.backends.flaggems.memo import TensorMemo
+
+_ONE_BLOCK_MAX = 4096  # FlagGems: rows up to this width run in one block, wider ones loop
+
+
+@functools.cache
+def _plans(public: str, kernel: str) -> launch.KernelPlans | None:
+    found = launch.kernel_of(public, kernel)
+    return None if found is None else launch.KernelPlans(found)
+
+
+def _rows(x: torch.Tensor) -> tuple[int, int]:
+    n = x.shape[-1]
+    return (x.numel() // n if n else 0), n
+
+
+def _usable(*tensors: torch.Tensor) -> bool:
+    first = tensors[0]
+    return first.device.index == torch.cuda.current_device() and all(
+        t.is_contiguous() for t in tensors
+    )
+
+
+def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rrms(x) * weight over the last dimension, out of place (FlagGems' rms_norm kernels)."""
+    m, n = _rows(x)
+    wide = n > _ONE_BLOCK_MAX
+    plans = _plans("rms_norm", "rms_norm_loop_kernel" if wide else "rms_norm_kernel")
+    if plans is None or x.numel() == 0 or not _usable(x, weight):
+        import flag_gems
+
+        return flag_gems.rms_norm(x, [n], weight, eps)
+    out = torch.empty_like(x)
+    inv_rms = torch.empty((m,), dtype=torch.float32, device=x.device)  # FlagGems writes it
+    key = (x.dtype, weight.dtype, n, x.device.index, launch.aligned(x), launch.aligned(weight))
+    if wide:
+        plans.launch(key, (m,), (out, inv_rms, x, weight, n, eps), {})
+    else:
+        block = 1 << (n - 1).bit_length()
+        args = (out, inv_rms, x, weight, n, 1, n, 1, n, eps)
+        plans.launch(key, (m,), args, {"BLOCK_SIZE": block})
+    return out
 
 
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``flag_gems.rms_norm(x, [hidden], weight, eps)`` (out of place)."""
-    import flag_gems
-
+    """FlagGems' rms_norm kernel (out of place); with a residual, on x + residual."""
     weight = self.weight.data
     if residual is None:
-        return flag_gems.rms_norm(x, [x.shape[-1]], weight, self.variance_epsilon)
+        return _normalize(x, weight, self.variance_epsilon)
     total = x + residual
-    return flag_gems.rms_norm(total, [x.shape[-1]], weight, self.variance_epsilon), total
+    return _normalize(total, weight, self.variance_epsilon), total
 
 
 def rms_norm_inplace(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The eager variant: with a residual, ``flag_gems.fused_add_rms_norm`` in place, returning
-    (x, residual) holding (rms_norm(x + r), x + r).
+    """The eager variant: with a residual, FlagGems' ``fused_add_rms_norm`` kernel in place,
+    returning (x, residual) holding (rms_norm(x + r), x + r).
 
     Without a residual, or with non-contiguous inputs (which the kernel may copy rather than
     overwrite), the functional ``rms_norm``.
     """
     if residual is None or not (x.is_contiguous() and residual.is_contiguous()):
         return rms_norm(self, x, residual)
-    import flag_gems
-
     weight = self.weight.data
-    flag_gems.fused_add_rms_norm(x, residual, [x.shape[-1]], weight, self.variance_epsilon)
+    eps = self.variance_epsilon
+    m, n = _rows(x)
+    plans = _plans("fused_add_rms_norm", "fused_add_rms_norm_kernel")
+    if plans is None or x.numel() == 0 or not _usable(x, residual, weight):
+        import flag_gems
+
+        flag_gems.fused_add_rms_norm(x, residual, [n], weight, eps)
+        return x, residual
+    key = (
+        x.dtype,
+        residual.dtype,
+        weight.dtype,
+        n,
+        x.device.index,
+        launch.aligned(x),
+        launch.aligned(residual),
+        launch.aligned(weight),
+    )
+    block = 1 << (n - 1).bit_length()
+    plans.launch(key, (m,), (x, residual, weight, n, 1, n, 1, n, eps), {"BLOCK_SIZE": block})
     return x, residual
+
+
+_gemma_weights = TensorMemo()  # Gemma's (1 + w) in float32, per weight tensor
+
+
+def _gemma_weight(weight: torch.Tensor) -> torch.Tensor:
+    return _gemma_weights.get(weight, None, lambda: weight.float() + 1.0)
 
 
 def gemma_rms_norm(
@@ -48,9 +119,9 @@ def gemma_rms_norm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Gemma's RMSNorm, x * rrms * (1 + w) computed in float32 and rounded once.
 
-    ``flag_gems.rms_norm`` with the float32 weight (1 + w) does exactly that in FlagGems 5.0.2
-    (its kernel multiplies by the weight in float32 before the one rounding). Later FlagGems
-    round the normalised x before the weight multiply, like vLLM's RMSNorm, and add
+    FlagGems' rms_norm kernel with the float32 weight (1 + w) does exactly that in FlagGems
+    5.0.2 (its kernel multiplies by the weight in float32 before the one rounding). Later
+    FlagGems round the normalised x before the weight multiply, like vLLM's RMSNorm, and add
     ``flag_gems.gemma_rms_norm(module, x)`` for Gemma: it is used when present.
     """
     import flag_gems
@@ -60,6 +131,5 @@ def gemma_rms_norm(
     if gemma is not None:
         out = gemma(self, total)
     else:
-        weight = self.weight.float() + 1.0
-        out = flag_gems.rms_norm(total, [x.shape[-1]], weight, self.variance_epsilon)
+        out = _normalize(total, _gemma_weight(self.weight), self.variance_epsilon)
     return out if residual is None else (out, total)

@@ -12,11 +12,18 @@ float32 and rounds once.
 as vLLM's kernel does. It takes the functional path without a key (FlagGems needs one: the
 functional impl borrows a head of q, which must not be rotated in place), with
 rotary_dim < head_size, and on releases without the flag.
+
+The in-place variant launches FlagGems' in-place rotary kernel through the backend's launch
+plans (``launch.py``), with the cos/sin halves of each layer's cache sliced once, not per call.
 """
 
+import functools
 import inspect
 
 import torch
+
+from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.dispatch.backends.flaggems.memo import TensorMemo
 
 _rope_inplace: tuple[object, bool] = (None, False)  # (apply_rotary_pos_emb, has ``inplace``)
 
@@ -34,6 +41,25 @@ def _has_inplace(rope) -> bool:
     return answer
 
 
+_halves = TensorMemo()  # (cos, sin) per cos/sin cache tensor, dtype, device and rotary_dim
+
+
+def _cos_sin(cache: torch.Tensor, dtype: torch.dtype, device: torch.device, rotary_dim: int):
+    """The cos and sin halves of a layer's cache, in the query's dtype (as vLLM casts it)."""
+
+    def halves():
+        cast = cache.to(device, dtype=dtype)
+        return cast[:, : rotary_dim // 2], cast[:, rotary_dim // 2 : rotary_dim]
+
+    return _halves.get(cache, (dtype, device, rotary_dim), halves)
+
+
+@functools.cache
+def _inplace_plans() -> launch.KernelPlans | None:
+    kernel = launch.kernel_of("apply_rotary_pos_emb", "apply_rotary_pos_emb_inplace_kernel")
+    return None if kernel is None else launch.KernelPlans(kernel)
+
+
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -41,8 +67,7 @@ def rotary_embedding(
     import flag_gems
 
     head_size, rotary_dim = self.head_size, self.rotary_dim
-    cache = self.cos_sin_cache.to(query.device, dtype=query.dtype)
-    cos, sin = cache[:, : rotary_dim // 2], cache[:, rotary_dim // 2 : rotary_dim]
+    cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
     positions = positions.flatten()
     num_tokens = positions.shape[0]
     q = query.view(num_tokens, -1, head_size)
@@ -62,18 +87,61 @@ def rotary_embedding(
 def rotary_embedding_inplace(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The eager variant: ``apply_rotary_pos_emb(..., inplace=True)`` on query and key."""
+    """The eager variant: FlagGems' in-place rotary kernel on query and key."""
     import flag_gems
 
     rope = flag_gems.apply_rotary_pos_emb
     head_size = self.head_size
     if key is None or self.rotary_dim != head_size or not _has_inplace(rope):
         return rotary_embedding(self, positions, query, key)
-    cache = self.cos_sin_cache.to(query.device, dtype=query.dtype)
-    cos, sin = cache[:, : head_size // 2], cache[:, head_size // 2 : head_size]
+    cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, head_size)
     positions = positions.flatten()
     num_tokens = positions.shape[0]
     q = query.view(num_tokens, -1, head_size)
     k = key.view(num_tokens, -1, head_size)
-    q_rot, k_rot = rope(q, k, cos, sin, positions, not self.is_neox_style, inplace=True)
-    return q_rot.view(query.shape), k_rot.view(key.shape)
+    plans = _inplace_plans()
+    if plans is None or num_tokens == 0 or q.device.index != torch.cuda.current_device():
+        rope(q, k, cos, sin, positions, not self.is_neox_style, inplace=True)
+        return query, key
+    q_stride, k_stride = q.stride(), k.stride()
+    layout = (
+        q.dtype,
+        k.dtype,
+        cos.dtype,
+        positions.dtype,
+        q_stride,
+        k_stride,
+        positions.stride(0),
+        cos.stride(0),
+        q.shape[1],
+        k.shape[1],
+        head_size,
+        cos.shape[0],
+        self.is_neox_style,
+        q.device.index,
+        launch.aligned(q),
+        launch.aligned(k),
+        launch.aligned(cos),
+        launch.aligned(sin),
+        launch.aligned(positions),
+    )
+    args = (
+        q,
+        k,
+        cos,
+        sin,
+        positions,
+        *q_stride,
+        *k_stride,
+        positions.stride(0),
+        cos.stride(0),
+        sin.stride(0),
+        None,  # seq_len: positions are given
+        q.shape[1],
+        k.shape[1],
+        head_size,
+        max(1 << (head_size - 1).bit_length(), 16),
+        not self.is_neox_style,
+    )
+    plans.launch(layout, (num_tokens,), args, {"MAX_POSITION_EMBEDDINGS": cos.shape[0]})
+    return query, key

@@ -1,0 +1,264 @@
+"""Launch FlagGems' Triton kernels with launch plans cached by input layout.
+
+In eager mode a decode step is bound by the host, and most of a FlagGems op's host time is its
+Python wrappers, not the kernel: ``libentry`` rebuilds a specialisation key from every argument,
+``pointwise_dynamic`` re-derives output dtypes, tile sizes and strides, autograd ``Function``
+objects wrap inference calls (profile: ``benchmarks/profile_flagos.py``). The kernel itself is the
+same for every call with the same input layout. A :class:`KernelPlans` launches a FlagGems kernel
+once through FlagGems' own entry (which compiles, autotunes and specialises it), keeps the
+compiled kernel and its constexpr values under a key the caller computes from the layout (shapes,
+strides, dtypes, pointer alignment, device), and afterwards launches that compiled kernel
+directly. Nothing in FlagGems is changed; only its kernels are reused.
+
+A plan is only made where it is exact: kernels whose autotune configs have launch pre-hooks, and
+Triton releases whose compiled-kernel calling convention this module does not know, always go
+through FlagGems' entry.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+MAX_PLANS = 1024  # per kernel; a workload with more distinct layouts starts over
+
+_SUPPORTED_TRITON = ((3, 3), (3, 4), (3, 5), (3, 6))  # compiled[grid](*every_parameter)
+
+
+def _triton_supported() -> bool:
+    import triton
+
+    major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    return (major, minor) in _SUPPORTED_TRITON
+
+
+def _jit_function(kernel: Any) -> Any:
+    """The ``triton.JITFunction`` under FlagGems' decorators (``libentry``, autotune, heuristics)."""
+    import triton
+
+    fn = kernel
+    while not isinstance(fn, triton.runtime.JITFunction):
+        fn = getattr(fn, "fn", None) or getattr(fn, "jit_function", None)
+        if fn is None:
+            raise TypeError(f"not a Triton kernel: {kernel!r}")
+    return fn
+
+
+def _has_pre_hooks(kernel: Any) -> bool:
+    import triton
+
+    fn = kernel
+    while not isinstance(fn, triton.runtime.JITFunction) and fn is not None:
+        if isinstance(fn, triton.runtime.Autotuner):
+            if any(config.pre_hook is not None for config in fn.configs):
+                return True
+        fn = getattr(fn, "fn", None)
+    return False
+
+
+def pad_grid(grid: Sequence[int]) -> tuple[int, int, int]:
+    """A launch grid as the three dimensions a compiled kernel takes."""
+    return (*grid, 1, 1)[:3]  # type: ignore[return-value]
+
+
+class KernelPlans:
+    """Compiled launches of one FlagGems Triton kernel, by a caller-computed layout key.
+
+    ``launch(key, grid, args, kwargs)`` behaves like ``kernel[grid](*args, **kwargs)``. The
+    key must determine everything the compiled kernel was specialised on: dtypes, 16-byte
+    alignment of every pointer, the value of every integer argument that is not in ``args``
+    per call, and the device. ``args`` are the kernel's leading positional parameters;
+    ``kwargs`` its remaining parameters and launch options (``num_warps``), which must be the
+    same for every call with the same key.
+    """
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self._params = _jit_function(kernel).params
+        self._plannable = _triton_supported() and not _has_pre_hooks(kernel)
+        self._plans: dict[Hashable, tuple[Any, tuple, dict[str, Any]]] = {}
+
+    def launch(
+        self,
+        key: Hashable,
+        grid: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """``grid`` is a tuple, or (for autotuned kernels) a function of the constexpr values."""
+        plan = self._plans.get(key)
+        if plan is not None:
+            compiled, tail, constexprs = plan
+            if callable(grid):
+                grid = grid(constexprs)
+            compiled[pad_grid(grid)](*args, *tail)
+            return
+        compiled, constexprs = self._first_launch(grid, args, kwargs)
+        if not self._plannable or compiled is None:
+            return
+        tail = self._tail(len(args), kwargs, constexprs)
+        if tail is not None:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = (compiled, tail, constexprs)
+
+    def _first_launch(self, grid, args, kwargs) -> tuple[Any, dict[str, Any]]:
+        """Launch through FlagGems' entry; returns the compiled kernel and constexpr values."""
+        import triton
+
+        kernel = self.kernel
+        # As ``kernel[grid](*args, **kwargs)`` calls it.
+        result = kernel.run(*args, grid=grid, warmup=False, **kwargs)
+        if isinstance(kernel, triton.runtime.JITFunction):
+            return result, {}
+        if isinstance(kernel, triton.runtime.Autotuner):
+            if isinstance(kernel.fn, triton.runtime.JITFunction) and kernel.best_config:
+                return result, dict(kernel.best_config.kwargs)
+            return None, {}
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+            return result  # libentry: (compiled kernel, constexprs incl. tuned and defaults)
+        return None, {}
+
+    def _tail(self, n_args: int, kwargs, constexprs) -> tuple | None:
+        """Values of the parameters after the positional ones, in signature order."""
+        tail = []
+        for param in self._params[n_args:]:
+            if param.name in kwargs:
+                tail.append(kwargs[param.name])
+            elif param.name in constexprs:
+                tail.append(constexprs[param.name])
+            elif param.default is not inspect.Parameter.empty:
+                tail.append(param.default)
+            else:
+                return None
+        return tuple(tail)
+
+
+def aligned(t: torch.Tensor) -> bool:
+    """Whether the tensor's data pointer is 16-byte aligned (Triton specialises on it)."""
+    return t.data_ptr() % 16 == 0
+
+
+class PointwisePlans:
+    """Launch plans of a FlagGems ``pointwise_dynamic`` function for same-shape, same-dtype
+    floating-point tensors (and scalars), computing into a new tensor of that dtype.
+
+    Mirrors the task partition of FlagGems' generated wrapper (FlagGems' own tile and warp
+    heuristics): contiguous operands run as one flat task, others with their own strides. Any
+    other call (broadcasting, mixed dtypes, integer inputs, an unknown FlagGems layout) goes
+    through the function itself.
+    """
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+        schema = function.fx
+        self._is_tensor = [schema.is_tensor(i) for i in range(schema.num_inputs())]
+        self._plans_by_rank: dict[int, KernelPlans] = {}
+        self._partitions: dict[Hashable, tuple] = {}
+        self._usable = schema.num_output_tensors() == 1 and self._config_known(function)
+
+    @staticmethod
+    def _config_known(function: Any) -> bool:
+        config = getattr(function, "config", None)
+        return (
+            config is not None
+            and not getattr(config, "prefer_1d_tile", True)
+            and hasattr(function, "instantiate")
+            and hasattr(function, "_compute_kernel_names")
+        )
+
+    def __call__(self, *inputs: Any) -> torch.Tensor:
+        tensors = [a for a, is_t in zip(inputs, self._is_tensor) if is_t]
+        first = tensors[0]
+        if not self._usable or not first.is_cuda or not first.dtype.is_floating_point:
+            return self.function(*inputs)
+        shape, dtype = first.shape, first.dtype
+        if first.device.index != torch.cuda.current_device():
+            return self.function(*inputs)
+        for t in tensors[1:]:
+            if t.shape != shape or t.dtype != dtype:
+                return self.function(*inputs)
+        out = torch.empty(shape, dtype=dtype, device=first.device)
+        if out.numel() == 0:
+            return out
+        contiguous = all(t.is_contiguous() for t in tensors)
+        layout = (
+            None if contiguous else tuple(t.stride() for t in tensors),
+            tuple(shape),
+            dtype,
+            first.device.index,
+            tuple(aligned(t) for t in tensors),
+            tuple(a for a, is_t in zip(inputs, self._is_tensor) if not is_t),
+        )
+        partition = self._partitions.get(layout)
+        if partition is None:
+            partition = self._partition(tensors, out, contiguous)
+            if len(self._partitions) >= MAX_PLANS:
+                self._partitions.clear()
+            self._partitions[layout] = partition
+        plans, grid, tail, kwargs = partition
+        plans.launch(layout, grid, (*inputs, out, *tail), kwargs)
+        return out
+
+    def _partition(self, tensors, out, contiguous: bool) -> tuple:
+        """The generated wrapper's launch parameters for this layout (FlagGems' heuristics)."""
+        import triton
+        from flag_gems.utils.shape_utils import (
+            heuristics_for_num_warps,
+            heuristics_for_tile_size,
+            stride_order,
+        )
+
+        config = self.function.config
+        if contiguous:
+            shape, strides = (out.numel(),), [(1,)] * (len(tensors) + 1)
+        else:
+            shape = tuple(out.shape)
+            strides = [t.stride() for t in tensors] + [out.stride()]
+        ndim = len(shape)
+        num_tasks = out.numel()
+        tile_sizes = heuristics_for_tile_size(config.max_tile_size, *shape)
+        tile_size = 1
+        for size in tile_sizes:
+            tile_size *= size
+        num_tiles = 1
+        for size, tile in zip(shape, tile_sizes):
+            num_tiles *= triton.cdiv(size, tile)
+        num_ctas = min(config.max_grid_size[0], num_tiles)
+        tiles_per_cta = triton.cdiv(num_tiles, num_ctas)
+        tail: list[Any] = []
+        for tensor_strides in strides:
+            tail.extend(tensor_strides)
+            if config.prefer_block_pointer:
+                tail.extend(stride_order(tensor_strides) if ndim >= 2 else (0,))
+        tail.extend(shape)
+        tail.append(num_tasks)
+        kwargs: dict[str, Any] = {"tiles_per_cta": tiles_per_cta}
+        kwargs.update({f"tile_size{i}": tile for i, tile in enumerate(tile_sizes)})
+        kwargs["one_tile_per_cta"] = tiles_per_cta == 1
+        kwargs["num_warps"] = heuristics_for_num_warps(tile_size)
+        return self._kernel_plans(ndim), (num_ctas, 1, 1), tuple(tail), kwargs
+
+    def _kernel_plans(self, ndim: int) -> KernelPlans:
+        plans = self._plans_by_rank.get(ndim)
+        if plans is None:
+            wrapper = self.function.instantiate(ndim)
+            kernel_name = self.function._compute_kernel_names(ndim)[0]
+            plans = KernelPlans(wrapper.__globals__[kernel_name])
+            self._plans_by_rank[ndim] = plans
+        return plans
+
+
+def kernel_of(public: str, kernel: str) -> Any | None:
+    """The kernel ``kernel`` of the module that defines ``flag_gems.<public>`` in this FlagGems
+    (which may be a vendor override of the generic one), or None where it has no such kernel."""
+    import sys
+
+    import flag_gems
+
+    function = getattr(flag_gems, public, None)
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    return getattr(module, kernel, None)
