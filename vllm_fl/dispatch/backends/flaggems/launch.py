@@ -137,9 +137,27 @@ class KernelPlans:
         return tuple(tail)
 
 
-def aligned(t: torch.Tensor) -> bool:
-    """Whether the tensor's data pointer is 16-byte aligned (Triton specialises on it)."""
-    return t.data_ptr() % 16 == 0
+_sinks: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def sink(numel: int, device: torch.device) -> torch.Tensor:
+    """A float32 buffer of ``numel`` elements for a kernel output nobody reads (FlagGems'
+    rms_norm also stores 1/rms per row). One buffer per device, grown as needed; outgrown
+    buffers are kept, since a captured CUDA graph may still write into them."""
+    buffers = _sinks.setdefault(device, [])
+    if not buffers or buffers[-1].numel() < numel:
+        size = max(numel, 2 * buffers[-1].numel() if buffers else 4096)
+        buffers.append(torch.empty(size, dtype=torch.float32, device=device))
+    return buffers[-1]
+
+
+def aligned(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor's data pointer is 16-byte aligned. Triton specialises kernels on
+    it; plans are made for aligned operands only, the rare others go through FlagGems."""
+    pointers = 0
+    for t in tensors:
+        pointers |= t.data_ptr()
+    return not pointers & 15
 
 
 class PointwisePlans:
@@ -155,7 +173,9 @@ class PointwisePlans:
     def __init__(self, function: Any) -> None:
         self.function = function
         schema = function.fx
-        self._is_tensor = [schema.is_tensor(i) for i in range(schema.num_inputs())]
+        is_tensor = [schema.is_tensor(i) for i in range(schema.num_inputs())]
+        self._tensor_positions = tuple(i for i, t in enumerate(is_tensor) if t)
+        self._scalar_positions = tuple(i for i, t in enumerate(is_tensor) if not t)
         self._plans_by_rank: dict[int, KernelPlans] = {}
         self._partitions: dict[Hashable, tuple] = {}
         self._usable = schema.num_output_tensors() == 1 and self._config_known(function)
@@ -171,27 +191,33 @@ class PointwisePlans:
         )
 
     def __call__(self, *inputs: Any) -> torch.Tensor:
-        tensors = [a for a, is_t in zip(inputs, self._is_tensor) if is_t]
+        tensors = [inputs[i] for i in self._tensor_positions]
         first = tensors[0]
-        if not self._usable or not first.is_cuda or not first.dtype.is_floating_point:
+        if (
+            not self._usable
+            or not first.is_cuda
+            or not first.dtype.is_floating_point
+            or first.device.index != torch.cuda.current_device()
+        ):
             return self.function(*inputs)
         shape, dtype = first.shape, first.dtype
-        if first.device.index != torch.cuda.current_device():
-            return self.function(*inputs)
-        for t in tensors[1:]:
+        pointers = 0
+        for t in tensors:
             if t.shape != shape or t.dtype != dtype:
                 return self.function(*inputs)
+            pointers |= t.data_ptr()
+        if pointers & 15:  # a misaligned operand: FlagGems' own path specialises for it
+            return self.function(*inputs)
         out = torch.empty(shape, dtype=dtype, device=first.device)
         if out.numel() == 0:
             return out
         contiguous = all(t.is_contiguous() for t in tensors)
         layout = (
             None if contiguous else tuple(t.stride() for t in tensors),
-            tuple(shape),
+            shape,
             dtype,
             first.device.index,
-            tuple(aligned(t) for t in tensors),
-            tuple(a for a, is_t in zip(inputs, self._is_tensor) if not is_t),
+            tuple(inputs[i] for i in self._scalar_positions),
         )
         partition = self._partitions.get(layout)
         if partition is None:

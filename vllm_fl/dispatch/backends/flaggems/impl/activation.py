@@ -35,7 +35,12 @@ _SWIGLU_BLOCK = 64  # FlagGems' swiglu launch: 64 x 64 tiles
 def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     """silu(x[..., :d]) * x[..., d:]: FlagGems' ``swiglu`` kernel over whole rows."""
     plans = _swiglu_plans()
-    if plans is None or not x.is_contiguous() or x.device.index != torch.cuda.current_device():
+    if (
+        plans is None
+        or not x.is_contiguous()
+        or x.device.index != torch.cuda.current_device()
+        or not launch.aligned(x)
+    ):
         import flag_gems
 
         return flag_gems.swiglu(x)
@@ -44,7 +49,7 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    key = (x.dtype, rows == 1, rows % 16 == 0, d, x.device.index, launch.aligned(x))
+    key = (x.dtype, rows == 1, rows % 16 == 0, d, x.device.index)
     grid = (-(-rows // _SWIGLU_BLOCK), -(-d // _SWIGLU_BLOCK))
     args = (x, out, rows, d, 2 * d, 1, d, 1)
     plans.launch(key, grid, args, {"BLOCK_SIZE_M": _SWIGLU_BLOCK, "BLOCK_SIZE_H": _SWIGLU_BLOCK})

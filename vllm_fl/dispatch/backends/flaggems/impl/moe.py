@@ -3,13 +3,14 @@
 FlagGems' kernels cover the common case; arguments they have no parameter for (a correction
 bias, a padding mask, an expert map, a scatter index, activations other than silu) raise
 NotImplementedError, and the dispatch falls back to the next implementation.
-"""
 
-import functools
+moe_align_block_size, moe_sum and grouped_topk launch FlagGems' kernels through the backend's
+launch plans (``moe_launch.py``); topk_softmax and fused_experts call FlagGems' functions.
+"""
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.dispatch.backends.flaggems import launch, moe_launch
 
 
 def _unsupported(op: str, **given: object) -> None:
@@ -48,16 +49,21 @@ def moe_align_block_size(
 ) -> None:
     """``flag_gems.moe_align_block_size_triton`` into the caller's buffers."""
     _unsupported("moe_align_block_size", expert_map=expert_map, scatter_idx=scatter_idx)
-    stages = _align_stages()
+    stages = moe_launch.align_stages()
     numel = topk_ids.numel()
-    if stages is None or numel == 0 or topk_ids.device.index != torch.cuda.current_device():
+    if (
+        stages is None
+        or numel == 0
+        or topk_ids.device.index != torch.cuda.current_device()
+        or not launch.aligned(topk_ids, sorted_token_ids, experts_ids, num_tokens_post_pad)
+    ):
         from flag_gems.fused import moe_align_block_size_triton
 
         moe_align_block_size_triton(
             topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad
         )
         return
-    _align_in_stages(
+    moe_launch.align_in_stages(
         stages,
         topk_ids,
         num_experts,
@@ -68,109 +74,6 @@ def moe_align_block_size(
     )
 
 
-_ALIGN_STAGES = ("stage1", "stage2_vec", "stage2", "stage3", "stage4")
-
-
-@functools.cache
-def _align_stages() -> dict[str, launch.KernelPlans] | None:
-    """FlagGems' four-stage Triton moe_align_block_size kernels, where FlagGems runs them (its
-    TLE variants, on FlagTree builds, go through FlagGems' own function)."""
-    import sys
-
-    import flag_gems.fused  # noqa: F401  (loads the module that defines the stages)
-
-    function = getattr(flag_gems.fused, "moe_align_block_size_triton", None)
-    module = sys.modules.get(getattr(function, "__module__", None) or "")
-    if module is None or getattr(module, "HAS_TLE", True):
-        return None
-    kernels = {name: getattr(module, f"moe_align_block_size_{name}", None) for name in _ALIGN_STAGES}
-    if any(kernel is None for kernel in kernels.values()):
-        return None
-    return {name: launch.KernelPlans(kernel) for name, kernel in kernels.items()}
-
-
-def _pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length() if n > 1 else 1
-
-
-def _align_in_stages(
-    stages, topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad
-) -> None:
-    """The launches of FlagGems' ``moe_align_block_size_triton`` (its Triton path), with one
-    zeroed scratch buffer for its two counters."""
-    numel = topk_ids.numel()
-    n_sorted, n_experts_ids = sorted_ids.numel(), expert_ids.numel()
-    tokens_per_thread = _pow2(-(-numel // num_experts))
-    scratch = torch.zeros(
-        (num_experts + 1) * (num_experts + 1), dtype=torch.int32, device=topk_ids.device
-    )
-    tokens_cnts = scratch[: (num_experts + 1) * num_experts].view(num_experts + 1, num_experts)
-    cumsum = scratch[(num_experts + 1) * num_experts :]
-    grid = (num_experts,)
-    layout = (
-        topk_ids.dtype,
-        numel,
-        num_experts,
-        block_size,
-        n_sorted,
-        n_experts_ids,
-        topk_ids.device.index,
-        launch.aligned(topk_ids),
-        launch.aligned(sorted_ids),
-        launch.aligned(expert_ids),
-        launch.aligned(num_tokens_post_pad),
-        launch.aligned(cumsum),
-    )
-    stages["stage1"].launch(
-        layout,
-        grid,
-        (
-            topk_ids,
-            tokens_cnts,
-            num_experts,
-            numel,
-            tokens_per_thread,
-            sorted_ids,
-            expert_ids,
-            n_sorted,
-            n_experts_ids,
-            _pow2(-(-n_sorted // num_experts)),
-            _pow2(-(-n_experts_ids // num_experts)),
-        ),
-        {},
-    )
-    stage2 = stages["stage2_vec" if num_experts == _pow2(num_experts) else "stage2"]
-    stage2.launch(layout, grid, (tokens_cnts, num_experts), {})
-    stages["stage3"].launch(
-        layout,
-        (1,),
-        (num_tokens_post_pad, tokens_cnts, cumsum, num_experts, _pow2(num_experts), block_size),
-        {},
-    )
-    stages["stage4"].launch(
-        layout,
-        grid,
-        (
-            topk_ids,
-            sorted_ids,
-            expert_ids,
-            tokens_cnts,
-            cumsum,
-            num_experts,
-            block_size,
-            numel,
-            tokens_per_thread,
-        ),
-        {},
-    )
-
-
-@functools.cache
-def _moe_sum_plans() -> launch.KernelPlans | None:
-    kernel = launch.kernel_of("moe_sum", "moe_sum_kernel")
-    return None if kernel is None else launch.KernelPlans(kernel)
-
-
 def moe_sum(
     input: torch.Tensor,
     output: torch.Tensor,
@@ -179,8 +82,12 @@ def moe_sum(
 ) -> None:
     """FlagGems' ``moe_sum`` kernel: output[t] = sum over k of input[t, k]."""
     _unsupported("moe_sum", expert_map=expert_map)
-    plans = _moe_sum_plans()
-    if plans is None or input.device.index != torch.cuda.current_device():
+    plans = moe_launch.moe_sum_plans()
+    if (
+        plans is None
+        or input.device.index != torch.cuda.current_device()
+        or not launch.aligned(input, output)
+    ):
         from flag_gems.fused import moe_sum as gems_moe_sum
 
         gems_moe_sum(input, output)
@@ -198,8 +105,6 @@ def moe_sum(
         input.stride(),
         output.stride(),
         input.device.index,
-        launch.aligned(input),
-        launch.aligned(output),
     )
     args = (input, output, tokens, topk, hidden, *input.stride(), *output.stride())
     plans.launch(layout, lambda meta: (tokens, -(-hidden // meta["BLOCK_SIZE"])), args, {})
@@ -249,9 +154,33 @@ def grouped_topk(
     power-of-two topk (FlagGems 5.0.2 fails to compile topk=6, seen on the H100)."""
     if topk & (topk - 1):
         raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")
-    from flag_gems.fused import grouped_topk as gems_grouped_topk
+    kernels = moe_launch.grouped_topk_kernels()
+    if (
+        kernels is None
+        or scores.dim() != 2
+        or scores.stride(1) != 1
+        or scores.dtype not in moe_launch.TL_DTYPES
+        or scoring_func not in (0, 1)
+        or scores.shape[1] % num_expert_group
+        or num_expert_group > 32
+        or topk > 32
+        or bias.numel() != scores.shape[1]
+        or scores.device.index != torch.cuda.current_device()
+    ):
+        from flag_gems.fused import grouped_topk as gems_grouped_topk
 
-    return gems_grouped_topk(
+        return gems_grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    return moe_launch.grouped_topk_launch(
+        kernels,
         scores,
         num_expert_group,
         topk_group,

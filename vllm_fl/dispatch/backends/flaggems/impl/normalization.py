@@ -45,13 +45,13 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     m, n = _rows(x)
     wide = n > _ONE_BLOCK_MAX
     plans = _plans("rms_norm", "rms_norm_loop_kernel" if wide else "rms_norm_kernel")
-    if plans is None or x.numel() == 0 or not _usable(x, weight):
+    if plans is None or x.numel() == 0 or not _usable(x, weight) or not launch.aligned(x, weight):
         import flag_gems
 
         return flag_gems.rms_norm(x, [n], weight, eps)
     out = torch.empty_like(x)
-    inv_rms = torch.empty((m,), dtype=torch.float32, device=x.device)  # FlagGems writes it
-    key = (x.dtype, weight.dtype, n, x.device.index, launch.aligned(x), launch.aligned(weight))
+    inv_rms = launch.sink(m, x.device)  # FlagGems' kernels also store 1/rms per row
+    key = (x.dtype, weight.dtype, n, x.device.index)
     if wide:
         plans.launch(key, (m,), (out, inv_rms, x, weight, n, eps), {})
     else:
@@ -87,21 +87,17 @@ def rms_norm_inplace(
     eps = self.variance_epsilon
     m, n = _rows(x)
     plans = _plans("fused_add_rms_norm", "fused_add_rms_norm_kernel")
-    if plans is None or x.numel() == 0 or not _usable(x, residual, weight):
+    if (
+        plans is None
+        or x.numel() == 0
+        or not _usable(x, residual, weight)
+        or not launch.aligned(x, residual, weight)
+    ):
         import flag_gems
 
         flag_gems.fused_add_rms_norm(x, residual, [n], weight, eps)
         return x, residual
-    key = (
-        x.dtype,
-        residual.dtype,
-        weight.dtype,
-        n,
-        x.device.index,
-        launch.aligned(x),
-        launch.aligned(residual),
-        launch.aligned(weight),
-    )
+    key = (x.dtype, residual.dtype, weight.dtype, n, x.device.index)
     block = 1 << (n - 1).bit_length()
     plans.launch(key, (m,), (x, residual, weight, n, 1, n, 1, n, eps), {"BLOCK_SIZE": block})
     return x, residual

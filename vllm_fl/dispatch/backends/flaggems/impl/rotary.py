@@ -88,6 +88,74 @@ def rotary_embedding_inplace(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The eager variant: FlagGems' in-place rotary kernel on query and key."""
+    head_size = self.head_size
+    plans = _inplace_plans()
+    if (
+        plans is None
+        or key is None
+        or self.rotary_dim != head_size
+        or query.dim() != 2
+        or key.dim() != 2
+        or positions.dim() != 1
+        or query.stride(-1) != 1
+        or key.stride(-1) != 1
+        or query.device.index != torch.cuda.current_device()
+    ):
+        return _inplace_through_flag_gems(self, positions, query, key)
+    cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, head_size)
+    num_tokens = positions.shape[0]
+    if num_tokens == 0 or (
+        (query.data_ptr() | key.data_ptr() | cos.data_ptr() | sin.data_ptr() | positions.data_ptr())
+        & 15
+    ):
+        return _inplace_through_flag_gems(self, positions, query, key)
+    # query [tokens, heads * head_size] read as [tokens, heads, head_size] through its strides
+    q_row, k_row = query.stride(0), key.stride(0)
+    q_heads, k_heads = query.shape[1] // head_size, key.shape[1] // head_size
+    p_stride, cos_row = positions.stride(0), cos.stride(0)
+    layout = (
+        query.dtype,
+        key.dtype,
+        positions.dtype,
+        q_row,
+        k_row,
+        q_heads,
+        k_heads,
+        p_stride,
+        cos_row,
+        head_size,
+        cos.shape[0],
+        self.is_neox_style,
+        query.device.index,
+    )
+    args = (
+        query,
+        key,
+        cos,
+        sin,
+        positions,
+        q_row,
+        head_size,
+        1,
+        k_row,
+        head_size,
+        1,
+        p_stride,
+        cos_row,
+        cos_row,
+        None,  # seq_len: positions are given
+        q_heads,
+        k_heads,
+        head_size,
+        max(1 << (head_size - 1).bit_length(), 16),
+        not self.is_neox_style,
+    )
+    plans.launch(layout, (num_tokens,), args, {"MAX_POSITION_EMBEDDINGS": cos.shape[0]})
+    return query, key
+
+
+def _inplace_through_flag_gems(self, positions, query, key):
+    """``apply_rotary_pos_emb(..., inplace=True)`` where the release has it, else functional."""
     import flag_gems
 
     rope = flag_gems.apply_rotary_pos_emb
@@ -99,49 +167,5 @@ def rotary_embedding_inplace(
     num_tokens = positions.shape[0]
     q = query.view(num_tokens, -1, head_size)
     k = key.view(num_tokens, -1, head_size)
-    plans = _inplace_plans()
-    if plans is None or num_tokens == 0 or q.device.index != torch.cuda.current_device():
-        rope(q, k, cos, sin, positions, not self.is_neox_style, inplace=True)
-        return query, key
-    q_stride, k_stride = q.stride(), k.stride()
-    layout = (
-        q.dtype,
-        k.dtype,
-        cos.dtype,
-        positions.dtype,
-        q_stride,
-        k_stride,
-        positions.stride(0),
-        cos.stride(0),
-        q.shape[1],
-        k.shape[1],
-        head_size,
-        cos.shape[0],
-        self.is_neox_style,
-        q.device.index,
-        launch.aligned(q),
-        launch.aligned(k),
-        launch.aligned(cos),
-        launch.aligned(sin),
-        launch.aligned(positions),
-    )
-    args = (
-        q,
-        k,
-        cos,
-        sin,
-        positions,
-        *q_stride,
-        *k_stride,
-        positions.stride(0),
-        cos.stride(0),
-        sin.stride(0),
-        None,  # seq_len: positions are given
-        q.shape[1],
-        k.shape[1],
-        head_size,
-        max(1 << (head_size - 1).bit_length(), 16),
-        not self.is_neox_style,
-    )
-    plans.launch(layout, (num_tokens,), args, {"MAX_POSITION_EMBEDDINGS": cos.shape[0]})
+    rope(q, k, cos, sin, positions, not self.is_neox_style, inplace=True)
     return query, key
