@@ -1,0 +1,86 @@
+"""Launch plans of the FlagGems backend: the first call per layout goes through FlagGems' entry,
+later calls launch the compiled kernel with every parameter in signature order.
+
+The compiled kernel is a recording stand-in (no GPU here); the kernel signature is a real
+``triton.jit`` function. The GPU parity tests run every backend twice per layout on the real one.
+"""
+
+import pytest
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
+
+
+@triton.jit
+def _kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr = True):
+    pass
+
+
+class _Compiled:
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args: self.launches.append((grid, args))
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    plans = launch.KernelPlans(_kernel)
+    plans._plannable = True  # the calling convention of this Triton release is not the point
+    compiled = _Compiled()
+    first = []
+
+    def first_launch(grid, args, kwargs):
+        first.append((grid, args, kwargs))
+        return compiled, {"EVEN": False}
+
+    monkeypatch.setattr(plans, "_first_launch", first_launch)
+    return plans, compiled, first
+
+
+def test_first_call_per_layout_goes_through_the_entry(plans):
+    plans, compiled, first = plans
+    plans.launch("layout-a", (4,), ("x", "out", 7), {"BLOCK": 128})
+    assert len(first) == 1 and compiled.launches == []
+    plans.launch("layout-a", (5,), ("x2", "out2", 7), {"BLOCK": 128})
+    assert len(first) == 1
+    # constexprs after the positional arguments: given ones, then the entry's values
+    assert compiled.launches == [((5, 1, 1), ("x2", "out2", 7, 128, False))]
+    plans.launch("layout-b", (4,), ("x", "out", 9), {"BLOCK": 64})
+    assert len(first) == 2
+
+
+def test_grid_function_sees_the_constexprs(plans):
+    plans, compiled, _ = plans
+    grid = lambda meta: (3, 2 if meta["EVEN"] else 5)  # noqa: E731
+    plans.launch("k", grid, ("x", "out", 7), {"BLOCK": 128})
+    plans.launch("k", grid, ("x", "out", 7), {"BLOCK": 128})
+    assert compiled.launches[0][0] == (3, 5, 1)
+
+
+def test_plan_count_is_bounded(plans, monkeypatch):
+    plans, _, first = plans
+    monkeypatch.setattr(launch, "MAX_PLANS", 3)
+    for layout in range(5):
+        plans.launch(layout, (1,), ("x", "out", 7), {"BLOCK": 128})
+    assert len(plans._plans) <= 3
+    plans.launch(0, (1,), ("x", "out", 7), {"BLOCK": 128})
+    assert len(first) == 6  # forgotten when the table started over
+
+
+def test_missing_parameter_makes_no_plan(plans):
+    plans, compiled, first = plans
+    for _ in range(2):
+        plans.launch("k", (1,), ("x", "out", 7), {})  # BLOCK given nowhere
+    assert len(first) == 2 and compiled.launches == []
+
+
+def test_aligned():
+    import torch
+
+    base = torch.zeros(64, dtype=torch.uint8)
+    assert launch.aligned(base)
+    assert not launch.aligned(base, base[1:])
