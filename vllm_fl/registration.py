@@ -234,11 +234,6 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
     return replaced
 
 
-def replaced_classes() -> dict[str, str]:
-    """In-tree name -> "module:Class" of what this process registered (empty before)."""
-    return dict(_replaced)
-
-
 def resolve_ops() -> None:
     """Resolve every op through the dispatch manager now, before any model is traced."""
     from vllm_fl.dispatch import get_default_manager

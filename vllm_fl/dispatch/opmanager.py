@@ -39,7 +39,7 @@ def _on_policy_change() -> None:
 def _reselect(bindings: Sequence[Binding]) -> None:
     for b in bindings:
         try:
-            b.activate()
+            b.select()
         except Exception as exc:  # noqa: BLE001 - the next call reports it
             logger.debug("re-selection of op '%s' deferred: %s", b.op, exc)
 
@@ -179,10 +179,6 @@ class OpManager:
                 if b is None:
                     b = self._bindings[op_name] = Binding(op_name, self._get_self)
         return b
-
-    def get_callable(self, op_name: str) -> Callable[..., Any]:
-        """The op's trampoline: a stable function that always calls the current selection."""
-        return self._binding(op_name).fn
 
     def call(self, op_name: str, *args: Any, **kwargs: Any) -> Any:
         b = self._bindings.get(op_name) or self._binding(op_name)
