@@ -170,7 +170,7 @@ def fake_builtins(monkeypatch):
         )
         return ["fake"]
 
-    monkeypatch.setattr("vllm_fl.dispatch.builtin_ops.register_builtins", register)
+    monkeypatch.setattr("vllm_fl.dispatch.builtin_backends.register_builtins", register)
     monkeypatch.setattr("vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: [])
     d.reset_default_manager()
     yield

@@ -179,7 +179,7 @@ def test_flaggems_oplist_written_for_default_manager(
     clean_dispatch_env.setenv("FLAGGEMS_ENABLE_OPLIST_PATH", str(path))
     d.reset_global_policy()
     monkeypatch.setattr(
-        "vllm_fl.dispatch.builtin_ops.register_builtins", lambda reg, errors=None: []
+        "vllm_fl.dispatch.builtin_backends.register_builtins", lambda reg, errors=None: []
     )
     m = d.get_default_manager()
     m.registry.register_many(

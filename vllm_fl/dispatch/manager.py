@@ -57,7 +57,7 @@ def get_default_manager() -> OpManager:
         return m
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            from .builtin_ops import register_builtins
+            from .builtin_backends import register_builtins
             from .discovery import load_plugins
 
             cfg = get_config()
