@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from .config_loader import DispatchConfig, available_platforms, detect_platform, load_config
+from .config_loader import DispatchConfig, detect_platform, load_config
+from .values import available_platforms
 from .policy_state import (
     add_policy_listener,
     get_config,
