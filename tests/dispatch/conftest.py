@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, policy_state, settings
+from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, policy, settings
 from vllm_fl.dispatch.logger_manager import LOGGER_NAME
 from vllm_fl.dispatch.types import BackendImplKind
 
@@ -19,12 +19,12 @@ def clean_dispatch_env(monkeypatch):
     for var in DISPATCH_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VLLM_FL_PLATFORM", "cpu")
-    del policy_state._overrides[:]
-    policy_state.reset_global_policy()
+    del policy._overrides[:]
+    policy.reset_global_policy()
     yield monkeypatch
-    del policy_state._overrides[:]
+    del policy._overrides[:]
     monkeypatch.undo()
-    policy_state.reset_global_policy()
+    policy.reset_global_policy()
 
 
 @pytest.fixture

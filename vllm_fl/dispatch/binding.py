@@ -17,7 +17,7 @@ from .trampoline import build, same_key, signature_key, tracing_now
 from .types import DispatchError, OpImpl
 
 if TYPE_CHECKING:
-    from .manager import OpManager
+    from .op_manager import OpManager
 
 __all__ = ["Binding", "all_failed_error"]
 

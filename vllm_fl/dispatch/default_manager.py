@@ -15,13 +15,12 @@ from typing import Any, Callable
 
 from . import sync
 from .binding import Binding
-from .opmanager import OpManager
 from .name_checks import warn_unknown_names
+from .op_manager import OpManager
 from .policy import get_config, get_policy
 from .registry import OpRegistry
 
 __all__ = [
-    "OpManager",
     "dispatch_method",
     "get_default_manager",
     "reset_default_manager",
