@@ -9,6 +9,7 @@ import time
 import pytest
 
 import vllm_fl.dispatch as d
+import vllm_fl.dispatch.backends.flaggems  # noqa: F401 - subscribes the FlagGems op list writer
 from vllm_fl.dispatch import ConfigError, OpImpl, load_config
 
 

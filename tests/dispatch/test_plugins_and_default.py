@@ -7,6 +7,7 @@ import types
 import pytest
 
 import vllm_fl.dispatch as d
+import vllm_fl.dispatch.backends.flaggems  # noqa: F401 - subscribes the FlagGems op list writer
 from vllm_fl.dispatch import OpImpl, OpRegistry, discovery
 
 

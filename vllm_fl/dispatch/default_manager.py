@@ -16,7 +16,7 @@ from typing import Any, Callable
 from . import sync
 from .binding import Binding
 from .name_checks import warn_unknown_names
-from .op_manager import OpManager
+from .op_manager import OpManager, SelectionListener
 from .policy import get_config, get_policy
 from .registry import OpRegistry
 
@@ -28,6 +28,7 @@ __all__ = [
     "resolve_op",
     "call_method_op",
     "used_impls",
+    "on_default_selection",
 ]
 
 # --------------------------------------------------------------------------- default manager
@@ -36,6 +37,8 @@ __all__ = [
 _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: OpManager | None = None
 _DEFAULT_BINDINGS: dict[str, Binding] = {}
+# The selection listeners of the default manager, kept across reset_default_manager.
+_DEFAULT_SELECTION_LISTENERS: list[SelectionListener] = []
 
 
 def _reinit_default_lock() -> None:
@@ -67,7 +70,7 @@ def get_default_manager() -> OpManager:
             with sync.LOCK:
                 m._bindings = _DEFAULT_BINDINGS
                 m._get_self = get_default_manager
-                m._is_default = True
+                m._selection_listeners = _DEFAULT_SELECTION_LISTENERS
                 m._on_registry_change()
             _DEFAULT = m
         return _DEFAULT
@@ -82,9 +85,17 @@ def reset_default_manager() -> None:
             sync.bump_generation()  # a fallback of the old manager must not install its impl
             if old is not None:
                 old._bindings = {}
-                old._is_default = False
+                old._selection_listeners = []
             for b in _DEFAULT_BINDINGS.values():
                 b.invalidate(registry_changed=True)
+
+
+def on_default_selection(callback: SelectionListener) -> None:
+    """Call ``callback(manager)`` after every selection the default manager installs, also
+    once a reset built a new default manager (see ``OpManager.add_selection_listener``)."""
+    with sync.LOCK:
+        if callback not in _DEFAULT_SELECTION_LISTENERS:
+            _DEFAULT_SELECTION_LISTENERS.append(callback)
 
 
 def _default_binding(op_name: str) -> Binding:
