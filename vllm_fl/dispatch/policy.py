@@ -9,10 +9,10 @@ are told after every change, so it takes effect on the next call.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from typing import Any, Callable, Iterator
 
+from . import sync
 from .config_loader import DispatchConfig, load_config
 from .logger_manager import configure_logging
 from .selection import SelectionPolicy
@@ -46,7 +46,7 @@ def _reinit_lock_after_fork() -> None:
     _lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_reinit_lock_after_fork)
+sync.after_fork_in_child(_reinit_lock_after_fork)
 
 
 def add_policy_listener(callback: Callable[[], None]) -> None:
