@@ -199,10 +199,10 @@ class OpManager:
                 self._selection_listeners.append(callback)
 
     def impls_in_use(self) -> list[OpImpl]:
-        """The implementations selected now, for eager calls and for calls traced by
-        torch.compile."""
+        """The implementations selected now, for eager calls or for calls traced by
+        torch.compile (each once)."""
         with sync.LOCK:
-            return [*self._used.values(), *self._used_traced.values()]
+            return list(dict.fromkeys([*self._used.values(), *self._used_traced.values()]))
 
     def used_impls(self, traced: bool = False) -> dict[str, str]:
         """op -> impl id most recently selected for eager calls through this manager, or for

@@ -1,23 +1,14 @@
-"""Configuration: precedence, every variable of the reference, and clear errors."""
+"""Where settings come from: precedence (VLLM_FL_CONFIG > environment > platform YAML > defaults),
+every variable of the reference, and clear errors."""
 
 import json
 import logging
 
 import pytest
+from dispatch_helpers import cfg, user_file, write
 
-from vllm_fl.dispatch import ConfigError, SelectionPolicy, get_policy, load_config, oot_allowed
+from vllm_fl.dispatch import ConfigError, load_config
 from vllm_fl.dispatch import config_loader, values
-from vllm_fl.dispatch import policy as pol
-
-
-def cfg(**env):
-    return load_config({"VLLM_FL_PLATFORM": "cpu", **env})
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_text(text)
-    return str(p)
 
 
 def test_defaults():
@@ -91,9 +82,18 @@ def test_platform_autodetected_and_unknown(monkeypatch):
     assert c.sources["platform"] == "auto-detected"
     assert c.policy.deny_vendors == {"ascend"}  # from the shipped cuda.yaml
     with pytest.raises(
-        ConfigError, match=r"VLLM_FL_PLATFORM='tpu': unknown platform; allowed: auto, ascend, cpu, cuda"
+        ConfigError,
+        match=r"VLLM_FL_PLATFORM='tpu': unknown platform; allowed: auto, ascend, cpu, cuda",
     ):
         load_config({"VLLM_FL_PLATFORM": "tpu"})
+
+
+def test_platform_auto_accepted_by_the_dispatch_as_by_the_plugin(monkeypatch):
+    from vllm_fl.dispatch import config_loader
+
+    monkeypatch.setattr(config_loader, "detect_platform", lambda: "cpu")
+    c = load_config({"VLLM_FL_PLATFORM": "AUTO"})
+    assert c.platform == "cpu" and c.sources["platform"] == "auto-detected"
 
 
 def test_user_config_file_is_complete_override(tmp_path, caplog):
@@ -127,7 +127,8 @@ def test_user_config_missing_or_bad(tmp_path):
         cfg(VLLM_FL_CONFIG=bad)
     unknown = write(tmp_path, "u.yaml", "prefer: flagos\nprefered: vendor\n")
     with pytest.raises(
-        ConfigError, match=r"u.yaml:prefered: unknown key; allowed keys: prefer, compile_prefer, strict"
+        ConfigError,
+        match=r"u.yaml:prefered: unknown key; allowed keys: prefer, compile_prefer, strict",
     ):
         cfg(VLLM_FL_CONFIG=unknown)
     badval = write(tmp_path, "v.yaml", "prefer: gpu\n")
@@ -152,64 +153,9 @@ def test_user_config_missing_or_bad(tmp_path):
         cfg(VLLM_FL_CONFIG=strict)
 
 
-@pytest.mark.parametrize(
-    "env, match",
-    [
-        (
-            {"VLLM_FL_PREFER": "gpu"},
-            r"VLLM_FL_PREFER='gpu': invalid preference; allowed: flagos, vendor, reference",
-        ),
-        (
-            {"VLLM_FL_STRICT": "maybe"},
-            r"VLLM_FL_STRICT='maybe': invalid boolean; allowed: 1/0, true/false",
-        ),
-        ({"VLLM_FL_STRICT": "2"}, r"VLLM_FL_STRICT='2'"),
-        ({"VLLM_FL_PER_OP": "rms_norm"}, r"VLLM_FL_PER_OP='rms_norm': malformed entry 'rms_norm'"),
-        ({"VLLM_FL_PER_OP": "rms_norm="}, r"malformed entry"),
-        (
-            {"VLLM_FL_PER_OP": "rms_norm=vendor|cuda"},
-            r"VLLM_FL_PER_OP.rms_norm: invalid token 'cuda'; allowed:",
-        ),
-        ({"VLLM_FL_PER_OP": "a=flagos;a=vendor"}, r"op 'a' is listed twice"),
-        ({"VLLM_FL_PER_OP": "a=flagos||vendor"}, r"invalid token ''"),
-        ({"VLLM_FL_FLAGOS_WHITELIST": "a", "VLLM_FL_FLAGOS_BLACKLIST": "b"}, "mutually exclusive"),
-        (
-            {"VLLM_FL_OOT_WHITELIST": "a", "VLLM_FL_OOT_BLACKLIST": "b"},
-            "VLLM_FL_OOT_WHITELIST='a' and VLLM_FL_OOT_BLACKLIST='b' are mutually exclusive",
-        ),
-        (
-            {"USE_FLAGGEMS": "maybe"},
-            r"USE_FLAGGEMS='maybe': invalid boolean; allowed: 1/0, true/false",
-        ),
-        ({"VLLM_FL_PREFER_ENABLED": "nah"}, r"VLLM_FL_PREFER_ENABLED='nah'"),
-        ({"VLLM_FL_OOT_ENABLED": "x"}, r"VLLM_FL_OOT_ENABLED='x'"),
-        ({"VLLM_FL_DISPATCH_DEBUG": "x"}, r"VLLM_FL_DISPATCH_DEBUG='x'"),
-        (
-            {"VLLM_FL_LOG_LEVEL": "LOUD"},
-            r"VLLM_FL_LOG_LEVEL='LOUD': invalid log level; allowed: DEBUG, INFO, WARNING, ERROR",
-        ),
-        ({"VLLM_FL_ALLOW_VENDORS": "cu da"}, r"VLLM_FL_ALLOW_VENDORS: invalid vendor name 'cu da'"),
-        (
-            {"VLLM_FL_PLUGIN_MODULES": "good.mod,bad-mod"},
-            r"VLLM_FL_PLUGIN_MODULES='good.mod,bad-mod': 'bad-mod' is not a module name",
-        ),
-        (
-            {"VLLM_FL_OP_CONFIG": "/nonexistent.json"},
-            r"VLLM_FL_OP_CONFIG='/nonexistent.json': file not found",
-        ),
-        (
-            {"FLAGCX_PATH": "/nonexistent/flagcx"},
-            r"FLAGCX_PATH='/nonexistent/flagcx': not an existing directory",
-        ),
-        (
-            {"FLAGGEMS_ENABLE_OPLIST_PATH": "/nonexistent/dir/ops.txt"},
-            r"FLAGGEMS_ENABLE_OPLIST_PATH='/nonexistent/dir/ops.txt': directory '/nonexistent/dir' does not exist",
-        ),
-    ],
-)
-def test_bad_env_values_name_source_value_and_allowed(env, match):
-    with pytest.raises(ConfigError, match=match):
-        cfg(**env)
+def test_explicit_empty_mapping_means_built_in_defaults(tmp_path):
+    p = user_file(tmp_path, "{}\n").policy
+    assert p.prefer == "flagos" and p.sources["prefer"] == "default"
 
 
 def test_op_config_json(tmp_path, caplog):
@@ -243,44 +189,47 @@ def test_process_settings(tmp_path):
     assert cfg(VLLM_FL_DISPATCH_DEBUG="1").log_level == logging.DEBUG
 
 
-def test_log_level_applies_to_dispatch_logger(clean_dispatch_env):
-    clean_dispatch_env.setenv("VLLM_FL_LOG_LEVEL", "ERROR")
-    pol.reset_global_policy()
-    assert logging.getLogger("vllm_fl.dispatch").level == logging.ERROR
-    clean_dispatch_env.setenv("VLLM_FL_LOG_LEVEL", "bogus")
-    with pytest.raises(ConfigError, match="VLLM_FL_LOG_LEVEL='bogus'"):
-        pol.reset_global_policy()
+# --------------------------------------------------------------------------- compile_prefer
 
 
-def test_oot_allowed():
-    assert cfg().policy.oot_allowed("RMSNorm", "rms_norm")
-    p = cfg(VLLM_FL_OOT_BLACKLIST="rms_norm").policy
-    assert not p.oot_allowed("RMSNorm", "rms_norm") and p.oot_allowed("SiluAndMul", "silu_and_mul")
-    p = cfg(VLLM_FL_OOT_WHITELIST="SiluAndMul").policy
-    assert p.oot_allowed("SiluAndMul") and not p.oot_allowed("RMSNorm", "rms_norm")
-    assert not cfg(VLLM_FL_OOT_ENABLED="0").policy.oot_allowed("RMSNorm")
-    assert not cfg(VLLM_FL_PREFER_ENABLED="false").policy.oot_allowed("RMSNorm")
+def test_compile_prefer_defaults_to_prefer_and_is_read_from_env_and_files(tmp_path):
+    p = cfg().policy
+    assert p.compile_prefer is None and not p.splits_traced
+    assert p.order_for("op", traced=True) == p.order_for("op")
+    p = cfg(VLLM_FL_PREFER="vendor", VLLM_FL_COMPILE_PREFER="Reference").policy
+    assert (p.prefer, p.compile_prefer, p.splits_traced) == ("vendor", "reference", True)
+    assert p.order_for("op", traced=True)[0][0] == "reference"
+    assert p.sources["compile_prefer"] == "env VLLM_FL_COMPILE_PREFER"
+    f = tmp_path / "c.yaml"
+    f.write_text("prefer: flagos\ncompile_prefer: vendor\n")
+    p = cfg(VLLM_FL_CONFIG=str(f)).policy
+    assert (p.prefer, p.compile_prefer) == ("flagos", "vendor")
 
 
-def test_global_oot_allowed_and_reset_rereads_env(clean_dispatch_env):
-    assert oot_allowed("RMSNorm")
-    clean_dispatch_env.setenv("VLLM_FL_OOT_BLACKLIST", "RMSNorm")
-    assert oot_allowed("RMSNorm")  # read once
-    pol.reset_global_policy()
-    assert (
-        not oot_allowed("RMSNorm")
-        and get_policy().sources["oot_blacklist"] == "env VLLM_FL_OOT_BLACKLIST"
-    )
+def test_env_prefer_applies_under_compile_unless_compile_prefer_is_set_too():
+    shipped = cfg(VLLM_FL_PLATFORM="cuda").policy
+    assert (shipped.prefer, shipped.compile_prefer) == ("vendor", "reference")
+    p = cfg(VLLM_FL_PLATFORM="cuda", VLLM_FL_PREFER="flagos").policy
+    assert (p.prefer, p.compile_prefer, p.splits_traced) == ("flagos", None, False)
+    assert p.sources["compile_prefer"] == "env VLLM_FL_PREFER"
+    p = cfg(VLLM_FL_PLATFORM="cuda", VLLM_FL_PREFER="flagos", VLLM_FL_COMPILE_PREFER="vendor")
+    assert (p.policy.prefer, p.policy.compile_prefer) == ("flagos", "vendor")
 
 
-def test_selection_policy_from_dict_validates():
-    with pytest.raises(ConfigError, match=r"SelectionPolicy.from_dict:prefer='x'"):
-        SelectionPolicy.from_dict(prefer="x")
-    with pytest.raises(ConfigError, match=r"per_op_order.op: invalid token 'bogus'"):
-        SelectionPolicy.from_dict(per_op_order={"op": ["bogus"]})
-    with pytest.raises(ConfigError, match="unknown setting"):
-        SelectionPolicy.from_dict(prefered="vendor")
-    p = SelectionPolicy.from_dict(per_op_order={"op": "Vendor:CUDA|impl:My.Impl"})
-    assert p.per_op_order["op"] == ("vendor:cuda", "impl:my.impl")
-    q = p.replace(strict=True)
-    assert q.strict and q.per_op_order == p.per_op_order and q.sources["strict"] == "runtime"
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"VLLM_FL_COMPILE_PREFER": "inductor"}, "VLLM_FL_COMPILE_PREFER='inductor': invalid"),
+    ],
+)
+def test_invalid_compile_prefer_names_source_value_and_choices(env, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        cfg(**env)
+    assert "flagos, vendor, reference" in str(info.value)
+
+
+def test_invalid_compile_prefer_in_file_names_file_and_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("compile_prefer: fastest\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:compile_prefer='fastest': invalid"):
+        cfg(VLLM_FL_CONFIG=str(f))
