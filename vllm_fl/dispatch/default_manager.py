@@ -1,4 +1,5 @@
-"""The process-wide default manager and the ways to call an op through it or any manager.
+"""The process-wide default manager (and who hears of its selections), and the ways to call an op
+through it or any manager.
 
 Hot path: each op has one trampoline (``trampoline``) installed by its ``Binding`` (``binding``);
 ``dispatch_method`` puts it on the layer class as a plain function, so ``layer.forward_oot(x)``
