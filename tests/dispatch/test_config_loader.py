@@ -119,38 +119,43 @@ def test_user_config_file_is_complete_override(tmp_path, caplog):
     assert "ignoring VLLM_FL_PREFER, VLLM_FL_FLAGOS_BLACKLIST" in caplog.text
 
 
-def test_user_config_missing_or_bad(tmp_path):
+def test_user_config_missing():
     with pytest.raises(ConfigError, match="VLLM_FL_CONFIG='/nonexistent/x.yaml': file not found"):
         cfg(VLLM_FL_CONFIG="/nonexistent/x.yaml")
-    bad = write(tmp_path, "bad.yaml", "prefer: [unclosed\n")
-    with pytest.raises(ConfigError, match="invalid YAML"):
-        cfg(VLLM_FL_CONFIG=bad)
-    unknown = write(tmp_path, "u.yaml", "prefer: flagos\nprefered: vendor\n")
-    with pytest.raises(
-        ConfigError,
-        match=r"u.yaml:prefered: unknown key; allowed keys: prefer, compile_prefer, strict",
-    ):
-        cfg(VLLM_FL_CONFIG=unknown)
-    badval = write(tmp_path, "v.yaml", "prefer: gpu\n")
-    with pytest.raises(
-        ConfigError,
-        match=r"v.yaml:prefer='gpu': invalid preference; allowed: flagos, vendor, reference",
-    ):
-        cfg(VLLM_FL_CONFIG=badval)
-    badtok = write(tmp_path, "t.yaml", "op_backends:\n  rms_norm: [vendor, triton]\n")
-    with pytest.raises(
-        ConfigError,
-        match=r"t.yaml:op_backends.rms_norm: invalid token 'triton'; allowed: flagos, reference, vendor, vendor:<name>, impl:<impl_id>",
-    ):
-        cfg(VLLM_FL_CONFIG=badtok)
-    both = write(tmp_path, "b.yaml", "flagos_whitelist: [a]\nflagos_blacklist: [b]\n")
-    with pytest.raises(
-        ConfigError, match="flagos_whitelist and flagos_blacklist are mutually exclusive"
-    ):
-        cfg(VLLM_FL_CONFIG=both)
-    strict = write(tmp_path, "s.yaml", "strict: maybe\n")
-    with pytest.raises(ConfigError, match=r"s.yaml:strict='maybe': invalid boolean"):
-        cfg(VLLM_FL_CONFIG=strict)
+
+
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("bad.yaml", "prefer: [unclosed\n", "invalid YAML"),
+        (
+            "u.yaml",
+            "prefer: flagos\nprefered: vendor\n",
+            r"u.yaml:prefered: unknown key; allowed keys: prefer, compile_prefer, strict",
+        ),
+        (
+            "v.yaml",
+            "prefer: gpu\n",
+            r"v.yaml:prefer='gpu': invalid preference; allowed: flagos, vendor, reference",
+        ),
+        (
+            "t.yaml",
+            "op_backends:\n  rms_norm: [vendor, triton]\n",
+            r"t.yaml:op_backends.rms_norm: invalid token 'triton'; allowed: flagos, reference, "
+            r"vendor, vendor:<name>, impl:<impl_id>",
+        ),
+        (
+            "b.yaml",
+            "flagos_whitelist: [a]\nflagos_blacklist: [b]\n",
+            "flagos_whitelist and flagos_blacklist are mutually exclusive",
+        ),
+        ("s.yaml", "strict: maybe\n", r"s.yaml:strict='maybe': invalid boolean"),
+    ],
+    ids=["syntax", "unknown-key", "bad-value", "bad-token", "white-and-black", "bad-bool"],
+)
+def test_user_config_bad(tmp_path, name, text, match):
+    with pytest.raises(ConfigError, match=match):
+        user_file(tmp_path, text, name)
 
 
 def test_explicit_empty_mapping_means_built_in_defaults(tmp_path):
