@@ -76,7 +76,7 @@ def install(policy=None) -> dict[str, list[str]]:
         from vllm_fl.dispatch.policy import get_policy
 
         policy = get_policy()
-    if not (policy.enabled and policy.oot_enabled):
+    if not policy.oot_active:
         return {}
     newly: list[str] = []
     for op_name in _functions():

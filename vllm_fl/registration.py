@@ -68,7 +68,7 @@ def configure_logging() -> None:
 
 def _describe(policy) -> str:
     sources = getattr(policy, "sources", {}) or {}
-    if not (policy.enabled and policy.oot_enabled):
+    if not policy.oot_active:
         key = "enabled" if not policy.enabled else "oot_enabled"
         return sources.get(key, key)
     key = "oot_whitelist" if policy.oot_whitelist is not None else "oot_blacklist"
@@ -124,7 +124,7 @@ def op_name_of(in_tree_cls: type) -> str:
 def allowed_classes(policy=None) -> dict[str, type]:
     """In-tree name -> the generated class the policy lets replace it (checked, not registered)."""
     policy = policy or current_policy()
-    if not (policy.enabled and policy.oot_enabled):
+    if not policy.oot_active:
         return {}
     allowed: dict[str, type] = {}
     for in_tree_name, target in _oot_classes().items():
@@ -200,7 +200,7 @@ def register_oot_classes(policy=None) -> dict[str, str]:
     for in_tree_name, other in foreign:
         _log_foreign(in_tree_name, other)
     if first:
-        if not (policy.enabled and policy.oot_enabled):
+        if not policy.oot_active:
             logger.info("vllm_fl: OOT layer replacement disabled (%s)", _describe(policy))
         else:
             logger.info(
@@ -232,11 +232,6 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
         apply_custom_ops_default(vllm_config.compilation_config, op_names)
     resolve_ops()
     return replaced
-
-
-def replaced_classes() -> dict[str, str]:
-    """In-tree name -> "module:Class" of what this process registered (empty before)."""
-    return dict(_replaced)
 
 
 def resolve_ops() -> None:

@@ -1,15 +1,18 @@
 """Every dispatch test starts from a clean environment (no dispatch variables set, built-in
-defaults, no policy override) and leaves the process-wide state as it found it."""
+defaults, no policy override) and leaves the process-wide state as it found it; fixtures for the
+default manager and plugins. Plain helpers are in ``dispatch_helpers``."""
 
 from __future__ import annotations
 
 import logging
+import sys
+import types
 
 import pytest
 
-from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, policy_state, settings
+import vllm_fl.dispatch as d
+from vllm_fl.dispatch import OpImpl, discovery, policy, settings
 from vllm_fl.dispatch.logger_manager import LOGGER_NAME
-from vllm_fl.dispatch.types import BackendImplKind
 
 DISPATCH_ENV = tuple(settings.ENV_VARS)
 
@@ -19,12 +22,12 @@ def clean_dispatch_env(monkeypatch):
     for var in DISPATCH_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VLLM_FL_PLATFORM", "cpu")
-    del policy_state._overrides[:]
-    policy_state.reset_global_policy()
+    del policy._overrides[:]
+    policy.reset_global_policy()
     yield monkeypatch
-    del policy_state._overrides[:]
+    del policy._overrides[:]
     monkeypatch.undo()
-    policy_state.reset_global_policy()
+    policy.reset_global_policy()
 
 
 @pytest.fixture
@@ -33,29 +36,48 @@ def caplog_dispatch(caplog):
     return caplog
 
 
-def make_impl(op, impl_id, kind, fn, vendor=None, priority=None, available=None):
-    return OpImpl(op, impl_id, kind, fn, vendor=vendor, priority=priority, available=available)
+@pytest.fixture
+def fake_builtins(monkeypatch):
+    """A default manager whose built-ins are one flagos, one cuda and one reference impl."""
+
+    def register(reg, errors=None):
+        reg.register_many(
+            [
+                OpImpl("rms_norm", "default.flagos", "flagos", lambda x: x),
+                OpImpl("rms_norm", "vendor.cuda", "vendor", lambda x: x, vendor="cuda"),
+                OpImpl("rms_norm", "reference.torch", "reference", lambda x: x),
+            ]
+        )
+        return ["fake"]
+
+    monkeypatch.setattr("vllm_fl.dispatch.builtin_backends.register_builtins", register)
+    monkeypatch.setattr("vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: [])
+    d.reset_default_manager()
+    yield
+    d.reset_default_manager()
 
 
 @pytest.fixture
-def three_backends():
-    """A registry with flagos, vendor:cuda and reference impls of a layer op `norm` that record
-    which one ran; returns (manager, registry, calls)."""
-    calls: list[str] = []
+def no_entry_points(monkeypatch):
+    monkeypatch.setattr(discovery.metadata, "entry_points", lambda group: [])
 
-    def mk(tag):
-        def norm(self, x, residual=None):
-            calls.append(tag)
-            return (tag, x, residual)
 
-        return norm
+@pytest.fixture
+def fresh_default():
+    d.reset_default_manager()
+    yield
+    d.reset_default_manager()
 
-    reg = OpRegistry()
-    reg.register_many(
-        [
-            make_impl("norm", "default.flagos", BackendImplKind.DEFAULT, mk("flagos")),
-            make_impl("norm", "vendor.cuda", "vendor", mk("cuda"), vendor="cuda"),
-            make_impl("norm", "reference.torch", "reference", mk("reference")),
-        ]
-    )
-    return OpManager(registry=reg), reg, calls
+
+@pytest.fixture
+def plugin_module(monkeypatch):
+    """A module name -> a fresh module in sys.modules with the given attributes."""
+
+    def make(name: str, **attrs):
+        mod = types.ModuleType(name)
+        for k, v in attrs.items():
+            setattr(mod, k, v)
+        monkeypatch.setitem(sys.modules, name, mod)
+        return name
+
+    return make

@@ -1,42 +1,80 @@
-"""Selection order: allow/deny -> availability -> per-op tokens or prefer's order -> priority."""
+"""SelectionPolicy: validated whatever the entry point, and the order it gives: allow/deny ->
+availability -> per-op tokens or prefer's order -> priority."""
+
+import dataclasses
 
 import pytest
+from dispatch_helpers import ALL, candidates, cfg, impl, manager, order, vendor_manager
 
-from vllm_fl.dispatch import (
-    DispatchError,
-    OpImpl,
-    OpManager,
-    OpRegistry,
-    SelectionPolicy,
-    policy_context,
-    set_global_policy,
-)
+from vllm_fl.dispatch import ConfigError, SelectionPolicy, policy_context
 
 
-def fn(self, x):
-    return x
+def test_constructor_rejects_invalid_preference():
+    with pytest.raises(
+        ConfigError,
+        match=r"SelectionPolicy:prefer='invalid': invalid preference; allowed: flagos, vendor, "
+        r"reference",
+    ):
+        SelectionPolicy(prefer="invalid")
+    with pytest.raises(ConfigError, match=r"SelectionPolicy:compile_prefer='gpu'"):
+        SelectionPolicy(compile_prefer="gpu")
 
 
-def impl(impl_id, kind, vendor=None, priority=None, available=None, op="op"):
-    return OpImpl(op, impl_id, kind, fn, vendor=vendor, priority=priority, available=available)
+def test_constructor_parses_booleans_like_the_environment():
+    assert SelectionPolicy(strict="false").strict is False
+    assert SelectionPolicy(strict="1").strict is True
+    assert SelectionPolicy(use_flaggems="off").use_flaggems is False
+    with pytest.raises(ConfigError, match=r"SelectionPolicy:strict='maybe': invalid boolean"):
+        SelectionPolicy(strict="maybe")
+    with pytest.raises(ConfigError, match=r"SelectionPolicy:enabled=2"):
+        SelectionPolicy(enabled=2)
 
 
-def manager(*impls):
-    reg = OpRegistry()
-    reg.register_many(impls)
-    return OpManager(registry=reg)
+def test_constructor_lower_cases_vendor_names_so_they_match():
+    p = SelectionPolicy(deny_vendors={"AMD"})
+    assert p.deny_vendors == frozenset({"amd"})
+    m = vendor_manager("amd", "cuda")
+    with policy_context(p):
+        assert candidates(m) == ["vendor.cuda", "reference.torch"]
+    with policy_context(SelectionPolicy(allow_vendors=["CUDA"])):
+        assert candidates(m) == ["vendor.cuda", "reference.torch"]
 
 
-ALL = lambda: [  # noqa: E731
-    impl("default.flagos", "flagos"),
-    impl("vendor.cuda", "vendor", "cuda"),
-    impl("vendor.ascend", "vendor", "ascend"),
-    impl("reference.torch", "reference"),
-]
+def test_constructor_normalises_lists_tokens_and_rejects_conflicts():
+    p = SelectionPolicy(per_op_order={"op": "Vendor:CUDA|Reference"}, flagos_blacklist="MM, zeros")
+    assert dict(p.per_op_order) == {"op": ("vendor:cuda", "reference")}
+    assert p.flagos_blacklist == frozenset({"mm", "zeros"})
+    with pytest.raises(ConfigError, match=r"SelectionPolicy:per_op_order.op: invalid token 'gpu'"):
+        SelectionPolicy(per_op_order={"op": ["gpu"]})
+    with pytest.raises(ConfigError, match="flagos_whitelist and flagos_blacklist are mutually"):
+        SelectionPolicy(flagos_whitelist=["a"], flagos_blacklist=["b"])
+    with pytest.raises(ConfigError, match=r"SelectionPolicy:deny_vendors: invalid vendor name"):
+        SelectionPolicy(deny_vendors=["cu da"])
 
 
-def order(m, op="op"):
-    return [i.impl_id for i in m.resolve_candidates(op)]
+def test_replace_and_dataclasses_replace_validate():
+    p = SelectionPolicy()
+    with pytest.raises(ConfigError, match="prefer='bogus'"):
+        dataclasses.replace(p, prefer="bogus")
+    with pytest.raises(ConfigError, match="prefer='bogus'"):
+        p.replace(prefer="bogus")
+    assert p.replace(strict="yes").strict is True
+
+
+def test_selection_policy_from_dict_validates():
+    with pytest.raises(ConfigError, match=r"SelectionPolicy.from_dict:prefer='x'"):
+        SelectionPolicy.from_dict(prefer="x")
+    with pytest.raises(ConfigError, match=r"per_op_order.op: invalid token 'bogus'"):
+        SelectionPolicy.from_dict(per_op_order={"op": ["bogus"]})
+    with pytest.raises(ConfigError, match="unknown setting"):
+        SelectionPolicy.from_dict(prefered="vendor")
+    p = SelectionPolicy.from_dict(per_op_order={"op": "Vendor:CUDA|impl:My.Impl"})
+    assert p.per_op_order["op"] == ("vendor:cuda", "impl:my.impl")
+    q = p.replace(strict=True)
+    assert q.strict and q.per_op_order == p.per_op_order and q.sources["strict"] == "runtime"
+
+
+# --------------------------------------------------------------------------- order
 
 
 @pytest.mark.parametrize(
@@ -102,36 +140,6 @@ def test_vendor_allow_and_deny():
         assert order(m) == ["default.flagos", "reference.torch"]
 
 
-def test_with_helpers():
-    from vllm_fl.dispatch import with_allowed_vendors, with_denied_vendors, with_preference
-
-    m = manager(*ALL())
-    with with_preference("reference"):
-        assert order(m)[0] == "reference.torch"
-        with with_denied_vendors("cuda"):
-            assert order(m) == ["reference.torch", "default.flagos", "vendor.ascend"]
-    with with_allowed_vendors("cuda"):
-        assert "vendor.ascend" not in order(m)
-    assert order(m)[0] == "default.flagos"
-
-
-def test_unavailable_skipped_with_reason():
-    class P:
-        reason = "no 'cuda' device"
-
-        def __call__(self):
-            return False
-
-    m = manager(
-        impl("default.flagos", "flagos", available=P()), impl("reference.torch", "reference")
-    )
-    assert order(m) == ["reference.torch"]
-    _, rejected = m.evaluate("op")
-    assert [(i.impl_id, why) for i, why in rejected] == [
-        ("default.flagos", "unavailable: no 'cuda' device")
-    ]
-
-
 def test_flagos_blacklist_whitelist_and_use_flaggems(clean_dispatch_env):
     from vllm_fl.dispatch import reset_global_policy
 
@@ -158,35 +166,14 @@ def test_flagos_blacklist_whitelist_and_use_flaggems(clean_dispatch_env):
         assert "reference.torch" in order(m)
 
 
-def test_no_candidates_error_names_every_reason():
-    m = manager(
-        impl("default.flagos", "flagos", available=lambda: False),
-        impl("vendor.cuda", "vendor", "cuda"),
-    )
-    with policy_context(SelectionPolicy.from_dict(deny_vendors=["cuda"])):
-        with pytest.raises(DispatchError) as ei:
-            m.resolve("op")
-    msg = str(ei.value)
-    assert "Op 'op': no implementation can run" in msg
-    assert "'default.flagos' unavailable: available() returned False" in msg
-    assert "'vendor.cuda' excluded: vendor 'cuda' in deny_vendors" in msg
-    with pytest.raises(
-        DispatchError, match="no implementation registered for op 'nope'; registered ops: op"
-    ):
-        m.resolve("nope")
+# --------------------------------------------------------------------------- OOT classes
 
 
-def test_manager_over_exactly_its_registry():
-    m = manager(impl("reference.torch", "reference"))
-    assert m.registry.list_operators() == ["op"]
-    assert OpManager().registry.list_operators() == []
-    assert m.resolve("op") is fn
-
-
-def test_set_global_policy_returns_previous():
-    p = SelectionPolicy.from_dict(prefer="reference")
-    old = set_global_policy(p)
-    try:
-        assert order(manager(*ALL()))[0] == "reference.torch"
-    finally:
-        set_global_policy(old)
+def test_oot_allowed():
+    assert cfg().policy.oot_allowed("RMSNorm", "rms_norm")
+    p = cfg(VLLM_FL_OOT_BLACKLIST="rms_norm").policy
+    assert not p.oot_allowed("RMSNorm", "rms_norm") and p.oot_allowed("SiluAndMul", "silu_and_mul")
+    p = cfg(VLLM_FL_OOT_WHITELIST="SiluAndMul").policy
+    assert p.oot_allowed("SiluAndMul") and not p.oot_allowed("RMSNorm", "rms_norm")
+    assert not cfg(VLLM_FL_OOT_ENABLED="0").policy.oot_allowed("RMSNorm")
+    assert not cfg(VLLM_FL_PREFER_ENABLED="false").policy.oot_allowed("RMSNorm")

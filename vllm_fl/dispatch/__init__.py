@@ -1,10 +1,30 @@
 """Run-time dispatch of operators between FlagGems (``flagos``), vendor kernels (``vendor``) and a
 PyTorch reference (``reference``). Importing this package imports neither vLLM, FlagGems nor
-torch_npu."""
+torch_npu.
+
+The modules, one job each, in the order a call meets them:
+
+- ``types``: ``OpImpl`` (one implementation of one op), its kinds and priorities, the errors;
+- ``registry``: ``OpRegistry``, op -> implementations; ``availability``: ``Probe`` checks;
+- ``builtin_backends`` and ``discovery``: the built-in backends and the plugins registering;
+- ``values``: one parser per kind of setting value; ``settings``: the table of every setting;
+- ``config_files``: hardened YAML/JSON reading; ``config_loader``: the sources of settings and
+  their precedence (``load_config``); ``name_lists``: the white/black list rules;
+- ``selection``: ``SelectionPolicy``, what may run and in which order;
+- ``policy``: the process-wide configuration and current policy, ``policy_context`` and the
+  ``with_*`` helpers; ``name_checks``: names in the policy the registry does not know;
+- ``op_manager``: ``OpManager``, an op's candidates (cached) and failed implementations;
+- ``trampoline``: the code of an op's dispatch function; ``binding``: one op's trampoline and
+  what it calls (resolution, installation, fallback); ``sync``: the lock and the generation;
+- ``default_manager``: the process-wide manager, ``call_op`` and ``dispatch_method``;
+- ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
+- ``opaque``: runtime helpers of the generated ``register_ops`` of opaque backends;
+- ``logger_manager``: the dispatch logger.
+"""
 
 from .availability import Probe
-from .manager import (
-    OpManager,
+from .config_loader import DispatchConfig, load_config
+from .default_manager import (
     call_method_op,
     call_op,
     dispatch_method,
@@ -14,11 +34,8 @@ from .manager import (
     used_impls,
 )
 from .policy import (
-    DispatchConfig,
-    SelectionPolicy,
     get_config,
     get_policy,
-    load_config,
     oot_allowed,
     policy_context,
     reset_global_policy,
@@ -28,7 +45,9 @@ from .policy import (
     with_preference,
     with_strict_mode,
 )
+from .op_manager import OpManager
 from .registry import OpRegistry
+from .selection import SelectionPolicy
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
 __all__ = [

@@ -17,7 +17,7 @@ from .trampoline import build, same_key, signature_key, tracing_now
 from .types import DispatchError, OpImpl
 
 if TYPE_CHECKING:
-    from .manager import OpManager
+    from .op_manager import OpManager
 
 __all__ = ["Binding", "all_failed_error"]
 
@@ -47,11 +47,6 @@ class Binding:
 
     def _set(self, name: str, value: Any) -> None:
         self._cells[name].cell_contents = value
-
-    def current(self, traced: bool = False) -> Callable[..., Any]:
-        """What the trampoline calls now (eager, or traced by torch.compile): the selected impl,
-        or the resolver."""
-        return self._cells["_traced" if traced and self._split else "_impl"].cell_contents
 
     # -- state changes (under sync.LOCK) -----------------------------------------------------
 
@@ -101,10 +96,6 @@ class Binding:
             setattr(owner, name, self.fn)
 
     # -- resolution --------------------------------------------------------------------------
-
-    def activate(self) -> None:
-        """Resolve and install the selected impls (unless another thread just did)."""
-        self.select()
 
     def select(self, traced: bool = False) -> tuple[OpImpl, bool]:
         """(the impl for an eager call, or one traced by torch.compile; strict mode).

@@ -4,8 +4,8 @@ Precedence (highest first): the ``VLLM_FL_CONFIG`` file (a complete override of 
 setting; a missing, empty or invalid file is an error) > individual environment variables > the
 platform YAML (``config/<platform>.yaml``) > built-in defaults. Process settings come from the
 environment only. An environment list replaces the list below it, it never merges; a whitelist
-and the blacklist of its family count as one setting, so a whitelist from the environment also
-replaces a blacklist from the platform file.
+and the blacklist of its family count as one setting (``name_lists``), so a whitelist from the
+environment also replaces a blacklist from the platform file.
 """
 
 from __future__ import annotations
@@ -18,24 +18,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from . import values
+from . import name_lists, values
 from .config_files import read_yaml_mapping
 from .logger_manager import get_logger
 from .selection import SelectionPolicy
-from .settings import (
-    BY_FILE_KEY,
-    FILE_KEYS,
-    LIST_FAMILIES,
-    SELECTION_ENV,
-    SETTINGS,
-    env_value,
-)
+from .settings import BY_FILE_KEY, FILE_KEYS, SELECTION_ENV, SETTINGS, env_value, parse_env
 from .types import ConfigError
 
-__all__ = ["DispatchConfig", "load_config", "detect_platform", "available_platforms"]
+__all__ = ["DispatchConfig", "load_config", "detect_platform"]
 
 logger = get_logger()
-available_platforms = values.available_platforms
 
 
 @dataclass(frozen=True)
@@ -78,8 +70,9 @@ def detect_platform() -> str:
     return "cpu"
 
 
-class _Layer:
-    """Settings from one source: ``values`` (already parsed) and each one's source."""
+class _SourceSettings:
+    """The settings one source gives (the environment, one YAML file): ``values``, parsed, and
+    ``sources``, each one's source as ``explain`` shows it."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
@@ -90,24 +83,22 @@ class _Layer:
         self.sources[name] = source
 
 
-def _file_layer(data: Mapping[str, Any], path: Path, label: str) -> _Layer:
+def _from_file(data: Mapping[str, Any], path: Path, label: str) -> _SourceSettings:
     unknown = [k for k in data if k not in BY_FILE_KEY]
     if unknown:
         raise ConfigError(
             f"{path}:{unknown[0]}: unknown key; allowed keys: {', '.join(FILE_KEYS)}"
         )
-    for wl, bl in LIST_FAMILIES.values():
-        if wl in data and bl in data:
-            raise ConfigError(f"{path}: {wl} and {bl} are mutually exclusive; keep one")
-    layer = _Layer()
+    name_lists.check_exclusive(data.__contains__, f"{path}: ")
+    out = _SourceSettings()
     for key, value in data.items():
         setting = BY_FILE_KEY[key]
-        layer.set(setting.name, setting.parse(value, f"{path}:{key}"), f"{label} {path}")
-    return layer
+        out.set(setting.name, setting.parse(value, f"{path}:{key}"), f"{label} {path}")
+    return out
 
 
-def _env_layer(env: Mapping[str, str]) -> _Layer:
-    layer = _Layer()
+def _from_env(env: Mapping[str, str]) -> _SourceSettings:
+    out = _SourceSettings()
     raws: dict[str, tuple[str, str]] = {}  # setting -> (variable, raw value)
     for setting in SETTINGS:
         if setting.scope != "selection":
@@ -121,35 +112,31 @@ def _env_layer(env: Mapping[str, str]) -> _Layer:
                 "%s=%r is overridden by %s (higher precedence)", other.name, other_raw, var.name
             )
         raws[setting.name] = (var.name, raw)
-    for wl, bl in LIST_FAMILIES.values():
-        if wl in raws and bl in raws:
-            (wv, wr), (bv, br) = raws[wl], raws[bl]
-            raise ConfigError(f"{wv}={wr!r} and {bv}={br!r} are mutually exclusive; set only one")
+    name_lists.check_exclusive(
+        raws.__contains__, label=lambda name: f"{raws[name][0]}={raws[name][1]!r}"
+    )
     for setting in SETTINGS:
         if setting.name in raws:
             name, raw = raws[setting.name]
             var = next(e for e in setting.env if e.name == name)
-            value = var.read(raw, name) if var.read is not None else raw
-            layer.set(setting.name, setting.parse(value, name), var.label(raw))
-    if "prefer" in layer.values and "compile_prefer" not in layer.values:
+            out.set(setting.name, parse_env(name, raw), var.label(raw))
+    if "prefer" in out.values and "compile_prefer" not in out.values:
         # A preference chosen in the environment means that backend, compiled or not; a
         # platform file's compile_prefer must not quietly override it under torch.compile.
-        layer.set("compile_prefer", None, layer.sources["prefer"])
-    return layer
+        out.set("compile_prefer", None, out.sources["prefer"])
+    return out
 
 
-def _merge(layers: Sequence[_Layer]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Highest-precedence layer first. White/black lists of one family are one setting."""
+def _merge(by_precedence: Sequence[_SourceSettings]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, sources) of the settings of ``by_precedence``, highest precedence first."""
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for layer in reversed(layers):  # lowest first, higher ones replace
-        for family in LIST_FAMILIES.values():
-            if any(k in layer.values for k in family):
-                for k in family:
-                    merged.pop(k, None)
-                    sources.pop(k, None)
-        merged.update(layer.values)
-        sources.update(layer.sources)
+    for given in reversed(by_precedence):  # lowest first, higher ones replace
+        for name in name_lists.displaced(given.values):
+            merged.pop(name, None)
+            sources.pop(name, None)
+        merged.update(given.values)
+        sources.update(given.sources)
     return merged, sources
 
 
@@ -161,7 +148,7 @@ def _process_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
             continue
         (var,) = setting.env
         raw = env_value(env, var.name)
-        out[setting.name] = setting.default if raw is None else setting.parse(raw, var.name)
+        out[setting.name] = setting.default if raw is None else parse_env(var.name, raw)
         sources[setting.name] = "default" if raw is None else var.label(raw)
     if out["log_level"] is None:
         out["log_level"] = logging.DEBUG if out["debug"] else logging.INFO
@@ -182,7 +169,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
     if config_path is not None:
         path = Path(config_path)
         data = read_yaml_mapping(path, "VLLM_FL_CONFIG", allow_empty=False)
-        layers = [_file_layer(data, path, "config file")]
+        per_source = [_from_file(data, path, "config file")]
         overridden = tuple(v for v in SELECTION_ENV if env_value(env, v) is not None)
         if overridden:
             logger.warning(
@@ -191,13 +178,13 @@ def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
                 ", ".join(overridden),
             )
     else:
-        layers = [_env_layer(env)]
+        per_source = [_from_env(env)]
         pf = values.CONFIG_DIR / f"{proc['platform']}.yaml"
         if pf.is_file():
             platform_file = str(pf)
             data = read_yaml_mapping(pf, "platform YAML", allow_empty=True)
-            layers.append(_file_layer(data, pf, "platform YAML"))
-    merged, sources = _merge(layers)
+            per_source.append(_from_file(data, pf, "platform YAML"))
+    merged, sources = _merge(per_source)
     merged["enabled"] = proc["enabled"]
     sources["enabled"] = proc_sources["enabled"]
     names = [f.name for f in dataclasses.fields(SelectionPolicy) if f.name != "sources"]

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from .manager import OpManager, get_default_manager
+from .config_loader import DispatchConfig
+from .default_manager import get_default_manager
 from .name_checks import unknown_names
-from .policy import DispatchConfig, SelectionPolicy, get_config, get_policy
+from .op_manager import OpManager
+from .policy import get_config, get_policy
+from .selection import SelectionPolicy
 
 __all__ = ["explain", "explain_table", "explain_ops"]
 

@@ -1,13 +1,12 @@
-"""The dispatch logger (``vllm_fl.dispatch``) and its level (``VLLM_FL_LOG_LEVEL``)."""
+"""The dispatch logger (``vllm_fl.dispatch``) and where its records go."""
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["LOGGER_NAME", "LOG_LEVELS", "get_logger", "parse_log_level", "configure_logging"]
+__all__ = ["LOGGER_NAME", "get_logger", "configure_logging"]
 
 LOGGER_NAME = "vllm_fl.dispatch"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 _logger = logging.getLogger(LOGGER_NAME)
 _handler: logging.Handler | None = None
@@ -15,19 +14,6 @@ _handler: logging.Handler | None = None
 
 def get_logger() -> logging.Logger:
     return _logger
-
-
-def parse_log_level(value: str, source: str) -> int:
-    from .types import ConfigError
-
-    name = value.strip().upper()
-    if name == "WARN":
-        name = "WARNING"
-    if name not in LOG_LEVELS:
-        raise ConfigError(
-            f"{source}={value!r}: invalid log level; allowed: {', '.join(LOG_LEVELS)}"
-        )
-    return getattr(logging, name)
 
 
 def configure_logging(level: int) -> None:

@@ -13,11 +13,12 @@ from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
-from .settings import BY_NAME, LIST_FAMILIES, SETTINGS
+from . import name_lists
+from .settings import BY_NAME, SETTINGS
 from .types import BackendImplKind, ConfigError, OpImpl
 from .values import PREFER_CHOICES
 
-__all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "token_matches", "list_verdict"]
+__all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "token_matches"]
 
 DEFAULT_ORDERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -42,21 +43,6 @@ def token_matches(token: str, impl: OpImpl) -> bool:
     if token.startswith("impl:"):
         return impl.impl_id.lower() == token[5:]
     return False
-
-
-def list_verdict(
-    names: Iterable[str], whitelist: frozenset[str] | None, blacklist: frozenset[str]
-) -> str | None:
-    """The one rule of every white/black list pair (vendors, FlagGems ops, OOT classes):
-    ``names`` (one thing under its aliases, lower-case) pass when the whitelist, if any, lists
-    one of them and the blacklist lists none. Returns None when they pass, else the list that
-    keeps them out ("whitelist" or "blacklist")."""
-    names = frozenset(names)
-    if whitelist is not None and not names & whitelist:
-        return "whitelist"
-    if names & blacklist:
-        return "blacklist"
-    return None
 
 
 # The policy's settings, in table order.
@@ -98,12 +84,9 @@ class SelectionPolicy:
     def __post_init__(self, source: str) -> None:
         for s in _FIELDS:
             object.__setattr__(self, s.name, s.parse(getattr(self, s.name), f"{source}:{s.name}"))
-        for wl, bl in LIST_FAMILIES.values():
-            if getattr(self, wl) is not None and getattr(self, bl):
-                raise ConfigError(
-                    f"{source}: {wl} and {bl} are mutually exclusive; set only one "
-                    f"(got {sorted(getattr(self, wl))} and {sorted(getattr(self, bl))})"
-                )
+        name_lists.check_exclusive(
+            lambda name: getattr(self, name) != BY_NAME[name].default, f"{source}: "
+        )
         object.__setattr__(self, "per_op_order", MappingProxyType(dict(self.per_op_order)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
@@ -135,9 +118,7 @@ class SelectionPolicy:
         ``oot_blacklist``); None for any of them means its default.
         """
         cls._check_names(others, source)
-        for wl, bl in LIST_FAMILIES.values():
-            if others.get(wl) is not None and others.get(bl) is not None:
-                raise ConfigError(f"{source}: {wl} and {bl} are mutually exclusive; set only one")
+        name_lists.check_exclusive(lambda name: others.get(name) is not None, f"{source}: ")
         given = {
             "prefer": prefer,
             "strict": strict,
@@ -154,11 +135,8 @@ class SelectionPolicy:
         Setting one list of a white/black family clears the other one."""
         self._check_names(changes, source)
         base = {s.name: getattr(self, s.name) for s in _FIELDS}
-        for wl, bl in LIST_FAMILIES.values():
-            if wl in changes and bl not in changes and changes[wl] is not None:
-                base[bl] = frozenset()
-            if bl in changes and wl not in changes:
-                base[wl] = None
+        for name in name_lists.displaced(changes):
+            base[name] = BY_NAME[name].default
         base.update(changes)
         sources = {**self.sources, **{name: source for name in changes}}
         return SelectionPolicy(**base, sources=sources, source=source)
@@ -189,7 +167,7 @@ class SelectionPolicy:
         src = self.sources.get
         if impl.kind is BackendImplKind.VENDOR:
             vendor = (impl.vendor or "").lower()
-            verdict = list_verdict((vendor,), self.allow_vendors, self.deny_vendors)
+            verdict = name_lists.verdict((vendor,), self.allow_vendors, self.deny_vendors)
             if verdict == "whitelist":
                 return (
                     f"vendor '{vendor}' not in allow_vendors {sorted(self.allow_vendors or ())} "
@@ -202,7 +180,7 @@ class SelectionPolicy:
                 return f"dispatch features disabled ({src('enabled', 'default')})"
             if not self.use_flaggems:
                 return f"FlagGems disabled ({src('use_flaggems', 'default')})"
-            verdict = list_verdict(
+            verdict = name_lists.verdict(
                 (impl.op_name.lower(),), self.flagos_whitelist, self.flagos_blacklist
             )
             if verdict == "whitelist":
@@ -226,15 +204,21 @@ class SelectionPolicy:
 
     # -- OOT layer registration --------------------------------------------------------------
 
+    @property
+    def oot_active(self) -> bool:
+        """Whether any vLLM layer or function may be replaced at all (``enabled`` and
+        ``oot_enabled``); ``oot_allowed`` says which."""
+        return self.enabled and self.oot_enabled
+
     def oot_allowed(self, name: str, *aliases: str) -> bool:
         """Whether the out-of-tree replacement ``name`` (in-tree class name, e.g. "RMSNorm") may be
         registered. ``aliases`` (e.g. the op name "rms_norm") match the lists as well; matching is
-        case-insensitive. ``enabled`` and ``oot_enabled`` gate everything.
+        case-insensitive. ``oot_active`` gates everything.
         """
-        if not (self.enabled and self.oot_enabled):
+        if not self.oot_active:
             return False
         names = (n.lower() for n in (name, *aliases))
-        return list_verdict(names, self.oot_whitelist, self.oot_blacklist) is None
+        return name_lists.verdict(names, self.oot_whitelist, self.oot_blacklist) is None
 
 
 if {f.name for f in dataclasses.fields(SelectionPolicy)} != _POLICY_NAMES | {"sources"}:

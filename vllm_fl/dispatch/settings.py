@@ -9,8 +9,11 @@ Scopes:
   ``enabled`` which the policy carries too, so that ``explain`` and the OOT registration read
   one object.
 
-``vllm_fl/__init__.py`` reads ``VLLM_FL_PREFER_ENABLED`` and ``VLLM_FL_PLATFORM`` through
-``read_env`` before vLLM has chosen a platform: this module imports neither torch nor vLLM.
+Every source of a value goes through its row's parser: ``parse_env`` for the environment (the
+configuration loader and ``read_env``), the file keys for the YAML files, the policy fields for
+``SelectionPolicy``. ``vllm_fl/__init__.py`` reads ``VLLM_FL_PREFER_ENABLED`` and
+``VLLM_FL_PLATFORM`` through ``read_env`` before vLLM has chosen a platform: this module imports
+neither torch nor vLLM.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import values as v
-from .logger_manager import parse_log_level
 from .types import ConfigError
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "LIST_FAMILIES",
     "DEFAULT_OPLIST_PATH",
     "env_value",
+    "parse_env",
     "read_env",
 ]
 
@@ -60,8 +63,9 @@ class EnvVar:
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting. ``family``: white/black lists of one family are mutually exclusive and
-    count as one setting when sources are layered (a whitelist replaces a blacklist below it)."""
+    """One setting. ``family``: the whitelist and the blacklist of one family (listed in that
+    order) are mutually exclusive and count as one setting when sources are layered (see
+    ``name_lists``)."""
 
     name: str
     parse: Parser
@@ -93,10 +97,6 @@ def _read_op_config(raw: str, source: str) -> Any:
     return data["op_backends"]
 
 
-def _log_level(value: Any, source: str) -> int | None:
-    return None if value is None else parse_log_level(str(value), source)
-
-
 _SEL, _PROC = "selection", "process"
 
 # fmt: off
@@ -111,7 +111,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("platform", v.parse_platform, None, _PROC,
             "platform: auto (None) or a name with a config/<name>.yaml",
             (EnvVar("VLLM_FL_PLATFORM"),)),
-    Setting("log_level", _log_level, None, _PROC,
+    Setting("log_level", v.parse_log_level, None, _PROC,
             "dispatch log level (default INFO, DEBUG with VLLM_FL_DISPATCH_DEBUG)",
             (EnvVar("VLLM_FL_LOG_LEVEL"),)),
     Setting("debug", v.parse_bool, False, _PROC,
@@ -176,10 +176,12 @@ FILE_KEYS: tuple[str, ...] = tuple(BY_FILE_KEY)
 ENV_VARS: Mapping[str, str] = {name: s.name for name, (s, _) in BY_ENV.items()}
 # The variables a VLLM_FL_CONFIG file overrides.
 SELECTION_ENV: tuple[str, ...] = tuple(n for n, (s, _) in BY_ENV.items() if s.scope == _SEL)
+# family -> (whitelist, blacklist), from the table's ``family`` column.
 LIST_FAMILIES: Mapping[str, tuple[str, str]] = {
-    "flagos": ("flagos_whitelist", "flagos_blacklist"),
-    "oot": ("oot_whitelist", "oot_blacklist"),
+    family: tuple(s.name for s in SETTINGS if s.family == family)  # type: ignore[misc]
+    for family in dict.fromkeys(s.family for s in SETTINGS if s.family)
 }
+assert all(len(pair) == 2 and BY_NAME[pair[0]].default is None for pair in LIST_FAMILIES.values())
 
 
 def env_value(environ: Mapping[str, str], var: str) -> str | None:
@@ -188,12 +190,16 @@ def env_value(environ: Mapping[str, str], var: str) -> str | None:
     return raw if raw is not None and raw.strip() else None
 
 
-def read_env(var: str, environ: Mapping[str, str] | None = None) -> Any:
-    """The parsed value of environment variable ``var`` (its setting's default when unset).
-    Raises ``ConfigError`` naming the variable, the value and what is allowed."""
+def parse_env(var: str, raw: str) -> Any:
+    """The value of environment variable ``var`` set to ``raw``: its ``EnvVar.read`` if any, then
+    its setting's parser. Raises ``ConfigError`` naming the variable, the value and what is
+    allowed."""
     setting, env = BY_ENV[var]
-    raw = env_value(os.environ if environ is None else environ, var)
-    if raw is None:
-        return setting.default
     value = env.read(raw, var) if env.read is not None else raw
     return setting.parse(value, var)
+
+
+def read_env(var: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The parsed value of environment variable ``var`` (its setting's default when unset)."""
+    raw = env_value(os.environ if environ is None else environ, var)
+    return BY_ENV[var][0].default if raw is None else parse_env(var, raw)

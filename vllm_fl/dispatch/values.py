@@ -12,6 +12,7 @@ still choosing its platform.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,8 @@ __all__ = [
     "parse_output_file",
     "parse_existing_dir",
     "parse_input_file",
+    "LOG_LEVELS",
+    "parse_log_level",
 ]
 
 PREFER_CHOICES = ("flagos", "vendor", "reference")
@@ -51,6 +54,7 @@ _FALSE = ("0", "false", "no", "off")
 BOOL_SPELLINGS = "1/0, true/false, yes/no, on/off (any case)"
 _NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.\-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def parse_bool(value: Any, source: str) -> bool:
@@ -245,3 +249,15 @@ def parse_input_file(value: Any, source: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{source}={value!r}: expected a file path")
     return str(Path(value.strip()).expanduser())
+
+
+def parse_log_level(value: Any, source: str) -> int:
+    """A log level name (any case; ``WARN`` is ``WARNING``) -> its ``logging`` number."""
+    name = value.strip().upper() if isinstance(value, str) else None
+    if name == "WARN":
+        name = "WARNING"
+    if name not in LOG_LEVELS:
+        raise ConfigError(
+            f"{source}={value!r}: invalid log level; allowed: {', '.join(LOG_LEVELS)}"
+        )
+    return getattr(logging, name)

@@ -2,8 +2,8 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """The backends built into vllm_fl, in manifest order.
 
-``vllm_fl.dispatch.builtin_ops.register_builtins`` imports ``<package>.register_ops`` for each
-and calls its ``register(registry)``.
+``vllm_fl.dispatch.builtin_backends.register_builtins`` imports ``<package>.register_ops`` of
+each and calls its ``register(registry)``.
 """
 
 BUILTIN_BACKENDS: tuple[str, ...] = (

@@ -1,4 +1,5 @@
-"""The process-wide default manager and the ways to call an op through it or any manager.
+"""The process-wide default manager (and who hears of its selections), and the ways to call an op
+through it or any manager.
 
 Hot path: each op has one trampoline (``trampoline``) installed by its ``Binding`` (``binding``);
 ``dispatch_method`` puts it on the layer class as a plain function, so ``layer.forward_oot(x)``
@@ -15,13 +16,12 @@ from typing import Any, Callable
 
 from . import sync
 from .binding import Binding
-from .opmanager import OpManager
 from .name_checks import warn_unknown_names
+from .op_manager import OpManager, SelectionListener
 from .policy import get_config, get_policy
 from .registry import OpRegistry
 
 __all__ = [
-    "OpManager",
     "dispatch_method",
     "get_default_manager",
     "reset_default_manager",
@@ -29,6 +29,7 @@ __all__ = [
     "resolve_op",
     "call_method_op",
     "used_impls",
+    "on_default_selection",
 ]
 
 # --------------------------------------------------------------------------- default manager
@@ -37,6 +38,8 @@ __all__ = [
 _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: OpManager | None = None
 _DEFAULT_BINDINGS: dict[str, Binding] = {}
+# The selection listeners of the default manager, kept across reset_default_manager.
+_DEFAULT_SELECTION_LISTENERS: list[SelectionListener] = []
 
 
 def _reinit_default_lock() -> None:
@@ -57,7 +60,7 @@ def get_default_manager() -> OpManager:
         return m
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            from .builtin_ops import register_builtins
+            from .builtin_backends import register_builtins
             from .discovery import load_plugins
 
             cfg = get_config()
@@ -68,7 +71,7 @@ def get_default_manager() -> OpManager:
             with sync.LOCK:
                 m._bindings = _DEFAULT_BINDINGS
                 m._get_self = get_default_manager
-                m._is_default = True
+                m._selection_listeners = _DEFAULT_SELECTION_LISTENERS
                 m._on_registry_change()
             _DEFAULT = m
         return _DEFAULT
@@ -83,9 +86,17 @@ def reset_default_manager() -> None:
             sync.bump_generation()  # a fallback of the old manager must not install its impl
             if old is not None:
                 old._bindings = {}
-                old._is_default = False
+                old._selection_listeners = []
             for b in _DEFAULT_BINDINGS.values():
                 b.invalidate(registry_changed=True)
+
+
+def on_default_selection(callback: SelectionListener) -> None:
+    """Call ``callback(manager)`` after every selection the default manager installs, also
+    once a reset built a new default manager (see ``OpManager.add_selection_listener``)."""
+    with sync.LOCK:
+        if callback not in _DEFAULT_SELECTION_LISTENERS:
+            _DEFAULT_SELECTION_LISTENERS.append(callback)
 
 
 def _default_binding(op_name: str) -> Binding:

@@ -1,8 +1,11 @@
-"""dispatch_method, runtime policy/registry changes, concurrency, resolve_all, torch.compile."""
+"""Binding: the op's trampoline takes the selected impl's signature, is installed once, follows
+policy and registry changes on the next call (also where vLLM bound it), and stays one graph
+under torch.compile, with compile_prefer's selection for traced calls."""
 
 import threading
 
 import pytest
+from dispatch_helpers import SPLIT, act_manager as _act_manager, norm_layer as setup
 
 from vllm_fl.dispatch import (
     OpImpl,
@@ -15,42 +18,7 @@ from vllm_fl.dispatch import (
     set_global_policy,
 )
 
-
-def setup(op="rms_norm"):
-    calls = []
-
-    def mk(tag):
-        def norm(self, x, residual=None):
-            calls.append((tag, self))
-            return tag if residual is None else (tag, residual)
-
-        return norm
-
-    reg = OpRegistry()
-    reg.register_many(
-        [
-            OpImpl(op, "default.flagos", "flagos", mk("flagos")),
-            OpImpl(op, "reference.torch", "reference", mk("reference")),
-        ]
-    )
-    m = OpManager(registry=reg)
-
-    class Layer:
-        forward_oot = dispatch_method(op, manager=m)
-
-    return m, Layer, calls
-
-
-def test_dispatch_method_binds_self_and_passes_args():
-    m, Layer, calls = setup()
-    layer = Layer()
-    assert layer.forward_oot(1) == "flagos"
-    assert layer.forward_oot(1, 2) == ("flagos", 2)
-    assert layer.forward_oot(1, residual=3) == ("flagos", 3)
-    assert calls[0] == ("flagos", layer)
-    # after the first access the class attribute is a plain function (no descriptor per call)
-    assert type(Layer.__dict__["forward_oot"]).__name__ == "function"
-    assert m.call_as_method("rms_norm", layer, 1) == "flagos"
+torch = pytest.importorskip("torch")
 
 
 def test_trampoline_mirrors_impl_signature():
@@ -131,30 +99,7 @@ def test_sixteen_threads_first_call_one_resolution():
     assert m.resolution_count == 1
 
 
-def test_resolve_all_and_used_impls():
-    m, Layer, calls = setup()
-    m.registry.register_impl(
-        OpImpl("gpu_only", "default.flagos", "flagos", lambda: 1, available=lambda: False)
-    )
-    assert m.resolve_all() == {"gpu_only": None, "rms_norm": "default.flagos"}
-    assert m.used_impls() == {"rms_norm": "default.flagos"}
-    assert calls == []  # resolving runs nothing
-    n = m.resolution_count
-    Layer().forward_oot(1)
-    assert m.resolution_count == n
-
-
-def test_op_without_self_through_call():
-    reg = OpRegistry()
-    reg.register_impl(
-        OpImpl(
-            "attention_backend", "reference.x", "reference", lambda use_mla=False: f"mla={use_mla}"
-        )
-    )
-    m = OpManager(registry=reg)
-    assert m.call("attention_backend") == "mla=False"
-    assert m.call("attention_backend", use_mla=True) == "mla=True"
-    assert m.resolve("attention_backend")(True) == "mla=True"
+# --------------------------------------------------------------------------- torch.compile
 
 
 def test_torch_compile_fullgraph_no_graph_break():
@@ -202,29 +147,6 @@ def test_torch_compile_fullgraph_no_graph_break():
         m.resolve_all()
         torch._dynamo.reset()
         torch.testing.assert_close(torch.compile(mod, fullgraph=True, backend="eager")(x), expected)
-
-
-def test_with_strict_mode_context():
-    from vllm_fl.dispatch import get_policy, with_strict_mode
-
-    reg = OpRegistry()
-
-    def broken(self, x, residual=None):
-        raise KeyError("k")
-
-    reg.register_many(
-        [
-            OpImpl("op", "default.flagos", "flagos", broken),
-            OpImpl("op", "reference.torch", "reference", lambda self, x, residual=None: "ref"),
-        ]
-    )
-    m = OpManager(registry=reg)
-    with with_strict_mode():
-        assert get_policy().strict and get_policy().sources["strict"] == "with_strict_mode"
-        with pytest.raises(KeyError):
-            m.call("op", None, 1)
-    assert not get_policy().strict
-    assert m.call("op", None, 1) == "ref"
 
 
 def test_compiled_module_follows_policy_change():
@@ -277,3 +199,46 @@ def test_compile_before_resolution_is_correct_and_later_fullgraph():
     assert m.used_impls() == {"act2": "reference.torch"}
     torch._dynamo.reset()
     assert torch.compile(Act(), fullgraph=True, backend="eager")(x).tolist() == [2.0, 2.0]
+
+
+def test_traced_calls_use_compile_prefer_and_eager_calls_prefer():
+    m, Act, calls = _act_manager()
+    mod, x = Act(), torch.ones(3)
+    with policy_context(SPLIT):
+        m.resolve_all()
+        torch._dynamo.reset()
+        compiled = torch.compile(mod, fullgraph=True, backend="eager")
+        assert compiled(x).tolist() == [3.0] * 3
+        assert mod(x).tolist() == [2.0] * 3
+        assert compiled(x).tolist() == [3.0] * 3
+        assert m.used_impls() == {"act": "default.flagos"}
+        assert m.used_impls(traced=True) == {"act": "reference.torch"}
+    # without the split the trampoline has no branch, and both modes share one selection
+    m.resolve_all()
+    assert "_is_compiling" not in Act.forward_oot.__code__.co_names
+    assert mod(x).tolist() == [2.0] * 3
+    assert compiled(x).tolist() == [2.0] * 3
+    assert m.used_impls(traced=True) == {"act": "default.flagos"}
+
+
+def test_per_op_order_applies_in_both_modes():
+    m, Act, _ = _act_manager()
+    mod, x = Act(), torch.ones(3)
+    policy = SPLIT.replace(per_op_order={"act": ["vendor"]})
+    with policy_context(policy):
+        m.resolve_all()
+        torch._dynamo.reset()
+        assert torch.compile(mod, fullgraph=True, backend="eager")(x).tolist() == [5.0] * 3
+        assert mod(x).tolist() == [5.0] * 3
+
+
+def test_eager_fallback_leaves_the_traced_selection_alone():
+    m, Act, calls = _act_manager(fail_eager=True)
+    mod, x = Act(), torch.ones(3)
+    with policy_context(SPLIT):
+        m.resolve_all()
+        assert mod(x).tolist() == [5.0] * 3  # flagos failed, next in the flagos order: vendor
+        assert m.used_impls() == {"act": "vendor.cuda"}
+        assert m.used_impls(traced=True) == {"act": "reference.torch"}
+        torch._dynamo.reset()
+        assert torch.compile(mod, fullgraph=True, backend="eager")(x).tolist() == [3.0] * 3

@@ -1,5 +1,6 @@
 """``OpManager``: the candidates of an op under the current policy (cached), which implementations
-failed, and one ``Binding`` (trampoline) per op.
+failed, and one ``Binding`` (trampoline) per op. Selection listeners hear of every selection
+installed (the FlagGems backend's op list listens to the default manager's).
 
 Concurrency: state changes happen under ``sync.LOCK`` only; availability checks, plugins and
 implementations run outside it, and ``sync``'s generation counter keeps a change of policy ahead of
@@ -14,16 +15,17 @@ from typing import Any, Callable, Sequence
 from . import sync
 from .binding import Binding
 from .logger_manager import get_logger
-from .oplist import write_atomically
 from .policy import add_policy_listener, get_config, get_policy
 from .registry import OpRegistry
-from .types import BackendImplKind, DispatchError, OpImpl
+from .types import DispatchError, OpImpl
 
-__all__ = ["OpManager"]
+__all__ = ["OpManager", "SelectionListener"]
 
 logger = get_logger()
 
 _MANAGERS: "weakref.WeakSet[OpManager]" = weakref.WeakSet()
+# Called with the manager after it installed a selection (``sync.LOCK`` held).
+SelectionListener = Callable[["OpManager"], None]
 
 
 def _on_policy_change() -> None:
@@ -39,7 +41,7 @@ def _on_policy_change() -> None:
 def _reselect(bindings: Sequence[Binding]) -> None:
     for b in bindings:
         try:
-            b.activate()
+            b.select()
         except Exception as exc:  # noqa: BLE001 - the next call reports it
             logger.debug("re-selection of op '%s' deferred: %s", b.op, exc)
 
@@ -61,8 +63,7 @@ class OpManager:
         self._used_traced: dict[str, OpImpl] = {}
         self._bindings: dict[str, Binding] = {}
         self._get_self: Callable[[], OpManager] = weakref.ref(self)  # type: ignore[assignment]
-        self._is_default = False
-        self._oplist_written: tuple[str, ...] | None = None
+        self._selection_listeners: list[SelectionListener] = []
         self.resolution_count = 0
         self.load_errors: list[tuple[str, str]] = []
         self._registry.add_listener(self._on_registry_change)
@@ -180,10 +181,6 @@ class OpManager:
                     b = self._bindings[op_name] = Binding(op_name, self._get_self)
         return b
 
-    def get_callable(self, op_name: str) -> Callable[..., Any]:
-        """The op's trampoline: a stable function that always calls the current selection."""
-        return self._binding(op_name).fn
-
     def call(self, op_name: str, *args: Any, **kwargs: Any) -> Any:
         b = self._bindings.get(op_name) or self._binding(op_name)
         return b.fn(*args, **kwargs)
@@ -193,6 +190,19 @@ class OpManager:
         return b.fn(instance, *args, **kwargs)
 
     # -- state -------------------------------------------------------------------------------
+
+    def add_selection_listener(self, callback: SelectionListener) -> None:
+        """Call ``callback(manager)`` after every selection this manager installs (first use,
+        re-selection, fallback), with ``sync.LOCK`` held: it must not dispatch."""
+        with sync.LOCK:
+            if callback not in self._selection_listeners:
+                self._selection_listeners.append(callback)
+
+    def impls_in_use(self) -> list[OpImpl]:
+        """The implementations selected now, for eager calls or for calls traced by
+        torch.compile (each once)."""
+        with sync.LOCK:
+            return list(dict.fromkeys([*self._used.values(), *self._used_traced.values()]))
 
     def used_impls(self, traced: bool = False) -> dict[str, str]:
         """op -> impl id most recently selected for eager calls through this manager, or for
@@ -255,8 +265,11 @@ class OpManager:
                 impl.kind.value,
                 impl.vendor,
             )
-        if self._is_default:
-            self._write_flagos_oplist()
+        for callback in list(self._selection_listeners):
+            try:
+                callback(self)
+            except Exception:  # noqa: BLE001 - a listener never breaks a call
+                logger.warning("selection listener %r failed", callback, exc_info=True)
 
     def _mark_failed(self, op: str, impl: OpImpl, exc: BaseException) -> bool:
         """Exclude ``impl`` from ``op``'s candidates after it raised ``exc``; logs a WARNING with
@@ -294,25 +307,3 @@ class OpManager:
                 ids.difference_update(impl_ids)
                 sync.bump_generation()
             self._forget(op)
-
-    def _write_flagos_oplist(self) -> None:
-        """FLAGGEMS_ENABLE_OPLIST_PATH: the ops currently running a FlagGems impl, one per line,
-        rewritten whenever that set changes (never written while it stays empty)."""
-        ops = tuple(
-            sorted(
-                {
-                    op
-                    for used in (self._used, self._used_traced)
-                    for op, i in used.items()
-                    if i.kind is BackendImplKind.DEFAULT
-                }
-            )
-        )
-        if ops == (self._oplist_written or ()):
-            return
-        path = get_config().flaggems_enable_oplist_path
-        try:
-            write_atomically(path, "".join(f"{op}\n" for op in ops))
-        except OSError as exc:
-            logger.warning("cannot write FLAGGEMS_ENABLE_OPLIST_PATH=%s: %s", path, exc)
-        self._oplist_written = ops
