@@ -24,6 +24,9 @@ FOREIGN = ("codegen", "tests")
 #: folders whose every file the generator writes: no backend package inside them
 GENERATED_DIRS = (oot.DIR, parity.DIR)
 FIXED = (spec.PATH, backends_init.PATH, oot.INIT, docs.PATH)
+#: files earlier versions of the generator wrote: a record may still list them, and the next run
+#: deletes them as stale (``vllm_fl/dispatch/ops.py`` held the backend contract before spec.py)
+RETIRED = ("vllm_fl/dispatch/ops.py",)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def outputs(manifest: m.Manifest) -> list[Output]:
 def may_own(path: str) -> bool:
     """Whether ``path`` is a file the generator can own (the record is checked against it)."""
     pure = PurePosixPath(path)
-    if path in FIXED or pure.name == register_ops.NAME:
+    if path in FIXED or path in RETIRED or pure.name == register_ops.NAME:
         return True
     return str(pure.parent) in GENERATED_DIRS and pure.suffix == ".py"
 

@@ -66,7 +66,7 @@ def relu2(x):
     """Doc."""
     raise NotImplementedError(
         "flagos relu2: write the kernel here, "
-        "matching FLBackendBase.relu2 (vllm_fl/dispatch/ops.py)"
+        "matching FLBackendBase.relu2 (vllm_fl/dispatch/spec.py)"
     )
 
 
