@@ -56,7 +56,11 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
     for op in tested:
         assert op.tests is not None
         path = module_path(op)
-        backends = [manifest.backend(impl.backend) for impl in op.impls]
+        # the reference is checked on its own (its contract, vLLM's forward_native), never
+        # against itself
+        backends = [
+            manifest.backend(impl.backend) for impl in op.impls if impl.backend != reference.name
+        ]
         eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
         cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
         canonical = None
@@ -76,5 +80,6 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
             cases=cases,
             canonical=canonical,
             check_options=check_options,
+            returns=[str(form) for form in op.schema.returns.forms],
         )
     return out
