@@ -81,12 +81,7 @@ def test_a_stub_where_its_backend_cannot_run_is_found_and_explained(tmp_path):
     assert "vendor.acme (stub)" in explain_table(OpManager(registry=registry))
 
 
-def _stub_source(tmp_path) -> str:
-    """A module holding a stub exactly as `make codegen` writes one, and look-alikes."""
-    tree = tmp_path / "tree"
-    shutil.copytree(FIXTURE_TREE, tree)
-    assert codegen(["--root", str(tree), "-q"]) == 0
-    return (tree / "fxpkg/vendor/acme/impl/attention.py").read_text() + '''
+LOOKALIKES = '''
 
 def written(use_mla: bool = False) -> str:
     """Doc."""
@@ -98,6 +93,14 @@ def written(use_mla: bool = False) -> str:
 def unsupported(use_mla: bool = False) -> str:
     raise NotImplementedError("acme has no attention backend")
 '''
+
+
+def _stub_source(tmp_path) -> str:
+    """A module holding a stub exactly as `make codegen` writes one, and look-alikes."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE_TREE, tree)
+    assert codegen(["--root", str(tree), "-q"]) == 0
+    return (tree / "fxpkg/vendor/acme/impl/attention.py").read_text() + LOOKALIKES
 
 
 def test_the_detector_recognises_the_generated_stub(tmp_path):
