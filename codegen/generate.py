@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import emit, layout, names, texts
+from codegen import dest, layout, names, texts
+from codegen.dest import docs
 from codegen.files import FileManager
 from codegen.impls import check_and_scaffold
 from codegen.manifest import load_manifest
@@ -34,6 +35,6 @@ def build(manifest: Manifest, root: Path) -> FileManager:
     files = FileManager(root, may_own=layout.may_own)
     for path, text in check_and_scaffold(manifest, root).items():
         files.add(path, text, owned=False)  # stubs and package inits: the user's from now on
-    for path, text in emit.emit_all(manifest, root).items():
-        files.add(path, text, owned=path != emit.README)  # the README is only partly generated
+    for path, text in dest.emit_all(manifest, root).items():
+        files.add(path, text, owned=path != docs.README)  # the README is only partly generated
     return files

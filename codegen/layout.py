@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from codegen import emit
 from codegen import model as m
+from codegen.dest import backends_init, docs, oot, parity, register_ops, spec
 from codegen.errors import ManifestError
 
 #: the package the generated runtime files live in; backends may always live inside it
@@ -22,8 +22,11 @@ HOME = "vllm_fl"
 #: top-level packages that are not the plugin's: the generator itself and the test tree
 FOREIGN = ("codegen", "tests")
 #: folders whose every file the generator writes: no backend package inside them
-GENERATED_DIRS = (emit.OOT_DIR, emit.TESTS_DIR)
-FIXED = (emit.OPS_PY, emit.BACKENDS_INIT, f"{emit.OOT_DIR}/__init__.py", emit.DOCS)
+GENERATED_DIRS = (oot.DIR, parity.DIR)
+FIXED = (spec.PATH, backends_init.PATH, oot.INIT, docs.PATH)
+#: files earlier versions of the generator wrote: a record may still list them, and the next run
+#: deletes them as stale (``vllm_fl/dispatch/ops.py`` held the backend contract before spec.py)
+RETIRED = ("vllm_fl/dispatch/ops.py",)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def outputs(manifest: m.Manifest) -> list[Output]:
     for backend in manifest.backends:
         out.append(
             Output(
-                f"{backend.path}/register_ops.py",
+                register_ops.path_of(backend),
                 backend.line,
                 f"the registrations of backend {backend.name!r}",
             )
@@ -78,18 +81,18 @@ def outputs(manifest: m.Manifest) -> list[Output]:
             shorts.add(op.layer.short_module)
             out.append(
                 Output(
-                    f"{emit.OOT_DIR}/{op.layer.short_module}.py",
+                    oot.module_path(op.layer),
                     op.line,
                     f"the out-of-tree module of op {op.name!r}",
                 )
             )
     if any(op.tests is not None for op in manifest.ops):
-        out.append(Output(f"{emit.TESTS_DIR}/conftest.py", None, "a generated file"))
+        out.append(Output(parity.CONFTEST, None, "a generated file"))
     for op in manifest.ops:
         if op.tests is not None:
             out.append(
                 Output(
-                    f"{emit.TESTS_DIR}/test_parity_{op.name}.py",
+                    parity.module_path(op),
                     op.line,
                     f"the parity test of op {op.name!r}",
                 )
@@ -100,7 +103,7 @@ def outputs(manifest: m.Manifest) -> list[Output]:
 def may_own(path: str) -> bool:
     """Whether ``path`` is a file the generator can own (the record is checked against it)."""
     pure = PurePosixPath(path)
-    if path in FIXED or pure.name == "register_ops.py":
+    if path in FIXED or path in RETIRED or pure.name == register_ops.NAME:
         return True
     return str(pure.parent) in GENERATED_DIRS and pure.suffix == ".py"
 
@@ -114,7 +117,9 @@ def _check_package(manifest: m.Manifest, backend: m.Backend, root: Path) -> None
         f"top-level package that exists in the repository, other than {', '.join(FOREIGN)}"
     )
     if len(parts) < 2:
-        raise ManifestError(manifest.file, backend.line, f"{where} is a top-level package", expected)
+        raise ManifestError(
+            manifest.file, backend.line, f"{where} is a top-level package", expected
+        )
     if top in FOREIGN:
         raise ManifestError(
             manifest.file, backend.line, f"{where} lies inside the {top!r} package", expected

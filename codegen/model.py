@@ -1,8 +1,9 @@
 """The model of ops.yaml: frozen dataclasses, the only thing templates and emitters ever see.
 
-The loader (``manifest.py``) builds it from YAML, checking everything; emitters read it and never
-touch raw YAML. Names that reach generated code are validated identifiers; everything else that
-reaches code (docstrings, literals) goes through the ``pystr``/``pyrepr`` filters.
+The loader (``codegen.manifest``) builds it from YAML, checking everything; the emitters
+(``codegen.dest``) read it and never touch raw YAML. Names that reach generated code are
+validated identifiers; everything else that reaches code (docstrings, literals) goes through the
+``pystr``/``pyrepr`` filters.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """YAML with a line number on every mapping, key, sequence and scalar.
 
 The manifest is composed (not constructed) with PyYAML so that each node keeps its position;
-scalars are then typed by PyYAML's safe constructor. The loader in ``manifest.py`` reads these
+scalars are then typed by PyYAML's safe constructor. The loader (``codegen.manifest``) reads these
 nodes through :class:`Fields`, which pops keys one by one and rejects whatever is left over.
 
 Before composing, one streaming pass over the parser's events bounds the work a hostile file can

@@ -151,3 +151,19 @@ def test_missing_eager_variant_is_scaffolded_as_a_stub(tree, cli):
     assert "def rms_norm_inplace(\n    self, x: torch.Tensor, residual" in stubbed
     assert "fast rms_norm: write the in-place eager variant here" in stubbed
     assert "may overwrite ``x``, ``residual``" in stubbed
+
+
+def test_a_retired_output_the_record_lists_is_deleted(generated, cli):
+    """The backend contract moved from vllm_fl/dispatch/ops.py to spec.py: a tree generated
+    before still lists the old file in its record, and the next run deletes it."""
+    from codegen.files import RECORD
+
+    old = generated / "vllm_fl/dispatch/ops.py"
+    old.write_text((generated / "vllm_fl/dispatch/spec.py").read_text())
+    record = generated / RECORD
+    record.write_text(record.read_text() + "vllm_fl/dispatch/ops.py\n")
+    rc, out, err = cli("--root", generated)
+    assert rc == 0, err
+    assert "  deleted  vllm_fl/dispatch/ops.py" in out
+    assert not old.exists()
+    assert "vllm_fl/dispatch/ops.py" not in record.read_text()

@@ -104,7 +104,7 @@ def _assert_inert(tree: Path, canary: Path) -> None:
         "for path in sys.argv[1:]:\n"
         "    runpy.run_path(path)\n"
     )
-    modules = [tree / "vllm_fl/dispatch/ops.py", tree / "vllm_fl/ops/__init__.py"]
+    modules = [tree / "vllm_fl/dispatch/spec.py", tree / "vllm_fl/ops/__init__.py"]
     modules += sorted((tree / "tests/generated").glob("test_parity_*.py"))
     result = subprocess.run(
         [sys.executable, "-c", code, *map(str, modules)],
@@ -124,7 +124,7 @@ def test_payload_text_survives_verbatim_in_docstrings(generated_once: Path, tmp_
     case = next(c for c in CASES if c.id == "sig-default-triple-quotes")
     (tree / "ops.yaml").write_bytes(case.data)
     assert _codegen(tree).returncode == 0
-    module = ast.parse((tree / "vllm_fl/dispatch/ops.py").read_text())
+    module = ast.parse((tree / "vllm_fl/dispatch/spec.py").read_text())
     base = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "FLBackendBase")
     method = next(n for n in base.body if isinstance(n, ast.FunctionDef) and n.name == "relu2")
     assert PAYLOAD.replace("CANARY", "") in (ast.get_docstring(method) or "").replace("CANARY", "")

@@ -121,7 +121,7 @@ def test_hostile_text_stays_data(text, benign, tmp_path, monkeypatch):
             # one line per op entry, however the text looks: nothing breaks out of its line
             assert source.count("\n") == expected[path].count("\n"), path
     # and the text is all there, unchanged, in the method's docstring
-    module = ast.parse(actual["vllm_fl/dispatch/ops.py"])
+    module = ast.parse(actual["vllm_fl/dispatch/spec.py"])
     base = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "FLBackendBase")
     method = next(n for n in base.body if isinstance(n, ast.FunctionDef) and n.name == "relu2")
     doc = " ".join((ast.get_docstring(method) or "").split())

@@ -95,3 +95,53 @@ def test_explain_lists_unknown_names(clean_dispatch_env, fake_builtins):
     text = explain()
     assert "Names no backend registered (typos?):" in text
     assert "deny_vendors lists 'cdua'" in text and "did you mean 'cuda'?" in text
+
+
+def relu2(self, x):
+    """A stub as `make codegen` scaffolds one."""
+    raise NotImplementedError(
+        "flagos relu2: write the kernel here, "
+        "matching FLBackendBase.relu2 (vllm_fl/dispatch/spec.py)"
+    )
+
+
+def adapter(self, x):
+    return adapter.functional(self, x)
+
+
+adapter.functional = relu2
+
+
+def test_explain_marks_scaffolded_stubs_instead_of_available():
+    reg = OpRegistry()
+    reg.register_many(
+        [
+            OpImpl("relu2", "default.flagos", "flagos", relu2),
+            OpImpl("relu2", "vendor.cuda", "vendor", adapter, vendor="cuda"),
+            OpImpl(
+                "relu2",
+                "vendor.ascend",
+                "vendor",
+                relu2,
+                vendor="ascend",
+                available=Probe(("no_such_npu",)),
+            ),
+            OpImpl("relu2", "reference.torch", "reference", fn),
+        ]
+    )
+    m = OpManager(registry=reg)
+    with policy_context(SelectionPolicy()):
+        lines = explain(m).splitlines()
+        table = explain_table(m)
+    by_id = {line.split()[1]: line for line in lines if line.startswith("  ") and "kind=" in line}
+    stub = f"stub: {__name__}.relu2 is still the stub `make codegen` scaffolded (it raises)"
+    assert by_id["default.flagos"].endswith(stub)
+    assert by_id["vendor.cuda"].endswith(stub)  # the adapter's impl is the stub
+    assert "not importable" in by_id["vendor.ascend"] and by_id["vendor.ascend"].endswith(stub)
+    assert by_id["reference.torch"].endswith(" available")
+    row = next(r for r in table.splitlines() if r.startswith("relu2"))
+    assert [c.strip() for c in row.split("|")] == [
+        "relu2",
+        "default.flagos (stub)",
+        "default.flagos (stub) > vendor.cuda (stub) > reference.torch [vendor.ascend (stub)]",
+    ]

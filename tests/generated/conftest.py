@@ -33,6 +33,35 @@ def _clone(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
+#: the signature's base types (an int is a valid float, a bool is no int)
+_TYPES = {"Tensor": torch.Tensor, "int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+def _has_form(value, form):
+    """Whether ``value`` has the return ``form`` of the op's signature, written as in ops.yaml:
+    ``None``, ``Tensor``, ``Tensor?``, ``(Tensor, Tensor?)``, ``int``, ..."""
+    if form.startswith("("):
+        parts = form[1:-1].split(", ")
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(parts)
+            and all(_has_form(v, p) for v, p in zip(value, parts))
+        )
+    if form == "None":
+        return value is None
+    if form.endswith("?"):
+        return value is None or _has_form(value, form[:-1])
+    return isinstance(value, _TYPES[form]) and not (form != "bool" and isinstance(value, bool))
+
+
+def _describe(value):
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    if isinstance(value, torch.Tensor):
+        return f"Tensor[{tuple(value.shape)}, {value.dtype}]"
+    return type(value).__name__ if value is not None else "None"
+
+
 class Parity:
     """Builds layers and inputs deterministically, runs implementations and compares them."""
 
@@ -190,6 +219,24 @@ class Parity:
                         f"{impl_id} eager variant mutated input {name!r}, which is not in-place "
                         f"(inplace: {inplace})"
                     )
+
+    def check_reference(self, op, layer_path, dtype_name, case, returns, mutates=()):
+        """The reference alone: it runs on the case, is functional (``call`` checks that it
+        changes no input but ``mutates`` and returns none of them), returns one of the declared
+        ``returns`` forms and only finite floating-point values."""
+        reference = self.impl(op, REFERENCE)
+        dtype = getattr(torch, dtype_name)
+        layer = self.layer(layer_path, case["init"], dtype, "cpu")
+        inputs = self.inputs(case["inputs"], dtype, "cpu")
+        result = self.call(reference, layer, inputs, mutates)
+        if not mutates:  # with mutates, ``call`` checked the None return
+            assert any(
+                _has_form(result, form) for form in returns
+            ), f"{REFERENCE} {op} returned {_describe(result)}, declared {' | '.join(returns)}"
+        outputs = result if isinstance(result, tuple) else (result,)
+        for index, out in enumerate(outputs):
+            if isinstance(out, torch.Tensor) and out.is_floating_point():
+                assert torch.isfinite(out).all(), f"{REFERENCE} {op}: output {index} is not finite"
 
     def check_native(self, op, layer_path, dtype_name, case, tolerance):
         reference = self.impl(op, REFERENCE)

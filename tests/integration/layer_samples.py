@@ -65,6 +65,15 @@ def samples(oot_classes: dict[str, str]):
             yield name, f"case{index}", ctor, dict(case.inputs)
 
 
+def op_of(in_tree_name: str) -> str:
+    """The op of ops.yaml whose layer is the in-tree class ``in_tree_name``: the name the
+    dispatch knows it by, which need not be the name vLLM registered the class under."""
+    for op in _manifest().ops:
+        if op.layer is not None and op.layer.cls == in_tree_name:
+            return op.name
+    raise AssertionError(f"no op of ops.yaml replaces {in_tree_name}")
+
+
 def function_samples():
     """(op name, case id, input spec) for every test case of the ops without a layer."""
     for op in _manifest().ops:

@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("vllm")
 
 import torch  # noqa: E402
-from layer_samples import make_inputs, make_layer, samples  # noqa: E402
+from layer_samples import make_inputs, make_layer, op_of, samples  # noqa: E402
 
 from vllm_fl.ops import OOT_CLASSES  # noqa: E402
-from vllm_fl.registration import _in_tree_base, _load_class, op_name_of  # noqa: E402
+from vllm_fl.registration import _load_class  # noqa: E402
 
 CASES = [pytest.param(*s, id=f"{s[0]}-{s[1]}") for s in samples(OOT_CLASSES)]
 
@@ -50,8 +50,7 @@ def test_forward_oot_compiles_fullgraph_on_reference(vllm_config, name, case_id,
     assert explained.graph_break_count == 0, explained.break_reasons
     compiled = torch.compile(layer.forward_oot, fullgraph=True, backend="aot_eager")
     _close(compiled(**_cloned(inputs)), expected)
-    op = op_name_of(_in_tree_base(cls, name))
-    assert get_default_manager().used_impls()[op] == "reference.torch"
+    assert get_default_manager().used_impls()[op_of(name)] == "reference.torch"
 
 
 def _cloned(inputs: dict) -> dict:

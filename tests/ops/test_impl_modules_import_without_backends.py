@@ -1,5 +1,6 @@
-"""Every impl module ops.yaml names imports on a machine without flag_gems, torch_npu or vLLM's
-kernels: those are imported inside the function bodies only."""
+"""Every impl module ops.yaml names imports without the modules its backends require (flag_gems,
+torch_npu, vLLM's kernels, ... as ops.yaml's ``requires`` lists them, and vLLM itself): those are
+imported inside the function bodies only."""
 
 import json
 import subprocess
@@ -12,18 +13,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
 import importlib, json, sys
-names = json.loads(sys.argv[1])
+names, required = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 for name in names:
     importlib.import_module(name)
-heavy = [m for m in ("flag_gems", "torch_npu", "vllm._custom_ops", "vllm._C", "vllm")
-         if m in sys.modules]
+heavy = [m for m in required if m in sys.modules]
 print(json.dumps({"imported": names, "heavy": heavy}))
 """
 
 
+def _manifest():
+    return load_manifest((ROOT / "ops.yaml").read_text())
+
+
 def _impl_modules() -> list[str]:
     """Every backend package and impl module of ops.yaml (eager variants' modules included)."""
-    manifest = load_manifest((ROOT / "ops.yaml").read_text())
+    manifest = _manifest()
     names = {backend.package for backend in manifest.backends}
     for op in manifest.ops:
         for impl in op.impls:
@@ -34,11 +38,23 @@ def _impl_modules() -> list[str]:
     return sorted(names)
 
 
+def _required_modules() -> list[str]:
+    """What backends and impls require (outside vllm_fl), with their top-level packages (vLLM
+    for ``vllm._custom_ops``)."""
+    manifest = _manifest()
+    names = {module for backend in manifest.backends for module in backend.requires}
+    names |= {module for op in manifest.ops for impl in op.impls for module in impl.requires}
+    names = {name for name in names if name.split(".")[0] != "vllm_fl"}
+    return sorted(names | {name.split(".")[0] for name in names})
+
+
 def test_impl_modules_import_alone():
     modules = _impl_modules()
+    required = _required_modules()
     assert any(".impl." in name for name in modules)
+    assert required, "ops.yaml names no module a backend requires"
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(modules)],
+        [sys.executable, "-c", SCRIPT, json.dumps(modules), json.dumps(required)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -2,85 +2,117 @@
 
 A stub raises NotImplementedError; in a backend that cannot run on this machine (FlagGems, CUDA,
 Ascend on a CPU-only host) its parity tests are skipped, so without this check a stub would pass
-the suite. Read from the source with ast, so every backend is checked on every machine.
+the suite. Every backend registers whether or not it can run here, so the check reads every
+registered implementation (generated adapters lead it to the hand-written functions, eager
+variants included) with the detector ``explain`` uses, ``vllm_fl.dispatch.stubs``.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from codegen.cli import main as codegen
 from codegen.manifest import load_manifest
+from vllm_fl.dispatch import OpManager, OpRegistry, get_default_manager
+from vllm_fl.dispatch.explain import explain, explain_table
+from vllm_fl.dispatch.stubs import is_stub, is_stub_node, stub_functions
 
 ROOT = Path(__file__).resolve().parents[2]
-STUB_MARK = ": write the "
+FIXTURE_TREE = ROOT / "tests/codegen/fixtures/tree"
 
 
-def scaffolded_stub(fn: ast.FunctionDef) -> bool:
-    """Whether `fn` is what `make codegen` scaffolds: a docstring, then only
-    ``raise NotImplementedError("<backend> <op>: write the kernel here, ...")``."""
-    body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    if len(body) != 1 or not isinstance(body[0], ast.Raise):
-        return False
-    exc = body[0].exc
-    if not (isinstance(exc, ast.Call) and getattr(exc.func, "id", None) == "NotImplementedError"):
-        return False
-    text = "".join(
-        part.value
-        for arg in exc.args
-        for part in ast.walk(arg)
-        if isinstance(part, ast.Constant) and isinstance(part.value, str)
-    )
-    return STUB_MARK in text and " here" in text
+def stubs_of(impl) -> list[str]:
+    """``file:line: function`` of every scaffolded stub a registered implementation runs."""
+    found = []
+    for fn in stub_functions(impl.fn):
+        path = Path(fn.__code__.co_filename)
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        found.append(f"{where}:{fn.__code__.co_firstlineno}: {fn.__name__}")
+    return found
 
 
-def _impl_functions():
+def _manifest_impls():
     manifest = load_manifest((ROOT / "ops.yaml").read_text())
     for op in manifest.ops:
         for impl in op.impls:
             backend = manifest.backend(impl.backend)
-            refs = [(impl.module, impl.function)] + ([impl.eager] if impl.eager else [])
-            for module, function in refs:
-                path = ROOT / backend.path / "impl" / f"{module}.py"
-                yield pytest.param(path, function, id=f"{op.name}-{backend.name}-{function}")
+            yield pytest.param(op.name, backend.impl_id, id=f"{op.name}-{backend.name}")
 
 
-@pytest.mark.parametrize("path, function", list(_impl_functions()))
-def test_impl_is_not_a_scaffolded_stub(path, function):
-    tree = ast.parse(path.read_text())
-    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
-    assert fns, f"{path.relative_to(ROOT)} defines no {function}"
-    assert not scaffolded_stub(fns[-1]), (
-        f"{path.relative_to(ROOT)}:{fns[-1].lineno}: {function} is still the stub `make codegen` "
-        "scaffolded: write the kernel"
-    )
+@pytest.mark.parametrize("op, impl_id", list(_manifest_impls()))
+def test_impl_is_not_a_scaffolded_stub(op, impl_id):
+    registered = get_default_manager().registry.get_implementations(op)
+    impl = next((i for i in registered if i.impl_id == impl_id), None)
+    assert impl is not None, f"{impl_id} is not registered for {op}: run `make codegen`"
+    found = stubs_of(impl)
+    assert not found, f"still the stub `make codegen` scaffolded, write the kernel: {found}"
 
 
-def test_the_detector_recognises_the_generated_stub():
-    source = '''
-def relu2(x):
+def test_a_stub_where_its_backend_cannot_run_is_found_and_explained(tmp_path):
+    """The fixture's vendor ``acme`` needs CUDA and a module that does not exist: it cannot run
+    here. ``make codegen`` scaffolds its impls as stubs; the check above and ``explain`` see
+    them anyway."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE_TREE, tree)
+    assert codegen(["--root", str(tree), "-q"]) == 0
+    sys.path.insert(0, str(tree))
+    try:
+        from fxpkg.vendor.acme import register_ops
+
+        registry = OpRegistry()
+        register_ops.register(registry)
+    finally:
+        sys.path.remove(str(tree))
+        for name in [n for n in sys.modules if n == "fxpkg" or n.startswith("fxpkg.")]:
+            del sys.modules[name]
+    pick = registry.get_impl("pick_backend", "vendor.acme")
+    norm = registry.get_impl("rms_norm", "vendor.acme")
+    assert not pick.is_available() and not norm.is_available()
+    [found] = stubs_of(pick)
+    assert found.endswith("/fxpkg/vendor/acme/impl/attention.py:11: pick_backend")
+    assert [s.split(": ")[1] for s in stubs_of(norm)] == ["rms_norm", "rms_norm_inplace"]
+    text = explain(OpManager(registry=registry))
+    assert "; stub: fxpkg.vendor.acme.impl.attention.pick_backend is still the stub" in text
+    assert "vendor.acme (stub)" in explain_table(OpManager(registry=registry))
+
+
+LOOKALIKES = '''
+
+def written(use_mla: bool = False) -> str:
     """Doc."""
-    raise NotImplementedError(
-        "flagos relu2: write the kernel here, "
-        "matching FLBackendBase.relu2 (vllm_fl/dispatch/ops.py)"
-    )
+    if use_mla:
+        raise NotImplementedError("acme pick_backend: write the kernel here")
+    return "x"
 
 
-def written(x):
-    """Doc."""
-    if x is None:
-        raise NotImplementedError("flagos relu2: write the kernel here")
-    return x
-
-
-def unsupported(x):
-    raise NotImplementedError("flag_gems relu2 has no parameter for y")
+def unsupported(use_mla: bool = False) -> str:
+    raise NotImplementedError("acme has no attention backend")
 '''
-    fns = {n.name: n for n in ast.parse(source).body}
-    assert scaffolded_stub(fns["relu2"])
-    assert not scaffolded_stub(fns["written"])
-    assert not scaffolded_stub(fns["unsupported"])
+
+
+def _stub_source(tmp_path) -> str:
+    """A module holding a stub exactly as `make codegen` writes one, and look-alikes."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURE_TREE, tree)
+    assert codegen(["--root", str(tree), "-q"]) == 0
+    return (tree / "fxpkg/vendor/acme/impl/attention.py").read_text() + LOOKALIKES
+
+
+def test_the_detector_recognises_the_generated_stub(tmp_path):
+    source = _stub_source(tmp_path)
+    fns = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+    assert is_stub_node(fns["pick_backend"])
+    assert not is_stub_node(fns["written"])
+    assert not is_stub_node(fns["unsupported"])
+    module = tmp_path / "planted_stubs.py"
+    module.write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(module), "exec"), namespace)
+    assert is_stub(namespace["pick_backend"])
+    assert not is_stub(namespace["written"]) and not is_stub(namespace["unsupported"])
+    assert not is_stub(len) and not is_stub(lambda: None)

@@ -1,59 +1,61 @@
-"""Reference impls never modify their inputs and never return (views of) them."""
+"""Reference impls never modify their inputs or the layer's attributes, never return (views of)
+them, and read nothing of the calling layer but the attributes ops.yaml declares (``reads``).
+
+Every op of ops.yaml with a reference impl and test cases, on each case and dtype; an op whose
+layer reads a ``weight`` also with a float32 weight under half-precision inputs, as vLLM keeps
+some weights.
+"""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
-from ops_helpers import DTYPES, cos_sin_cache, assert_fresh, unchanged
-
-from vllm_fl.dispatch.backends.reference.impl import activation, normalization, rotary
-
-
-class Layer:
-    """Just the attributes the impls read (contract: any object with the ``reads``)."""
-
-    def __init__(self, **attrs):
-        self.__dict__.update(attrs)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "op", ["silu_and_mul", "mul_and_silu", "gelu_new", "gelu_fast", "quick_gelu", "gelu_and_mul"]
+from ops_helpers import (
+    assert_fresh,
+    case_inputs,
+    case_layer,
+    reference_cases,
+    reference_fn,
+    unchanged,
 )
-def test_activations(op, dtype):
-    x = torch.randn(5, 64, dtype=dtype)
-    with unchanged(x):
-        out = getattr(activation, op)(Layer(approximate="tanh"), x)
-    assert_fresh(out, x)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", ["rms_norm", "gemma_rms_norm"])
-@pytest.mark.parametrize("weight_dtype", ["same", torch.float32])
-@pytest.mark.parametrize("with_residual", [False, True], ids=["x", "x+residual"])
-def test_rms_norms(op, dtype, weight_dtype, with_residual):
-    weight = torch.randn(64, dtype=dtype if weight_dtype == "same" else weight_dtype)
-    layer = Layer(weight=weight, variance_epsilon=1e-6)
-    x = torch.randn(5, 64, dtype=dtype)
-    residual = torch.randn(5, 64, dtype=dtype) if with_residual else None
-    with unchanged(x, residual, weight):
-        out = getattr(normalization, op)(layer, x, residual)
-    assert isinstance(out, tuple) == with_residual
-    assert_fresh(out, x, residual, weight)
-    if with_residual:
-        assert out[0].untyped_storage().data_ptr() != out[1].untyped_storage().data_ptr()
+def _reads_weight(op) -> bool:
+    return any(attr.name == "weight" for attr in op.reads)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rotary_dim", [32, 32 * 2])
-@pytest.mark.parametrize("is_neox", [True, False])
-@pytest.mark.parametrize("with_key", [True, False])
-def test_rotary_embedding(dtype, rotary_dim, is_neox, with_key):
-    cache = cos_sin_cache(16, rotary_dim)
-    layer = Layer(cos_sin_cache=cache, head_size=64, rotary_dim=rotary_dim, is_neox_style=is_neox)
-    positions = torch.randint(0, 16, (5,))
-    query = torch.randn(5, 128, dtype=dtype)
-    key = torch.randn(5, 64, dtype=dtype) if with_key else None
-    with unchanged(positions, query, key, cache):
-        out = rotary.rotary_embedding(layer, positions, query, key)
-    assert layer.cos_sin_cache is cache
-    assert_fresh(out, positions, query, key, cache)
-    assert (out[1] is None) == (key is None)
+CASES = list(reference_cases())
+FLOAT32_WEIGHT = [p for p in reference_cases(_reads_weight) if p.values[2] != torch.float32]
+
+
+def _run(op, case, dtype, weight_dtype=None):
+    inputs = case_inputs(case, dtype)
+    attrs = None
+    if op.layer is not None:
+        layer = case_layer(op, case, dtype)
+        # only what ops.yaml says the impls read: anything else is an AttributeError
+        attrs = SimpleNamespace(**{a.name: getattr(layer, a.name) for a in op.reads})
+        if weight_dtype is not None:
+            attrs.weight = attrs.weight.detach().to(weight_dtype)
+    read = dict(vars(attrs)) if attrs is not None else {}
+    kept = [v for k, v in inputs.items() if isinstance(v, torch.Tensor) and k not in op.mutates]
+    read_tensors = [v for v in read.values() if isinstance(v, torch.Tensor)]
+    fn = reference_fn(op)
+    with unchanged(*kept, *read_tensors):
+        out = fn(attrs, **inputs) if attrs is not None else fn(**inputs)
+    if op.mutates:
+        assert out is None
+    else:
+        tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+        assert_fresh(out, *tensors, *read_tensors)
+    assert all(getattr(attrs, name) is value for name, value in read.items()), "layer changed"
+
+
+@pytest.mark.parametrize("op, case, dtype", CASES)
+def test_reference_is_functional(vllm_config, op, case, dtype):
+    _run(op, case, dtype)
+
+
+@pytest.mark.parametrize("op, case, dtype", FLOAT32_WEIGHT)
+def test_reference_is_functional_with_a_float32_weight(vllm_config, op, case, dtype):
+    _run(op, case, dtype, weight_dtype=torch.float32)

@@ -3,40 +3,77 @@
 vLLM's native paths run on clones (its fused add + RMSNorm may work in place); ours runs on
 the originals. The comparison is exact: the reference does the same operations in the same
 dtypes, so it must agree bit for bit, which the parity tolerances would hide.
+
+Every layer op of ops.yaml with a reference impl, on each of its test cases and dtypes (a layer
+with a ``weight`` also with a float32 weight under half-precision inputs); ops with a
+``residual`` argument also return the sum they normalised. Then what single ops promise beyond
+their test cases (GELU's approximation, rotary styles and caches).
 """
 
 import pytest
 import torch
-from ops_helpers import DTYPES
+from ops_helpers import DTYPES, case_inputs, case_layer, reference_cases, reference_fn
 
-from vllm_fl.dispatch.backends.reference.impl import activation, normalization, rotary
+from vllm_fl.dispatch.backends.reference.impl import activation, rotary
 
 
 def _exact(actual, expected):
     torch.testing.assert_close(actual, expected, atol=0, rtol=0)
 
 
-def _activation_layers():
-    from vllm.model_executor.layers import activation as act
-
-    return {
-        "silu_and_mul": act.SiluAndMul,
-        "mul_and_silu": act.MulAndSilu,
-        "gelu_new": act.NewGELU,
-        "gelu_fast": act.FastGELU,
-        "quick_gelu": act.QuickGELU,
-    }
+def _layered(op) -> bool:
+    return op.layer is not None
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+def _reads_weight(op) -> bool:
+    return op.layer is not None and any(attr.name == "weight" for attr in op.reads)
+
+
+def _takes_residual(op) -> bool:
+    return op.layer is not None and op.schema.argument("residual") is not None
+
+
+def _clones(inputs: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _matches_forward_native(op, case, dtype, weight_dtype=None):
+    layer = case_layer(op, case, dtype)
+    if weight_dtype is not None:
+        layer.weight = torch.nn.Parameter(layer.weight.detach().to(weight_dtype), False)
+    inputs = case_inputs(case, dtype)
+    expected = layer.forward_native(**_clones(inputs))
+    actual = reference_fn(op)(layer, **inputs)
+    _exact(actual, expected)
+    return layer, inputs, actual
+
+
+@pytest.mark.parametrize("op, case, dtype", list(reference_cases(_layered)))
+def test_reference_matches_forward_native(vllm_config, op, case, dtype):
+    _matches_forward_native(op, case, dtype)
+
+
 @pytest.mark.parametrize(
-    "op", ["silu_and_mul", "mul_and_silu", "gelu_new", "gelu_fast", "quick_gelu"]
+    "op, case, dtype", [p for p in reference_cases(_reads_weight) if p.values[2] != torch.float32]
 )
-@pytest.mark.parametrize("shape", [(7, 256), (2, 3, 128)])
-def test_activation(vllm_config, op, dtype, shape):
-    layer = _activation_layers()[op]()
-    x = torch.randn(shape, dtype=dtype)
-    _exact(getattr(activation, op)(layer, x), layer.forward_native(x.clone()))
+def test_reference_matches_forward_native_with_a_float32_weight(vllm_config, op, case, dtype):
+    _matches_forward_native(op, case, dtype, weight_dtype=torch.float32)
+
+
+@pytest.mark.parametrize(
+    "op, case, dtype",
+    [p for p in reference_cases(_takes_residual) if dict(p.values[1].inputs).get("residual")],
+)
+def test_with_a_residual_the_reference_returns_normed_and_sum(vllm_config, op, case, dtype):
+    layer, inputs, out = _matches_forward_native(op, case, dtype)
+    assert isinstance(out, tuple) and len(out) == 2
+    normed, new_residual = out
+    x, residual = inputs["x"], inputs["residual"]
+    # The second result is x + residual (summed in float32, rounded once) ...
+    _exact(new_residual, (x.float() + residual.float()).to(dtype))
+    # ... and the first is the normalisation of that sum.
+    alone = reference_fn(op)(layer, **{**inputs, "x": new_residual, "residual": None})
+    assert torch.allclose(normed.float(), alone.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -50,53 +87,6 @@ def test_gelu_and_mul_honours_approximate(vllm_config, approximate, dtype):
     _exact(out, layer.forward_native(x.clone()))
     other = GeluAndMul("tanh" if approximate == "none" else "none")
     assert not torch.equal(out, other.forward_native(x.clone())), "approximate ignored"
-
-
-def _rms_norm_layer(cls_name, hidden, weight_dtype, eps=1e-6):
-    from vllm.model_executor.layers import layernorm
-
-    if cls_name == "RMSNorm":
-        layer = layernorm.RMSNorm(hidden, eps=eps, dtype=weight_dtype)
-    else:
-        layer = layernorm.GemmaRMSNorm(hidden, eps=eps)
-    with torch.no_grad():
-        layer.weight.normal_(0.0, 0.5)
-    return layer
-
-
-NORMS = [("RMSNorm", normalization.rms_norm), ("GemmaRMSNorm", normalization.gemma_rms_norm)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("weight_dtype", ["same", torch.float32])
-@pytest.mark.parametrize("cls_name,fn", NORMS, ids=[n for n, _ in NORMS])
-def test_rms_norm_without_residual(vllm_config, cls_name, fn, dtype, weight_dtype):
-    layer = _rms_norm_layer(cls_name, 256, dtype if weight_dtype == "same" else weight_dtype)
-    x = torch.randn(7, 256, dtype=dtype)
-    out = fn(layer, x)
-    assert isinstance(out, torch.Tensor) and out.dtype == dtype
-    _exact(out, layer.forward_native(x.clone()))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("weight_dtype", ["same", torch.float32])
-@pytest.mark.parametrize("cls_name,fn", NORMS, ids=[n for n, _ in NORMS])
-def test_rms_norm_with_residual_returns_normed_and_sum(
-    vllm_config, cls_name, fn, dtype, weight_dtype
-):
-    layer = _rms_norm_layer(cls_name, 256, dtype if weight_dtype == "same" else weight_dtype)
-    x = torch.randn(7, 256, dtype=dtype)
-    residual = torch.randn(7, 256, dtype=dtype)
-    out = fn(layer, x, residual)
-    assert isinstance(out, tuple) and len(out) == 2
-    normed, new_residual = out
-    expected_normed, expected_residual = layer.forward_native(x.clone(), residual.clone())
-    _exact(normed, expected_normed)
-    _exact(new_residual, expected_residual)
-    # The second result is x + residual (summed in float32, rounded once) ...
-    _exact(new_residual, (x.float() + residual.float()).to(dtype))
-    # ... and the first is the normalisation of that sum.
-    assert torch.allclose(normed.float(), fn(layer, new_residual).float(), atol=2e-2, rtol=2e-2)
 
 
 def _rope(head_size, rotary_dim, is_neox, cache_dtype):

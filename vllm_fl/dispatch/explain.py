@@ -11,6 +11,8 @@ from .name_checks import unknown_names
 from .op_manager import OpManager
 from .policy import get_config, get_policy
 from .selection import SelectionPolicy
+from .stubs import stub_functions
+from .types import OpImpl
 
 __all__ = ["explain", "explain_table", "explain_ops"]
 
@@ -27,8 +29,9 @@ def explain_ops(
     manager: OpManager | None = None, policy: SelectionPolicy | None = None
 ) -> list[dict]:
     """Per op: ``op``, ``order`` (tokens), ``restricted``, ``candidates`` (OpImpl list, best first),
-    ``rejected`` ([(OpImpl, reason)]), ``selected`` (impl id or None); and for calls traced by
-    torch.compile ``traced_order``, ``traced_candidates``, ``selected_traced``."""
+    ``rejected`` ([(OpImpl, reason)]), ``selected`` (impl id or None), ``stubs`` (impl id ->
+    the scaffolded stubs it would run, for candidates and rejected alike); and for calls traced
+    by torch.compile ``traced_order``, ``traced_candidates``, ``selected_traced``."""
     manager = manager if manager is not None else get_default_manager()
     policy = policy if policy is not None else get_policy()
     out = []
@@ -36,6 +39,8 @@ def explain_ops(
         ordered, rejected = manager.evaluate(op, policy)
         tokens, restricted = policy.order_for(op)
         traced = manager.evaluate(op, policy, traced=True)[0] if policy.splits_traced else ordered
+        impls = list(ordered) + [impl for impl, _ in rejected]
+        stubs = {impl.impl_id: stub_functions(impl.fn) for impl in impls}
         out.append(
             {
                 "op": op,
@@ -44,12 +49,19 @@ def explain_ops(
                 "candidates": ordered,
                 "rejected": rejected,
                 "selected": ordered[0].impl_id if ordered else None,
+                "stubs": {impl_id: fns for impl_id, fns in stubs.items() if fns},
                 "traced_order": policy.order_for(op, traced=True)[0],
                 "traced_candidates": traced,
                 "selected_traced": traced[0].impl_id if traced else None,
             }
         )
     return out
+
+
+def _stub_note(impl: OpImpl, stubs: dict) -> str:
+    """What explain says of an impl that is still (partly) the stub ``make codegen`` wrote."""
+    names = ", ".join(f"{fn.__module__}.{fn.__qualname__}" for fn in stubs[impl.impl_id])
+    return f"stub: {names} is still the stub `make codegen` scaffolded (it raises)"
 
 
 def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
@@ -109,12 +121,16 @@ def explain(manager: OpManager | None = None) -> str:
             else f"prefer={policy.prefer} ({policy.sources.get('prefer', 'default')})"
         )
         lines += ["", f"Op '{op}': order {' > '.join(info['order'])} from {how}"]
+        stubs = info["stubs"]
         for rank, impl in enumerate(info["candidates"], 1):
+            status = _stub_note(impl, stubs) if impl.impl_id in stubs else "available"
             lines.append(
                 f"  {rank}. {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
-                f" priority={impl.priority:<4} available"
+                f" priority={impl.priority:<4} {status}"
             )
         for impl, why in info["rejected"]:
+            if impl.impl_id in stubs:
+                why = f"{why}; {_stub_note(impl, stubs)}"
             lines.append(
                 f"  -  {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
                 f" priority={impl.priority:<4} {why}"
@@ -134,19 +150,27 @@ def explain(manager: OpManager | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _named(impl_id: str | None, stubs: dict) -> str:
+    if impl_id is None:
+        return "none"
+    return f"{impl_id} (stub)" if impl_id in stubs else impl_id
+
+
 def explain_table(manager: OpManager | None = None) -> str:
     """One line per op: the selection, and the candidates. A column for calls traced by
-    torch.compile appears when the policy selects differently for them (``compile_prefer``)."""
+    torch.compile appears when the policy selects differently for them (``compile_prefer``).
+    An impl that is still a scaffolded stub reads ``<impl id> (stub)``."""
     infos = explain_ops(manager)
     split = any(info["selected_traced"] != info["selected"] for info in infos)
     head = ("op", "selected impl") + (("under torch.compile",) if split else ())
     rows = [head + ("candidates (best first) [not candidates]",)]
     for info in infos:
-        cands = " > ".join(i.impl_id for i in info["candidates"]) or "-"
+        stubs = info["stubs"]
+        cands = " > ".join(_named(i.impl_id, stubs) for i in info["candidates"]) or "-"
         if info["rejected"]:
-            cands += " [" + ", ".join(i.impl_id for i, _ in info["rejected"]) + "]"
-        traced = (info["selected_traced"] or "none",) if split else ()
-        rows.append((info["op"], info["selected"] or "none") + traced + (cands,))
+            cands += " [" + ", ".join(_named(i.impl_id, stubs) for i, _ in info["rejected"]) + "]"
+        traced = (_named(info["selected_traced"], stubs),) if split else ()
+        rows.append((info["op"], _named(info["selected"], stubs)) + traced + (cands,))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     out = [" | ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + f" | {r[-1]}" for r in rows]
     out.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 40)

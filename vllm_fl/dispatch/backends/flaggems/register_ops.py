@@ -10,8 +10,10 @@ the layer attributes the kernel reads as explicit arguments.
 
 Outside a torch.compile trace, an op with an ``eager`` variant in ops.yaml runs that variant,
 which may overwrite the op's ``inplace`` arguments and return them; under a trace the
-functional impl runs. Such an adapter carries both as attributes: ``<op>.eager`` (the
-in-place variant) and ``<op>.functional`` (the functional impl), so tests can reach each.
+functional impl runs.
+
+Every adapter carries the impl it calls as ``<op>.functional`` (and the in-place variant, if
+any, as ``<op>.eager``), so tests and ``explain`` reach the hand-written functions.
 """
 
 import torch
@@ -46,6 +48,9 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.vllm_fl.flagos_silu_and_mul(x)
 
 
+silu_and_mul.functional = _flagos_activation.silu_and_mul  # type: ignore[attr-defined]
+
+
 def _mul_and_silu_kernel(x: torch.Tensor) -> torch.Tensor:
     return _flagos_activation.mul_and_silu(_opaque.attrs(), x)
 
@@ -60,6 +65,9 @@ def mul_and_silu(self, x: torch.Tensor) -> torch.Tensor:
         # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
         return _flagos_activation.mul_and_silu(self, x)
     return torch.ops.vllm_fl.flagos_mul_and_silu(x)
+
+
+mul_and_silu.functional = _flagos_activation.mul_and_silu  # type: ignore[attr-defined]
 
 
 def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
@@ -78,6 +86,9 @@ def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.vllm_fl.flagos_gelu_and_mul(x, self.approximate)
 
 
+gelu_and_mul.functional = _flagos_activation.gelu_and_mul  # type: ignore[attr-defined]
+
+
 def _gelu_new_kernel(x: torch.Tensor) -> torch.Tensor:
     return _flagos_activation.gelu_new(_opaque.attrs(), x)
 
@@ -92,6 +103,9 @@ def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
         # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
         return _flagos_activation.gelu_new(self, x)
     return torch.ops.vllm_fl.flagos_gelu_new(x)
+
+
+gelu_new.functional = _flagos_activation.gelu_new  # type: ignore[attr-defined]
 
 
 def _gelu_fast_kernel(x: torch.Tensor) -> torch.Tensor:
@@ -110,6 +124,9 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.vllm_fl.flagos_gelu_fast(x)
 
 
+gelu_fast.functional = _flagos_activation.gelu_fast  # type: ignore[attr-defined]
+
+
 def _quick_gelu_kernel(x: torch.Tensor) -> torch.Tensor:
     return _flagos_activation.quick_gelu(_opaque.attrs(), x)
 
@@ -124,6 +141,9 @@ def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
         # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
         return _flagos_activation.quick_gelu(self, x)
     return torch.ops.vllm_fl.flagos_quick_gelu(x)
+
+
+quick_gelu.functional = _flagos_activation.quick_gelu  # type: ignore[attr-defined]
 
 
 def _rms_norm_kernel(
@@ -190,6 +210,9 @@ def gemma_rms_norm(
         return _flagos_normalization.gemma_rms_norm(self, x, residual)
     out = torch.ops.vllm_fl.flagos_gemma_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+gemma_rms_norm.functional = _flagos_normalization.gemma_rms_norm  # type: ignore[attr-defined]
 
 
 def _rotary_embedding_kernel(
@@ -347,6 +370,9 @@ def grouped_topk(
     return (out[0], out[1])
 
 
+grouped_topk.functional = _flagos_moe.grouped_topk  # type: ignore[attr-defined]
+
+
 def _fused_experts_kernel(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -431,6 +457,9 @@ def fused_experts(
         global_num_experts,
         expert_map,
     )
+
+
+fused_experts.functional = _flagos_moe.fused_experts  # type: ignore[attr-defined]
 
 
 def register(registry: OpRegistry) -> None:

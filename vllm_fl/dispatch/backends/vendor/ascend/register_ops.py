@@ -7,6 +7,9 @@ The backend is opaque: each kernel that returns tensors is wrapped as a ``torch.
 op (``vllm_fl::ascend_<op>``, defined once per process on first registration) whose fake
 runs the reference implementation, and the registered function is a small adapter that passes
 the layer attributes the kernel reads as explicit arguments.
+
+Every adapter carries the impl it calls as ``<op>.functional`` (and the in-place variant, if
+any, as ``<op>.eager``), so tests and ``explain`` reach the hand-written functions.
 """
 
 import torch
@@ -39,6 +42,9 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.vllm_fl.ascend_silu_and_mul(x)
 
 
+silu_and_mul.functional = _ascend_activation.silu_and_mul  # type: ignore[attr-defined]
+
+
 def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
     return _ascend_activation.gelu_and_mul(_opaque.attrs(approximate=approximate), x)
 
@@ -53,6 +59,9 @@ def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
         return _ascend_activation.gelu_and_mul(self, x)
     return torch.ops.vllm_fl.ascend_gelu_and_mul(x, self.approximate)
+
+
+gelu_and_mul.functional = _ascend_activation.gelu_and_mul  # type: ignore[attr-defined]
 
 
 def _rms_norm_kernel(
@@ -84,6 +93,9 @@ def rms_norm(
         return _ascend_normalization.rms_norm(self, x, residual)
     out = torch.ops.vllm_fl.ascend_rms_norm(x, residual, self.weight, self.variance_epsilon)
     return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+rms_norm.functional = _ascend_normalization.rms_norm  # type: ignore[attr-defined]
 
 
 def _rotary_embedding_kernel(
@@ -151,6 +163,9 @@ def rotary_embedding(
         self.is_neox_style,
     )
     return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+rotary_embedding.functional = _ascend_rotary.rotary_embedding  # type: ignore[attr-defined]
 
 
 def register(registry: OpRegistry) -> None:

@@ -1,44 +1,19 @@
-"""Emitters: functions from the model to ``{path: text}``, grouped by destination.
-
-Views computed here (call expressions, import aliases, availability expressions) keep the
-templates free of logic: the model computes, the template lays out.
-"""
+"""Every backend's ``register_ops.py``: one ``OpImpl`` per op it implements, the
+``torch.library`` custom op and adapter of each op an opaque backend wraps, and the adapters
+that pick an impl's in-place eager variant outside a torch.compile trace."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from codegen import model as m
-from codegen.render import render, render_file
+from codegen.render import render_file
 
-OPS_PY = "vllm_fl/dispatch/ops.py"
-BACKENDS_INIT = "vllm_fl/dispatch/backends/__init__.py"
-OOT_DIR = "vllm_fl/ops"
-TESTS_DIR = "tests/generated"
-DOCS = "docs/operators.md"
-README = "README.md"
-TABLE_BEGIN = "<!-- BEGIN GENERATED: operator-table -->"
-TABLE_END = "<!-- END GENERATED: operator-table -->"
-SEED = 20240601
+NAME = "register_ops.py"
 
 
-def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    out[OPS_PY] = render_file("ops.py.j2", OPS_PY, ops=manifest.ops)
-    out[BACKENDS_INIT] = render_file(
-        "backends_init.py.j2", BACKENDS_INIT, backends=manifest.backends
-    )
-    for backend in manifest.backends:
-        out.update(emit_register_ops(manifest, backend))
-    out.update(emit_oot(manifest))
-    out.update(emit_tests(manifest))
-    out.update(emit_docs(manifest, root))
-    return out
-
-
-# -- register_ops.py -------------------------------------------------------------------------
+def path_of(backend: m.Backend) -> str:
+    return f"{backend.path}/{NAME}"
 
 
 @dataclass(frozen=True)
@@ -133,8 +108,9 @@ def _decode(op: m.Op) -> str | None:
     return expr
 
 
-def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
-    path = f"{backend.path}/register_ops.py"
+def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
+    """The registrations of ``backend``."""
+    path = path_of(backend)
     available = _backend_available(backend)
     reference = manifest.reference
     imports: dict[str, _Import] = {}
@@ -218,123 +194,3 @@ def emit_register_ops(manifest: m.Manifest, backend: m.Backend) -> dict[str, str
         probe_used=probe_used,
     )
     return {path: text}
-
-
-# -- vllm_fl/ops -----------------------------------------------------------------------------
-
-
-def emit_oot(manifest: m.Manifest) -> dict[str, str]:
-    layered = [op for op in manifest.ops if op.layer is not None]
-    groups: dict[str, list[m.Op]] = {}
-    for op in layered:
-        assert op.layer is not None
-        groups.setdefault(op.layer.short_module, []).append(op)
-    out = {}
-    init = f"{OOT_DIR}/__init__.py"
-    functions = [op for op in manifest.ops if op.function is not None]
-    out[init] = render_file("oot_init.py.j2", init, ops=layered, functions=functions)
-    for short, ops in groups.items():
-        path = f"{OOT_DIR}/{short}.py"
-        assert ops[0].layer is not None
-        out[path] = render_file("oot_module.py.j2", path, module=ops[0].layer.module, ops=ops)
-    return out
-
-
-# -- tests/generated -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _CaseView:
-    id: str
-    init: dict
-    inputs: dict
-
-
-def _case_view(index: int, case: m.Case) -> _CaseView:
-    parts = []
-    inputs: dict[str, dict] = {}
-    for name, spec in case.inputs:
-        if isinstance(spec, m.TensorInput):
-            item: dict[str, object] = {"shape": spec.shape, "dtype": spec.dtype}
-            if spec.high is not None:
-                item["high"] = spec.high
-            if spec.scale is not None:
-                item["scale"] = spec.scale
-            inputs[name] = item
-            parts.append(name + "x".join(str(d) for d in spec.shape))
-        else:
-            inputs[name] = {"value": spec.value}
-            parts.append(f"{name}={spec.value}")
-    ident = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([f"case{index}"] + parts))
-    return _CaseView(ident, dict(case.init), inputs)
-
-
-def emit_tests(manifest: m.Manifest) -> dict[str, str]:
-    out = {}
-    reference = manifest.reference
-    tested = [op for op in manifest.ops if op.tests is not None]
-    if not tested:
-        return out
-    assert reference is not None
-    conftest = f"{TESTS_DIR}/conftest.py"
-    out[conftest] = render_file(
-        "parity_conftest.py.j2", conftest, seed=SEED, reference_id=reference.impl_id
-    )
-    for op in tested:
-        assert op.tests is not None
-        path = f"{TESTS_DIR}/test_parity_{op.name}.py"
-        backends = [manifest.backend(impl.backend) for impl in op.impls]
-        eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
-        cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
-        canonical = None
-        if op.tests.canonical is not None:
-            module, function = op.tests.canonical
-            canonical = f"{reference.package}.impl.{module}:{function}"
-        # keyword arguments of parity.check beyond the common ones
-        check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
-            "" if canonical is None else ", canonical=CANONICAL"
-        )
-        out[path] = render_file(
-            "test_parity.py.j2",
-            path,
-            op=op,
-            backends=backends,
-            eager=eager,
-            cases=cases,
-            canonical=canonical,
-            check_options=check_options,
-        )
-    return out
-
-
-# -- docs ------------------------------------------------------------------------------------
-
-
-def emit_docs(manifest: m.Manifest, root: Path) -> dict[str, str]:
-    table = render("operator_table.md.j2", ops=manifest.ops, backends=manifest.backends)
-    out = {
-        DOCS: render_file(
-            "operators.md.j2",
-            DOCS,
-            ops=manifest.ops,
-            backends=manifest.backends,
-            unwrapped={
-                op.name
-                for op in manifest.ops
-                if not op.opaque_ok and any(manifest.backend(i.backend).opaque for i in op.impls)
-            },
-            backends_by_name={b.name: b for b in manifest.backends},
-            table=table,
-        ),
-    }
-    readme = root / README
-    if readme.exists():
-        text = readme.read_text()
-        begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-        if 0 <= begin < end:
-            region = (
-                f"{TABLE_BEGIN}\n<!-- generated from ops.yaml by `make codegen`; do not edit -->\n"
-                f"{table}\nPer-op details: [docs/operators.md](docs/operators.md).\n"
-            )
-            out[README] = text[:begin] + region + text[end:]
-    return out

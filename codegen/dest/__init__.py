@@ -1,0 +1,34 @@
+"""Emitters, one module per kind of generated output, each a function from the model to
+``{path: text}``:
+
+- ``spec``: the backend contract ``FLBackendBase``;
+- ``backends_init``: the list of built-in backend packages;
+- ``register_ops``: every backend's registrations (with the ``torch.library`` wrappers);
+- ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
+- ``parity``: the parity tests under ``tests/generated``;
+- ``docs``: ``docs/operators.md`` and the operator table of the README.
+
+Views computed here (call expressions, import aliases, availability expressions) keep the
+templates free of logic: the model computes, the template lays out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codegen import model as m
+from codegen.dest import backends_init, docs, oot, parity, register_ops, spec
+
+
+def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
+    """Every generated output of ``manifest`` (the README's is the whole README, its table
+    region replaced)."""
+    out: dict[str, str] = {}
+    out.update(spec.emit(manifest))
+    out.update(backends_init.emit(manifest))
+    for backend in manifest.backends:
+        out.update(register_ops.emit(manifest, backend))
+    out.update(oot.emit(manifest))
+    out.update(parity.emit(manifest))
+    out.update(docs.emit(manifest, root))
+    return out

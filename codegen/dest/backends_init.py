@@ -1,0 +1,12 @@
+"""``vllm_fl/dispatch/backends/__init__.py``: the built-in backend packages, in manifest order."""
+
+from __future__ import annotations
+
+from codegen import model as m
+from codegen.render import render_file
+
+PATH = "vllm_fl/dispatch/backends/__init__.py"
+
+
+def emit(manifest: m.Manifest) -> dict[str, str]:
+    return {PATH: render_file("backends_init.py.j2", PATH, backends=manifest.backends)}

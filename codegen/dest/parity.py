@@ -1,0 +1,85 @@
+"""``tests/generated``: one parity test module per op with tests, and their shared conftest."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from codegen import model as m
+from codegen.render import render_file
+
+DIR = "tests/generated"
+CONFTEST = f"{DIR}/conftest.py"
+SEED = 20240601
+
+
+def module_path(op: m.Op) -> str:
+    return f"{DIR}/test_parity_{op.name}.py"
+
+
+@dataclass(frozen=True)
+class _CaseView:
+    id: str
+    init: dict
+    inputs: dict
+
+
+def _case_view(index: int, case: m.Case) -> _CaseView:
+    parts = []
+    inputs: dict[str, dict] = {}
+    for name, spec in case.inputs:
+        if isinstance(spec, m.TensorInput):
+            item: dict[str, object] = {"shape": spec.shape, "dtype": spec.dtype}
+            if spec.high is not None:
+                item["high"] = spec.high
+            if spec.scale is not None:
+                item["scale"] = spec.scale
+            inputs[name] = item
+            parts.append(name + "x".join(str(d) for d in spec.shape))
+        else:
+            inputs[name] = {"value": spec.value}
+            parts.append(f"{name}={spec.value}")
+    ident = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([f"case{index}"] + parts))
+    return _CaseView(ident, dict(case.init), inputs)
+
+
+def emit(manifest: m.Manifest) -> dict[str, str]:
+    out: dict[str, str] = {}
+    reference = manifest.reference
+    tested = [op for op in manifest.ops if op.tests is not None]
+    if not tested:
+        return out
+    assert reference is not None
+    out[CONFTEST] = render_file(
+        "parity_conftest.py.j2", CONFTEST, seed=SEED, reference_id=reference.impl_id
+    )
+    for op in tested:
+        assert op.tests is not None
+        path = module_path(op)
+        # the reference is checked on its own (its contract, vLLM's forward_native), never
+        # against itself
+        backends = [
+            manifest.backend(impl.backend) for impl in op.impls if impl.backend != reference.name
+        ]
+        eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
+        cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
+        canonical = None
+        if op.tests.canonical is not None:
+            module, function = op.tests.canonical
+            canonical = f"{reference.package}.impl.{module}:{function}"
+        # keyword arguments of parity.check beyond the common ones
+        check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
+            "" if canonical is None else ", canonical=CANONICAL"
+        )
+        out[path] = render_file(
+            "test_parity.py.j2",
+            path,
+            op=op,
+            backends=backends,
+            eager=eager,
+            cases=cases,
+            canonical=canonical,
+            check_options=check_options,
+            returns=[str(form) for form in op.schema.returns.forms],
+        )
+    return out

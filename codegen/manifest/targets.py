@@ -1,0 +1,82 @@
+"""What an op replaces in vLLM: a ``layer`` (a CustomOp class, with the attributes its impls
+``reads``) or a ``function`` vLLM calls; and the check that no two ops replace the same one."""
+
+from __future__ import annotations
+
+from codegen import model as m
+from codegen.manifest.reader import Reader
+from codegen.signature import FunctionSchema
+from codegen.yamlnodes import Node
+
+#: names the generated code itself uses next to signature arguments and layer attributes
+RESERVED = ("self", "layer", "torch", "out")
+
+
+def read_layer(r: Reader, node: Node, what: str) -> m.Layer:
+    return m.Layer(
+        *r.import_path(node, f"layer of {what}", "vllm.model_executor.layers.layernorm.RMSNorm")
+    )
+
+
+def read_function(r: Reader, node: Node, what: str) -> m.Function:
+    return m.Function(*r.import_path(node, f"function of {what}", "vllm._custom_ops.topk_softmax"))
+
+
+def read_reads(r: Reader, node: Node, what: str, schema: FunctionSchema) -> tuple[m.Attr, ...]:
+    """The layer attributes an op's impls read through ``self``, with their types."""
+    table = r.map(node, f"reads of {what}", "a mapping of attribute -> type")
+    attrs = []
+    for entry in table.entries.values():
+        attr = r.key_ident(entry, f"attribute of {what}")
+        if attr in RESERVED or attr.startswith("_"):
+            raise r.error(
+                entry.key_line,
+                f"attribute {attr!r} of {what} is a reserved name",
+                "not one of " + ", ".join(RESERVED) + " and not starting with _",
+            )
+        if schema.argument(attr) is not None:
+            raise r.error(
+                entry.key_line,
+                f"attribute {attr!r} of {what} has the name of a signature argument",
+                "attribute names distinct from arguments",
+            )
+        attrs.append(m.Attr(attr, r.type_(entry.value, f"type of {what}.reads.{attr}")))
+    return tuple(attrs)
+
+
+def check_targets(r: Reader, ops: tuple[m.Op, ...]) -> None:
+    """One op per vLLM class and per vLLM function; OOT modules with distinct names."""
+    by_cls: dict[str, m.Op] = {}
+    by_module: dict[str, m.Op] = {}
+    by_function: dict[str, m.Op] = {}
+    for op in ops:
+        if op.function is not None:
+            other = by_function.get(op.function.path)
+            if other is not None:
+                raise r.error(
+                    op.line,
+                    f"op {op.name!r} replaces {op.function.path}, already "
+                    f"replaced by op {other.name!r} (line {other.line})",
+                    "one op per vLLM function",
+                )
+            by_function[op.function.path] = op
+        if op.layer is None:
+            continue
+        other = by_cls.get(op.layer.cls)
+        if other is not None:
+            raise r.error(
+                op.line,
+                f"op {op.name!r} replaces {op.layer.cls}, already "
+                f"replaced by op {other.name!r} (line {other.line})",
+                "one op per vLLM class",
+            )
+        by_cls[op.layer.cls] = op
+        other = by_module.get(op.layer.short_module)
+        if other is not None and other.layer is not None and other.layer.module != op.layer.module:
+            raise r.error(
+                op.line,
+                f"layer module {op.layer.module} of op {op.name!r} "
+                f"ends like {other.layer.module} (op {other.name!r})",
+                "vLLM modules with distinct last names",
+            )
+        by_module[op.layer.short_module] = op
