@@ -41,9 +41,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_dispatch.py
 	$(PY) benchmarks/bench_ops.py
 
+# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick.
 vendor: $(STAMP)
-	@test -n "$(NAME)" || { echo "usage: make vendor NAME=<vendor name>"; exit 2; }
-	$(PY) -m codegen vendor $(NAME)
+	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)")
 
 explain: $(STAMP)
 	$(PY) -m vllm_fl.dispatch explain
