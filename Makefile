@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install codegen codegen-check test bench vendor explain clean
+.PHONY: install codegen codegen-check test test-gpu bench vendor explain clean
 
 install: $(STAMP)
 
@@ -39,6 +39,15 @@ test: $(STAMP)
 	$(PY) -m codegen --check && \
 	$(PY) -m pytest -q tests; rc=$$?; \
 	echo "tests: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+# The tests marked gpu, for a machine with an NVIDIA GPU, vLLM's CUDA build and flag_gems (each
+# test says which it needs and is skipped, with the reason, without it). `make test-gpu
+# PY=python3` runs them with that Python as it is: no .venv is made and nothing is installed.
+# ARGS goes to pytest (e.g. ARGS="-k opcheck -x").
+GPU_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.gpu' tests)
+
+test-gpu: $(if $(filter command line,$(origin PY)),,$(STAMP))
+	$(PY) -m pytest -m gpu $(GPU_TESTS) $(ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_dispatch.py

@@ -35,13 +35,14 @@ def pytest_terminal_summary(terminalreporter):
     """Print the end-to-end runs' timings (measured, never asserted)."""
     if not _E2E_RUNS:
         return
-    terminalreporter.section("vLLM end-to-end runs (tiny Llama, CPU, float32)")
+    terminalreporter.section("vLLM end-to-end runs (tiny models)")
     terminalreporter.write_line(
-        f"{'run':<28} {'wall s':>7} {'engine start s':>15} {'gen s':>7} {'tok/s':>7}  platform"
+        f"{'run':<28} {'wall s':>7} {'engine start s':>15} {'gen s':>7} {'tok/s':>7}  "
+        "dtype     platform"
     )
     for name, run in _E2E_RUNS:
         r = run.result
         terminalreporter.write_line(
             f"{name:<28} {run.wall_s:>7.1f} {r['init_s']:>15.1f} {r['generate_s']:>7.3f} "
-            f"{r['tokens_per_s']:>7.1f}  {r['platform'].rsplit('.', 1)[-1]}"
+            f"{r['tokens_per_s']:>7.1f}  {r['dtype']:<9} {r['platform'].rsplit('.', 1)[-1]}"
         )
