@@ -97,16 +97,16 @@ def _references(module: str, tree: ast.Module, known: set[str]) -> set[tuple[str
 
 def _impl_modules(manifest: m.Manifest, root: Path) -> dict[str, tuple[m.Backend, ast.Module]]:
     """Dotted name -> (backend, syntax tree) of every readable impl module, ``__init__`` included
-    (as the package's own name); private modules (``_name.py``) are left out."""
+    (as the package's own name)."""
     modules: dict[str, tuple[m.Backend, ast.Module]] = {}
     for backend in manifest.backends:
         folder = root / backend.path / "impl"
         for path in sorted(folder.glob("*.py")) if folder.is_dir() else ():
-            init = path.stem == "__init__"
-            tree = None if path.name.startswith("_") and not init else _parse(path)
+            tree = _parse(path)
             if tree is not None:
                 package = f"{backend.package}.impl"
-                modules[package if init else f"{package}.{path.stem}"] = (backend, tree)
+                name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+                modules[name] = (backend, tree)
     return modules
 
 
@@ -121,8 +121,8 @@ def find_orphans(manifest: m.Manifest, root: Path) -> list[Orphan]:
     orphans: list[Orphan] = []
     for name, (backend, tree) in modules.items():
         stem = name.rsplit(".", 1)[-1]
-        if name == f"{backend.package}.impl":
-            continue
+        if name == f"{backend.package}.impl" or stem.startswith("_"):
+            continue  # the package itself, or a private helper module
         used = _used_by_manifest(manifest, backend)
         functions = [
             node
