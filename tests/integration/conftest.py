@@ -19,12 +19,13 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_runs(tiny_model):
-    """`vllm_runs(name, env, mode=...)`: runs vLLM once per session per name, then reuses it."""
+    """`vllm_runs(name, env, mode=..., model=...)`: runs vLLM (on the tiny Llama unless `model`
+    says) once per session per name, then reuses it."""
     cache: dict[str, VllmRun] = {}
 
-    def get(name: str, env: dict[str, str], **kwargs) -> VllmRun:
+    def get(name: str, env: dict[str, str], model: Path | None = None, **kwargs) -> VllmRun:
         if name not in cache:
-            cache[name] = run_vllm(tiny_model, env, **kwargs)
+            cache[name] = run_vllm(model or tiny_model, env, **kwargs)
             _E2E_RUNS.append((name, cache[name]))
         return cache[name]
 

@@ -1,5 +1,5 @@
-"""Real vLLM on an NVIDIA GPU, with and without the plugin's CUDA platform (PlatformFL), on the tiny
-Llama in bfloat16 (vLLM's FlashAttention refuses float32).
+"""Real vLLM on an NVIDIA GPU, with and without the plugin's CUDA platform (PlatformFL), on a tiny
+Llama in bfloat16 (vLLM's FlashAttention refuses float32) with head_dim 64.
 
 For eager and compile mode: greedy generation with VLLM_PLUGINS=none (vanilla vLLM) and with
 VLLM_PLUGINS=fl (the plugin, its platform auto-detected through NVML) gives the same tokens; the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from tiny_model import build_tiny_llama
 from vllm_harness import PLUGIN_NAME, REPLACED, checkout_plugin_env
 
 pytestmark = pytest.mark.gpu("vllm")
@@ -30,22 +31,23 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
     return {**BASE, **checkout_plugin_env(tmp_path_factory.mktemp("plugin-dist"))}
 
 
-def _runs(vllm_runs, plugin_env, mode: str):
-    vanilla = vllm_runs(
-        f"gpu {mode}, plugin off", {**BASE, "VLLM_PLUGINS": "none"}, mode=mode, dtype=DTYPE
-    )
-    plugin = vllm_runs(
-        f"gpu {mode}, plugin on",
-        {**plugin_env, "VLLM_PLUGINS": PLUGIN_NAME},
-        mode=mode,
-        dtype=DTYPE,
-    )
+@pytest.fixture(scope="module")
+def gpu_model(tmp_path_factory):
+    """The tiny Llama with head_dim 64, which every GPU attention kernel supports."""
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-gpu"), hidden_size=128)
+
+
+def _runs(vllm_runs, plugin_env, gpu_model, mode: str):
+    common = dict(mode=mode, dtype=DTYPE, model=gpu_model)
+    vanilla = vllm_runs(f"gpu {mode}, plugin off", {**BASE, "VLLM_PLUGINS": "none"}, **common)
+    plugin_on = {**plugin_env, "VLLM_PLUGINS": PLUGIN_NAME}
+    plugin = vllm_runs(f"gpu {mode}, plugin on", plugin_on, **common)
     return vanilla, plugin
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_plugin_on_gpu_generates_vanillas_tokens(vllm_runs, plugin_env, mode):
-    vanilla, plugin = _runs(vllm_runs, plugin_env, mode)
+def test_plugin_on_gpu_generates_vanillas_tokens(vllm_runs, plugin_env, gpu_model, mode):
+    vanilla, plugin = _runs(vllm_runs, plugin_env, gpu_model, mode)
     assert not vanilla.result["platform"].startswith("vllm_fl."), vanilla.result["platform"]
     assert "vllm_fl" not in str(vanilla.result["layer_classes"])
     assert plugin.result["platform"] == "vllm_fl.platform.PlatformFL", plugin.lines("vllm_fl")
@@ -54,8 +56,8 @@ def test_plugin_on_gpu_generates_vanillas_tokens(vllm_runs, plugin_env, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_our_layers_run_forward_oot_on_gpu(vllm_runs, plugin_env, mode):
-    _, plugin = _runs(vllm_runs, plugin_env, mode)
+def test_our_layers_run_forward_oot_on_gpu(vllm_runs, plugin_env, gpu_model, mode):
+    _, plugin = _runs(vllm_runs, plugin_env, gpu_model, mode)
     result = plugin.result
     for layer in REPLACED:
         assert result["layer_classes"][layer].startswith("vllm_fl.ops."), result["layer_classes"]
