@@ -107,16 +107,19 @@ def register() -> None:
 def _log_in_tree(platform) -> None:
     """Say once, at INFO, that the plugin replaces nothing on vLLM's in-tree `platform`, and what
     would change that. vLLM's logging configures only its `vllm` logger, so the integration's
-    logger gets its own handler first (`registration.configure_logging`)."""
+    logger gets its own handler first (`registration.configure_logging`), at the level of
+    VLLM_FL_LOG_LEVEL read alone: the whole dispatch configuration would detect the platform,
+    which asks torch.cuda, and the front-end must not touch CUDA."""
+    from vllm_fl.dispatch.settings import read_env
     from vllm_fl.dispatch.types import ConfigError
     from vllm_fl.registration import configure_logging
 
     try:
-        configure_logging()
+        level = read_env("VLLM_FL_LOG_LEVEL") or logging.INFO  # DEBUG's default shows INFO too
         enabled = _plugin_enabled()
     except ConfigError:  # an invalid setting is reported where the dispatch reads it
-        configure_logging(logging.INFO)
-        enabled = True
+        level, enabled = logging.INFO, True
+    configure_logging(level)
     if not enabled:
         hint = "the plugin is switched off (VLLM_FL_PREFER_ENABLED)"
     elif platform.is_cpu():
