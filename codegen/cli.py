@@ -1,4 +1,5 @@
-"""Command line: ``python -m codegen [--check] [vendor NAME] [--manifest PATH] [--root PATH]``."""
+"""Command line: ``python -m codegen [--check] [vendor NAME --ops OP,...] [--manifest PATH]
+[--root PATH]``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from codegen.errors import CodegenError
 from codegen.generate import build, read_manifest
+from codegen.orphans import find_orphans
 
 FIX = "make codegen"
 
@@ -23,7 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         nargs="*",
         metavar="vendor NAME",
-        help="scaffold a new vendor backend NAME and add it to ops.yaml",
+        help="scaffold a new vendor backend NAME for the ops given with --ops, add it to ops.yaml",
+    )
+    parser.add_argument(
+        "--ops",
+        default=None,
+        metavar="OP[,OP...]",
+        help="with vendor: the ops the new vendor implements (make: OPS=...)",
     )
     parser.add_argument(
         "--check",
@@ -45,20 +53,29 @@ def main(argv: list[str] | None = None) -> int:
     manifest_path: Path = args.manifest or root / "ops.yaml"
     vendor = None
     if args.command:
-        if args.command[0] != "vendor" or len(args.command) != 2:
-            parser.error("the only command is `vendor NAME`")
+        if args.command[0] != "vendor" or len(args.command) > 2:
+            parser.error("the only command is `vendor NAME --ops OP[,OP...]`")
         if args.check:
             parser.error("--check does not combine with vendor")
-        vendor = args.command[1]
+        vendor = args.command[1] if len(args.command) == 2 else ""
+    elif args.ops is not None:
+        parser.error("--ops goes with `vendor NAME`")
 
     start = time.perf_counter()
+    unused_impls: list = []
     try:
         if vendor is not None:
-            from codegen.vendor import scaffold_vendor
+            from codegen.vendor import VendorUsage, scaffold_vendor
 
-            files = scaffold_vendor(vendor, manifest_path, root)
+            try:
+                files = scaffold_vendor(vendor, args.ops, manifest_path, root)
+            except VendorUsage as usage:
+                print(f"{usage}\nnothing was written", file=sys.stderr)
+                return 2
         else:
-            files = build(read_manifest(manifest_path, root), root)
+            manifest = read_manifest(manifest_path, root)
+            files = build(manifest, root)
+            unused_impls = find_orphans(manifest, root)
         changes = files.plan()
         orphans = files.orphans()
         if not args.check:
@@ -80,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return 2
     elapsed = time.perf_counter() - start
+    for unused in unused_impls:
+        print(f"warning: {unused}", file=sys.stderr)
 
     total = len(files)
     if args.check:

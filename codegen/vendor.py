@@ -1,14 +1,22 @@
-"""``python -m codegen vendor NAME``: scaffold a vendor backend and add it to ops.yaml.
+"""``python -m codegen vendor NAME --ops OP[,OP...]``: scaffold a vendor backend for the ops it
+implements and add it to ops.yaml.
 
 The manifest is edited as text (never re-dumped), so its comments and order survive: the
 backend entry goes after the last backend, and ``NAME: module.function`` after the last impl of
-every op the reference backend implements (same module and function names as the reference).
-Then the whole tree is regenerated in memory from the edited manifest and written at once.
+every op asked for (the module and function names of the op's reference impl, or of its first
+impl where the reference has none). Then the whole tree is regenerated in memory from the edited
+manifest and written at once.
+
+The backend's availability lives in ops.yaml only (``requires``, ``device``): the generated
+``register_ops.py`` builds its probe from them, and the scaffolded package ``__init__.py`` holds
+no second copy.
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+from typing import Sequence
 
 from codegen import model as m
 from codegen.errors import CodegenError
@@ -21,12 +29,68 @@ from codegen.yamlnodes import Map, load
 
 #: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
 VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"
+#: how the command line names the list of ops (``make vendor ... OPS=a,b``)
+OPS_LABEL = "OPS"
 
 
-def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
+def stub_impl(manifest: m.Manifest, op: m.Op) -> m.Impl | None:
+    """The impl whose ``module.function`` a new vendor's stub for ``op`` takes: the reference's,
+    else the op's first impl; None when the op has no impl at all."""
+    return manifest.reference_impl(op) or (op.impls[0] if op.impls else None)
+
+
+def pickable_ops(manifest: m.Manifest) -> list[str]:
+    """The ops a new vendor may implement, in manifest order."""
+    return [op.name for op in manifest.ops if stub_impl(manifest, op) is not None]
+
+
+def usage(manifest: m.Manifest) -> str:
+    """What to type, with every op the command can scaffold (printed when no op was asked for)."""
+    ops = pickable_ops(manifest)
+    listed = textwrap.fill(", ".join(ops), width=96, initial_indent="  ", subsequent_indent="  ")
+    example = ",".join(ops[:2])
+    return (
+        "usage: make vendor NAME=<vendor> OPS=<op>[,<op>...]\n"
+        "       (python -m codegen vendor NAME --ops OP[,OP...])\n"
+        "Scaffolds backend NAME with impl stubs for the ops listed, which may be any of "
+        f"{manifest.file}'s:\n{listed}\n"
+        f"e.g. make vendor NAME=metax OPS={example}"
+    )
+
+
+def parse_ops(raw: str, manifest: m.Manifest) -> list[str]:
+    """``"rms_norm, silu_and_mul"`` -> the op names, checked against the manifest."""
+    allowed = pickable_ops(manifest)
+    expected = "a comma-separated list of ops of " + manifest.file + ": " + ", ".join(allowed)
+    names = [part.strip() for part in raw.split(",")]
+    seen: list[str] = []
+    for name in names:
+        if not name:
+            raise CodegenError(OPS_LABEL, None, f"{raw!r} has an empty op name", expected)
+        if name not in allowed:
+            raise CodegenError(OPS_LABEL, None, f"unknown op {name!r}", expected)
+        if name in seen:
+            raise CodegenError(OPS_LABEL, None, f"op {name!r} is listed twice", expected)
+        seen.append(name)
+    return seen
+
+
+class VendorUsage(Exception):
+    """The command was not given what it needs (a name, the ops): ``str()`` is the usage."""
+
+
+def scaffold_vendor(
+    name: str | None, ops: str | None, manifest_path: Path, root: Path
+) -> FileManager:
+    """Every file of the tree once vendor ``name`` implements ``ops`` (comma-separated op names).
+
+    Raises ``VendorUsage`` when the name or the ops are missing (a vendor implements the ops it
+    chooses, never all of them by default), ``CodegenError`` for anything invalid."""
     label = manifest_label(manifest_path, root)
     text = read_text(manifest_path, label)
     manifest = load_manifest(text, label)
+    if not name or not ops or not ops.strip():
+        raise VendorUsage(usage(manifest))
     if not is_identifier(name) or name != name.lower():
         raise CodegenError(
             label, None, f"vendor name {name!r} is not a lower-case identifier", "a name like metax"
@@ -50,8 +114,10 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
             "the vendor folder exists",
             "no folder for a new vendor",
         )
+    wanted = parse_ops(ops, manifest)
 
-    new_text = _insert(text, manifest, name, package, label)
+    chosen = [op for op in manifest.ops if op.name in wanted]
+    new_text = _insert(text, manifest, chosen, name, package, label)
     new_manifest = load_manifest(new_text, label)
     files = build(new_manifest, root)
     files.add(label, new_text, owned=False)  # the user's manifest, edited in place
@@ -61,7 +127,9 @@ def scaffold_vendor(name: str, manifest_path: Path, root: Path) -> FileManager:
     return files
 
 
-def _insert(text: str, manifest: m.Manifest, name: str, package: str, label: str) -> str:
+def _insert(
+    text: str, manifest: m.Manifest, ops: Sequence[m.Op], name: str, package: str, label: str
+) -> str:
     root = load(text, label)
     assert isinstance(root, Map)
     lines = text.splitlines(keepends=True)
@@ -85,13 +153,12 @@ def _insert(text: str, manifest: m.Manifest, name: str, package: str, label: str
     )
     inserts.append((backends.end_line, entry))
 
-    ops = root.entries["ops"].value
-    assert isinstance(ops, Map)
-    for op in manifest.ops:
-        ref = manifest.reference_impl(op)
-        if ref is None:
-            continue
-        op_node = ops.entries[op.name].value
+    ops_node = root.entries["ops"].value
+    assert isinstance(ops_node, Map)
+    for op in ops:
+        impl = stub_impl(manifest, op)
+        assert impl is not None  # parse_ops allows only such ops
+        op_node = ops_node.entries[op.name].value
         assert isinstance(op_node, Map)
         impls = op_node.entries["impls"].value
         if not isinstance(impls, Map) or impls.flow:
@@ -101,7 +168,7 @@ def _insert(text: str, manifest: m.Manifest, name: str, package: str, label: str
                 f"impls of op {op.name!r} is a flow mapping",
                 "block style to insert an impl into",
             )
-        inserts.append((impls.end_line, f"{' ' * impls.column}{name}: {ref.ref}\n"))
+        inserts.append((impls.end_line, f"{' ' * impls.column}{name}: {impl.ref}\n"))
 
     for after, chunk in sorted(inserts, key=lambda item: item[0], reverse=True):
         lines.insert(after, chunk)

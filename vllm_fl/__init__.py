@@ -95,14 +95,46 @@ def register() -> None:
     if not current_platform.is_out_of_tree():
         if not _skip_logged:
             _skip_logged = True
-            logger.info(
-                "vllm_fl: platform %s is in-tree, so vLLM never calls forward_oot: no layers "
-                "replaced (VLLM_FL_PLATFORM=cpu runs the plugin on vLLM's CPU build)",
-                type(current_platform).__name__,
-            )
+            _log_in_tree(current_platform)
         return
     if type(current_platform).__module__ == "vllm_fl.platform":
         return  # our workers do it where the model is built
     from vllm_fl.registration import prepare_model_process
 
     prepare_model_process()
+
+
+def _log_in_tree(platform) -> None:
+    """Say once, at INFO, that the plugin replaces nothing on vLLM's in-tree `platform`, and what
+    would change that. vLLM's logging configures only its `vllm` logger, so the integration's
+    logger gets its own handler first (`registration.configure_logging`), at the level of
+    VLLM_FL_LOG_LEVEL read alone: the whole dispatch configuration would detect the platform,
+    which asks torch.cuda, and the front-end must not touch CUDA."""
+    from vllm_fl.dispatch.settings import read_env
+    from vllm_fl.dispatch.types import ConfigError
+    from vllm_fl.registration import configure_logging
+
+    try:
+        level = read_env("VLLM_FL_LOG_LEVEL") or logging.INFO  # DEBUG's default shows INFO too
+        enabled = _plugin_enabled()
+    except ConfigError:  # an invalid setting is reported where the dispatch reads it
+        level, enabled = logging.INFO, True
+    configure_logging(level)
+    if not enabled:
+        hint = "the plugin is switched off (VLLM_FL_PREFER_ENABLED)"
+    elif platform.is_cpu():
+        hint = (
+            "set VLLM_FL_PLATFORM=cpu to run it on vLLM's CPU build, with vLLM's CPU kernels "
+            "replaced by its reference backend (for developing and testing the plugin)"
+        )
+    else:
+        hint = (
+            "its platforms are cuda (VLLM_FL_PLATFORM=cuda, or unset with vLLM's CUDA build and "
+            "an NVIDIA GPU) and cpu (VLLM_FL_PLATFORM=cpu)"
+        )
+    logger.info(
+        "vllm_fl: vLLM runs on its in-tree platform %s, where it never calls forward_oot: the "
+        "plugin replaces no layers; %s",
+        type(platform).__name__,
+        hint,
+    )

@@ -84,7 +84,34 @@ def apply_custom_ops_default(compilation_config, op_names: list[str]) -> list[st
     return added
 
 
+def cuda_build_missing() -> str | None:
+    """Why the plugin's CUDA platform cannot be built with the installed vLLM, or None.
+
+    vLLM's CPU build has no CUDA platform: `vllm.platforms.cuda` needs its CUDA extension, and
+    without this check the user would see `No module named 'vllm._C_stable_libtorch'`."""
+    if not compat.is_cpu_build():
+        return None
+    import os
+
+    asked = (os.environ.get("VLLM_FL_PLATFORM") or "").strip()
+    what = (
+        f"VLLM_FL_PLATFORM={asked} asks for"
+        if asked.lower() == "cuda"
+        else "vllm_fl.platform.PlatformFL is"
+    )
+    return (
+        f"vllm_fl: {what} the plugin's CUDA platform, but the installed vLLM is its CPU build "
+        f"(vLLM {compat.vllm_version()}), which has no CUDA platform (vllm.platforms.cuda needs vLLM's "
+        "CUDA extension). Set VLLM_FL_PLATFORM=cpu for the plugin's CPU host mode, unset it to "
+        "keep vLLM's own CPU platform, or install vLLM's CUDA build on a machine with an NVIDIA "
+        "GPU."
+    )
+
+
 def _build_cuda_platform() -> type:
+    missing = cuda_build_missing()
+    if missing is not None:
+        raise ImportError(missing)
     base = compat.cuda_platform_cls()
 
     class PlatformFL(base):

@@ -51,12 +51,15 @@ def current_policy():
     return get_policy()
 
 
-def configure_logging() -> None:
-    """Give the integration's logger the dispatch's level (VLLM_FL_LOG_LEVEL) and, when nothing
-    else handles its records (vLLM configures only its own `vllm` logger), a stderr handler."""
-    from vllm_fl.dispatch.policy import get_config
+def configure_logging(level: int | None = None) -> None:
+    """Give the integration's logger `level`, by default the dispatch's (VLLM_FL_LOG_LEVEL), and,
+    when nothing else handles its records (vLLM configures only its own `vllm` logger), a stderr
+    handler."""
+    if level is None:
+        from vllm_fl.dispatch.policy import get_config
 
-    logger.setLevel(get_config().log_level)
+        level = get_config().log_level
+    logger.setLevel(level)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         # The process name tells vLLM's processes apart (MainProcess, EngineCore, workers).

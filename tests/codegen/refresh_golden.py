@@ -1,8 +1,8 @@
 """Refresh the generator's golden files: ``.venv/bin/python tests/codegen/refresh_golden.py``.
 
 Copies ``fixtures/tree`` to a temporary directory, runs the generator there and stores the
-resulting tree as ``fixtures/expected``; also runs ``vendor metax`` on a copy and stores the
-edited manifest as ``fixtures/expected_vendor_ops.yaml``. Review the diff before committing.
+resulting tree as ``fixtures/expected``; also runs ``vendor metax --ops VENDOR_OPS`` on a copy
+and stores the edited manifest as ``fixtures/expected_vendor_ops.yaml``. Review the diff before committing.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from codegen.cli import main  # noqa: E402
 
+#: the ops the golden vendor implements: one with a reference impl, one without
+VENDOR_OPS = "rms_norm,pick_backend"
+
 
 def generate(dest: Path) -> None:
     shutil.copytree(FIXTURES / "tree", dest)
@@ -31,7 +34,7 @@ def refresh() -> None:
         generate(out)
         shutil.rmtree(FIXTURES / "expected", ignore_errors=True)
         shutil.copytree(out, FIXTURES / "expected")
-        if main(["vendor", "metax", "--root", str(out), "-q"]) != 0:
+        if main(["vendor", "metax", "--ops", VENDOR_OPS, "--root", str(out), "-q"]) != 0:
             raise SystemExit("vendor scaffolding failed on the fixture tree")
         shutil.copy(out / "ops.yaml", FIXTURES / "expected_vendor_ops.yaml")
     print(f"refreshed {FIXTURES / 'expected'} and expected_vendor_ops.yaml")

@@ -14,7 +14,7 @@ import pytest
 
 from codegen import render as render_module
 from codegen.generate import build, read_manifest
-from codegen.vendor import scaffold_vendor
+from codegen.vendor import pickable_ops, scaffold_vendor
 from codegen_helpers import FIXTURES
 
 TEMPLATES = sorted(
@@ -32,7 +32,7 @@ HOSTILE = [
     "\\N{BULLET} \\x00 \\u2028 \\",
     "{{ op.name }} {% raw %} {# x #}",
     "# comment ``` <!-- --> | `` ` ``",
-    "\\\"\"\" escaped already? \\\\\"\"\"",
+    '\\""" escaped already? \\\\"""',
     "x" * 150 + '"""' + "y" * 150,
 ]
 BENIGN = "plain text"
@@ -72,9 +72,11 @@ def _render(tmp: Path, text: str, monkeypatch) -> tuple[dict[str, str], set[str]
         return original(name, *args, **kwargs)
 
     monkeypatch.setattr(env, "get_template", spy)
-    files = build(read_manifest(tree / "ops.yaml", tree), tree)
+    manifest = read_manifest(tree / "ops.yaml", tree)
+    files = build(manifest, tree)
     files.write(files.plan())
-    vendor = scaffold_vendor("metax", tree / "ops.yaml", tree)
+    every_op = ",".join(pickable_ops(manifest))
+    vendor = scaffold_vendor("metax", every_op, tree / "ops.yaml", tree)
     vendor.write(vendor.plan())
     monkeypatch.undo()
     out = {

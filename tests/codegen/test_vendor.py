@@ -1,6 +1,7 @@
-"""``python -m codegen vendor NAME``: scaffolds a vendor backend, edits ops.yaml as text (comments
-and order intact), regenerates everything at once; a second run is an error that changes
-nothing."""
+"""``python -m codegen vendor NAME --ops OP,...``: scaffolds a vendor backend for the ops asked for,
+edits ops.yaml as text (comments and order intact), regenerates everything at once; without ops
+it prints the usage and changes nothing; a second run is an error that changes nothing. The
+backend's availability lives in ops.yaml only."""
 
 from __future__ import annotations
 
@@ -12,37 +13,90 @@ from pathlib import Path
 
 from codegen_helpers import FIXTURES, REPO
 
+FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, scale_into"
 
-def test_vendor_scaffolds_backend_and_edits_manifest_in_place(generated, cli):
-    rc, out, err = cli("vendor", "metax", "--root", generated)
+
+def test_vendor_scaffolds_the_ops_asked_for_and_edits_manifest_in_place(generated, cli):
+    rc, out, err = cli("vendor", "metax", "--ops", "rms_norm, pick_backend", "--root", generated)
     assert rc == 0, err
     assert "vendor 'metax' scaffolded" in out
     assert (generated / "ops.yaml").read_text() == (
         FIXTURES / "expected_vendor_ops.yaml"
     ).read_text()
     base = generated / "fxpkg/vendor/metax"
-    assert 'available = Probe(requires=("torch_metax",))' in (base / "__init__.py").read_text()
+    init = (base / "__init__.py").read_text()
+    assert "Probe" not in init and "torch_metax" not in init  # ops.yaml is the one place
     assert (base / "impl/__init__.py").exists()
-    # stubs for every op the reference implements, in the reference's module names
-    assert "def silu_and_mul(self, x: torch.Tensor)" in (base / "impl/act.py").read_text()
+    # stubs for the ops asked for only, in the module names of the reference (else first) impl
     assert (
         'NotImplementedError(\n        "metax rms_norm: write'
         in (base / "impl/norm.py").read_text()
     )
-    assert not (base / "impl/attention.py").exists()  # pick_backend has no reference impl
+    assert (
+        "def pick_backend(use_mla: bool = False) -> str:"
+        in (base / "impl/attention.py").read_text()
+    )
+    assert not (base / "impl/act.py").exists()
     register_ops = (base / "register_ops.py").read_text()
-    assert "from fxpkg.vendor.metax import available as _backend_probe" in register_ops
+    assert 'available = Probe(requires=("torch_metax",))' in register_ops
+    assert "_backend_probe" not in register_ops
     assert '_opaque.define("vllm_fl::metax_rms_norm", _rms_norm_kernel, _rms_norm_fake)' in (
         register_ops
     )
-    assert "| `rms_norm` | `RMSNorm` | ✓ | ✓ | ✓ | ✓ |" in (generated / "README.md").read_text()
+    assert "silu_and_mul" not in register_ops
+    readme = (generated / "README.md").read_text()
+    assert "| `rms_norm` | `RMSNorm` | ✓ | ✓ | ✓ | ✓ |" in readme
+    assert "| `silu_and_mul` | `SiluAndMul` | ✓ | ✓ | – | – |" in readme
     assert cli("--root", generated, "--check")[0] == 0
 
 
-def test_vendor_twice_is_an_error_that_changes_nothing(generated, cli, snapshot):
-    assert cli("vendor", "metax", "--root", generated)[0] == 0
+def test_vendor_availability_is_edited_in_ops_yaml_only(generated, cli):
+    assert cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)[0] == 0
+    init = (generated / "fxpkg/vendor/metax/__init__.py").read_text()
+    manifest = generated / "ops.yaml"
+    text = manifest.read_text()
+    assert "    requires: [torch_metax]\n" in text
+    manifest.write_text(
+        text.replace("    requires: [torch_metax]\n", "    requires: [metax_rt]\n    device: npu\n")
+    )
+    rc, _, err = cli("--root", generated)
+    assert rc == 0, err
+    register_ops = (generated / "fxpkg/vendor/metax/register_ops.py").read_text()
+    assert 'available = Probe(requires=("metax_rt",), device="npu")' in register_ops
+    assert (generated / "fxpkg/vendor/metax/__init__.py").read_text() == init
+
+
+def test_vendor_without_ops_prints_the_usage_and_changes_nothing(generated, cli, snapshot):
     before = snapshot(generated)
-    rc, _, err = cli("vendor", "metax", "--root", generated)
+    for args in (("vendor", "metax"), ("vendor", "metax", "--ops", " "), ("vendor",)):
+        rc, out, err = cli(*args, "--root", generated)
+        assert rc == 2, args
+        assert out == ""
+        assert err.startswith("usage: make vendor NAME=<vendor> OPS=<op>[,<op>...]\n"), err
+        assert f"  {FIXTURE_OPS}\n" in err
+        assert "e.g. make vendor NAME=metax OPS=silu_and_mul,rms_norm\n" in err
+        assert err.endswith("nothing was written\n")
+    assert snapshot(generated) == before
+
+
+def test_vendor_rejects_unknown_empty_and_repeated_ops(generated, cli, snapshot):
+    before = snapshot(generated)
+    allowed = "expected a comma-separated list of ops of ops.yaml: " + FIXTURE_OPS
+    for ops, problem in (
+        ("rms_norm,rms_nrom", "unknown op 'rms_nrom'"),
+        ("rms_norm,,silu_and_mul", "'rms_norm,,silu_and_mul' has an empty op name"),
+        ("rms_norm,rms_norm", "op 'rms_norm' is listed twice"),
+    ):
+        rc, _, err = cli("vendor", "metax", "--ops", ops, "--root", generated)
+        assert rc == 1
+        assert err == f"error: OPS: {problem}, {allowed}\nnothing was written\n"
+    assert snapshot(generated) == before
+
+
+def test_vendor_twice_is_an_error_that_changes_nothing(generated, cli, snapshot):
+    assert cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)[0] == 0
+    before = snapshot(generated)
+    rc, _, err = cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)
     assert rc == 1
     assert (
         "error: ops.yaml:22: backend 'metax' already exists, expected a vendor name not in" in err
@@ -52,23 +106,26 @@ def test_vendor_twice_is_an_error_that_changes_nothing(generated, cli, snapshot)
 
 def test_vendor_rejects_bad_names_and_existing_folders(generated, cli, snapshot):
     before = snapshot(generated)
-    rc, _, err = cli("vendor", "Meta-X", "--root", generated)
+    rc, _, err = cli("vendor", "Meta-X", "--ops", "rms_norm", "--root", generated)
     assert rc == 1 and "is not a lower-case identifier" in err
-    rc, _, err = cli("vendor", "acme", "--root", generated)
+    rc, _, err = cli("vendor", "acme", "--ops", "rms_norm", "--root", generated)
     assert rc == 1 and "backend 'acme' already exists" in err
     (generated / "fxpkg/vendor/ghost").mkdir()
-    rc, _, err = cli("vendor", "ghost", "--root", generated)
+    rc, _, err = cli("vendor", "ghost", "--ops", "rms_norm", "--root", generated)
     assert rc == 1 and "fxpkg/vendor/ghost: the vendor folder exists" in err
     (generated / "fxpkg/vendor/ghost").rmdir()
     assert snapshot(generated) == before
 
 
-def _fresh_vendor_name() -> str:
-    """metax, or metax2, metax3, ... : the first the repository's ops.yaml and tree do not use."""
+def _fresh_vendor_name(root: Path) -> str:
+    """metax, or metax2, metax3, ... : the first that ops.yaml and the tree at ``root`` do not
+    use (the README's own example, `make vendor NAME=metax`, may have run there)."""
     from codegen.manifest import load_manifest
 
-    taken = {b.name for b in load_manifest((REPO / "ops.yaml").read_text()).backends}
-    vendors = REPO / "vllm_fl/dispatch/backends/vendor"
+    taken = set()
+    for backend in load_manifest((root / "ops.yaml").read_text()).backends:
+        taken |= {backend.name, backend.vendor}
+    vendors = root / "vllm_fl/dispatch/backends/vendor"
     for n in range(1, 100):
         name = "metax" if n == 1 else f"metax{n}"
         if name not in taken and not (vendors / name).exists():
@@ -76,24 +133,29 @@ def _fresh_vendor_name() -> str:
     raise AssertionError("no free vendor name")
 
 
+def _copy_of_repository(dest: Path) -> Path:
+    dest.mkdir()
+    for item in ("ops.yaml", "README.md", ".codegen-outputs"):
+        shutil.copy(REPO / item, dest / item)
+    for item in ("vllm_fl", "tests/generated", "docs"):
+        shutil.copytree(REPO / item, dest / item, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
 def test_vendor_in_a_copy_of_the_repository(tmp_path):
     """The real manifest: the new backend registers through the real runtime, unavailable
-    (with the reason) until its probe is edited. The vendor's name is one the repository does not
-    have yet (the README's own example, `make vendor NAME=metax`, may have run here)."""
-    name = _fresh_vendor_name()
-    root = tmp_path / "repo"
-    root.mkdir()
-    for name in ("ops.yaml", "README.md", ".codegen-outputs"):
-        shutil.copy(REPO / name, root / name)
-    for name in ("vllm_fl", "tests/generated", "docs"):
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (with the reason) until ops.yaml's requires is edited, then available."""
+    root = _copy_of_repository(tmp_path / "repo")
+    name = _fresh_vendor_name(root)
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{REPO}")
-    cmd = [sys.executable, "-m", "codegen", "--root", str(root)]
-    done = subprocess.run(cmd + ["--check"], capture_output=True, text=True, env=env, cwd=REPO)
+
+    def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        return subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd)
+
+    codegen = (sys.executable, "-m", "codegen", "--root", str(root))
+    done = run(*codegen, "--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    done = subprocess.run(
-        cmd + ["vendor", name], capture_output=True, text=True, env=env, cwd=REPO
-    )
+    done = run(*codegen, "vendor", name, "--ops", "silu_and_mul,rms_norm")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"created  vllm_fl/dispatch/backends/vendor/{name}/register_ops.py" in done.stdout
     manifest = (root / "ops.yaml").read_text().splitlines()
@@ -104,16 +166,19 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
         f"    vendor: {name}",
         f"    package: vllm_fl.dispatch.backends.vendor.{name}",
         "    priority: 100",
-        "    probe: available",
+        f"    requires: [torch_{name}]",
         "    opaque: true",
     ]
     start = manifest.index(f"  {name}:")
     assert manifest[start : start + len(block)] == block
-    added = block + [line for line in manifest if line.startswith(f"      {name}: ")]
-    # nothing removed or changed: without the added lines, the manifest is the original
     rest = manifest[:start] + manifest[start + len(block) :]
-    assert [line for line in rest if not line.startswith(f"      {name}: ")] == original
-    assert f"      {name}: activation.silu_and_mul" in added
+    added = [line for line in rest if line.startswith(f"      {name}: ")]
+    assert added == [
+        f"      {name}: activation.silu_and_mul",
+        f"      {name}: normalization.rms_norm",
+    ]
+    # nothing removed or changed: without the added lines, the manifest is the original
+    assert [line for line in rest if line not in added] == original
     probe = (
         "import vllm_fl, sys\n"
         f"assert vllm_fl.__file__.startswith({str(root)!r}), vllm_fl.__file__\n"
@@ -123,14 +188,25 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
         "register_ops.register(reg)\n"
         f"impl = reg.get_impl('rms_norm', 'vendor.{name}')\n"
         "print(impl.kind.value, impl.vendor, impl.priority, impl.check_available())\n"
+        f"print(sorted(op for op in reg.list_operators() if reg.get_impl(op, 'vendor.{name}')))\n"
         "from vllm_fl.dispatch.backends import BUILTIN_BACKENDS\n"
         "print(BUILTIN_BACKENDS[-1])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    done = run(sys.executable, "-c", probe, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert f"vendor {name} 100 (False, \"module 'torch_{name}' not importable" in done.stdout
-    assert done.stdout.splitlines()[-1] == f"vllm_fl.dispatch.backends.vendor.{name}"
-    done = subprocess.run(cmd + ["--check"], capture_output=True, text=True, env=env, cwd=REPO)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"vendor {name} 100 (False, \"module 'torch_{name}' not importable")
+    assert lines[1] == "['rms_norm', 'silu_and_mul']"
+    assert lines[2] == f"vllm_fl.dispatch.backends.vendor.{name}"
+    # availability is edited in ops.yaml alone: regenerate, and the probe follows
+    text = (root / "ops.yaml").read_text()
+    (root / "ops.yaml").write_text(
+        text.replace(f"    requires: [torch_{name}]\n", "    requires: [math]\n    device: cpu\n")
+    )
+    done = run(*codegen)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run(sys.executable, "-c", probe, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"vendor {name} 100 (True, None)"
+    done = run(*codegen, "--check")
     assert done.returncode == 0, done.stdout + done.stderr

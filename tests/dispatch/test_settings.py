@@ -59,3 +59,54 @@ def test_every_setting_has_one_row_and_is_documented():
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     for name in envs + keys:
         assert f"`{name}`" in section, f"{name} is not documented in README Configuration"
+
+
+def _readme_defaults() -> dict[str, str]:
+    """variable -> default column of the README's configuration table."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[2]
+    return rows
+
+
+def test_every_variable_has_its_default_in_the_readme():
+    from vllm_fl.dispatch import settings
+
+    rows = _readme_defaults()
+    for setting in settings.SETTINGS:
+        for env in setting.env:
+            cell = rows.get(env.name)
+            assert cell not in (None, "", "–", "-"), f"{env.name}: no default in README ({cell!r})"
+            default = setting.default
+            if isinstance(default, bool):
+                spelled = ("`true`", "`1`") if default else ("`false`", "`0`")
+                assert cell.startswith(
+                    spelled
+                ), f"{env.name}: README says {cell!r}, default {default}"
+            elif isinstance(default, str):
+                assert (
+                    f"`{default}`" in cell
+                ), f"{env.name}: README says {cell!r}, default {default!r}"
+
+
+def test_every_variable_the_code_reads_is_in_the_readme():
+    """Variables read outside the settings table (os.environ / getenv with a literal name)."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    pattern = re.compile(r"(?:environ(?:\.get)?[\[(]|getenv\()\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
+    read = set()
+    for folder in ("vllm_fl", "codegen"):
+        for path in (repo / folder).rglob("*.py"):
+            read |= set(pattern.findall(path.read_text()))
+    assert read, "the scan found no variable at all"
+    missing = sorted(name for name in read if f"`{name}" not in readme)
+    assert not missing, f"read by the code, not in README.md: {missing}"

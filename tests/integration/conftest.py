@@ -19,12 +19,13 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_runs(tiny_model):
-    """`vllm_runs(name, env, mode=...)`: runs vLLM once per session per name, then reuses it."""
+    """`vllm_runs(name, env, mode=..., model=...)`: runs vLLM (on the tiny Llama unless `model`
+    says) once per session per name, then reuses it."""
     cache: dict[str, VllmRun] = {}
 
-    def get(name: str, env: dict[str, str], **kwargs) -> VllmRun:
+    def get(name: str, env: dict[str, str], model: Path | None = None, **kwargs) -> VllmRun:
         if name not in cache:
-            cache[name] = run_vllm(tiny_model, env, **kwargs)
+            cache[name] = run_vllm(model or tiny_model, env, **kwargs)
             _E2E_RUNS.append((name, cache[name]))
         return cache[name]
 
@@ -35,13 +36,14 @@ def pytest_terminal_summary(terminalreporter):
     """Print the end-to-end runs' timings (measured, never asserted)."""
     if not _E2E_RUNS:
         return
-    terminalreporter.section("vLLM end-to-end runs (tiny Llama, CPU, float32)")
+    terminalreporter.section("vLLM end-to-end runs (tiny models)")
     terminalreporter.write_line(
-        f"{'run':<28} {'wall s':>7} {'engine start s':>15} {'gen s':>7} {'tok/s':>7}  platform"
+        f"{'run':<28} {'wall s':>7} {'engine start s':>15} {'gen s':>7} {'tok/s':>7}  "
+        "dtype     platform"
     )
     for name, run in _E2E_RUNS:
         r = run.result
         terminalreporter.write_line(
             f"{name:<28} {run.wall_s:>7.1f} {r['init_s']:>15.1f} {r['generate_s']:>7.3f} "
-            f"{r['tokens_per_s']:>7.1f}  {r['platform'].rsplit('.', 1)[-1]}"
+            f"{r['tokens_per_s']:>7.1f}  {r['dtype']:<9} {r['platform'].rsplit('.', 1)[-1]}"
         )

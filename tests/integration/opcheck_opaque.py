@@ -1,17 +1,29 @@
 """torch.library.opcheck of every custom op the opaque backends define (run as a script).
 
-The opaque kernels (FlagGems, vLLM's CUDA ops, torch_npu) cannot run on a CPU-only machine, so
-each op gets a CPU kernel here that runs its registered fake (the reference implementation,
-which is functional) on real tensors. That exercises what opcheck checks about the definition:
-the schema inferred from the kernel's annotations, no aliasing of inputs, the fake agreeing with
-the kernel, and tracing through AOT dispatch. The arguments are the ones the generated adapter
-(the OpImpl's fn, compiled with fullgraph=True, as it calls the custom op only under Dynamo)
-passes for a real layer (tests/integration/layer_samples.py), captured on the way. Prints one line: OPCHECK {"checked": {qualname/case: "ok" | error}, "unchecked": [...]}.
-This gives the ops CPU kernels for the rest of the process: hence a separate process.
+    python tests/integration/opcheck_opaque.py [--device cpu|cuda]
+
+``--device cpu`` (the default; test_compile_safety.py runs it): the opaque kernels (FlagGems,
+vLLM's CUDA ops, torch_npu) cannot run on a CPU-only machine, so each op gets a CPU kernel here
+that runs its registered fake (the reference implementation, which is functional) on real
+tensors. That exercises what opcheck checks about the definition: the schema inferred from the
+kernel's annotations, no aliasing of inputs, the fake agreeing with the kernel, and tracing
+through AOT dispatch. This gives the ops CPU kernels for the rest of the process: hence a
+separate process.
+
+``--device cuda`` (a GPU with the backends' libraries): the real kernels run on CUDA tensors, so
+opcheck also compares each real kernel with its fake; ops of a backend that is unavailable here
+(ascend on an NVIDIA machine) are listed as such, not checked.
+
+The arguments are the ones the generated adapter (the OpImpl's fn, compiled with
+fullgraph=True, as it calls the custom op only under Dynamo) passes for a real layer
+(tests/integration/layer_samples.py), captured on the way. Prints one line:
+OPCHECK {"device": ..., "checked": {qualname/case: "ok" | error}, "unavailable": {qualname:
+reason}, "unchecked": [...]}.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import traceback
@@ -33,19 +45,27 @@ def _no_grad(value):
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def main() -> int:
+def _to(device: str, value):
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="opcheck of the opaque backends' custom ops")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    device = parser.parse_args(argv).device
     registry = get_default_manager().registry  # builds the registry: defines the custom ops
     defined = set(opaque.defined())
     checked: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
     seen: set[str] = set()
     captured: list[tuple] = []
 
-    def capture(fake):
-        def kernel(*args):
+    def capture(kernel):
+        def capturing(*args):
             captured.append(args)
-            return fake(*args)
+            return kernel(*args)
 
-        return kernel
+        return capturing
 
     def check(op: str, case_id: str, call_adapter) -> None:
         """opcheck every custom op defined for `op`, with the arguments its adapter passes."""
@@ -54,9 +74,17 @@ def main() -> int:
             if qualname not in defined:
                 continue
             seen.add(qualname)
-            key = f"{qualname}/{case_id}"
             opdef = opaque._DEFINED[qualname]
-            opdef.register_kernel("cpu", capture(opdef._abstract_fn))
+            if device == "cpu":
+                kernel = opdef._abstract_fn  # the fake, on real tensors: no backend runs here
+            else:
+                available, reason = impl.check_available()
+                if not available:
+                    unavailable[qualname] = reason or "unavailable"
+                    continue
+                kernel = opdef._init_fn  # the backend's own kernel
+            key = f"{qualname}/{case_id}"
+            opdef.register_kernel(device, capture(kernel))
             try:
                 captured.clear()
                 # Under Dynamo the adapter calls the custom op (outside it calls the kernel
@@ -73,17 +101,25 @@ def main() -> int:
             except Exception:  # noqa: BLE001 - reported, the test fails on it
                 checked[key] = traceback.format_exc(limit=6)
 
+    def inputs(spec: dict) -> dict:
+        return {k: _to(device, v) for k, v in make_inputs(spec).items()}
+
     with set_current_vllm_config(VllmConfig()):
         for name, case_id, ctor, spec in samples(OOT_CLASSES):
             base = _in_tree_base(_load_class(OOT_CLASSES[name]), name)
             check(
                 op_name_of(base),
                 case_id,
-                lambda traced: traced(make_layer(base, ctor), **make_inputs(spec)),
+                lambda traced: traced(make_layer(base, ctor).to(device), **inputs(spec)),
             )
         for op, case_id, spec in function_samples():
-            check(op, case_id, lambda traced: traced(**make_inputs(spec)))
-    report = {"checked": checked, "unchecked": sorted(defined - seen)}
+            check(op, case_id, lambda traced: traced(**inputs(spec)))
+    report = {
+        "device": device,
+        "checked": checked,
+        "unavailable": unavailable,
+        "unchecked": sorted(defined - seen),
+    }
     print("OPCHECK " + json.dumps(report), flush=True)
     return 0
 

@@ -1,7 +1,8 @@
 """torch.compile safety of the OOT layers: forward_oot on the reference backend compiles with
 fullgraph=True (no graph break) and matches vLLM's own forward_native; every opaque custom op
 the generated backends define passes torch.library.opcheck (in a subprocess, see
-opcheck_opaque.py, because it gives those ops a CPU kernel)."""
+opcheck_opaque.py, because it gives those ops a CPU kernel), and on a GPU (marked ``gpu``) with
+the real kernels."""
 
 from __future__ import annotations
 
@@ -61,10 +62,14 @@ def _clone(v):
     return v.clone() if isinstance(v, torch.Tensor) else v
 
 
-def test_opaque_custom_ops_pass_opcheck():
+def _opcheck(device: str, timeout: float) -> dict:
+    """The report of opcheck_opaque.py run with `--device device` in its own process."""
     script = Path(__file__).with_name("opcheck_opaque.py")
     proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), "--device", device],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("OPCHECK ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -73,3 +78,19 @@ def test_opaque_custom_ops_pass_opcheck():
     failed = {k: v for k, v in report["checked"].items() if v != "ok"}
     assert not failed, json.dumps(failed, indent=1)
     assert not report["unchecked"], report["unchecked"]
+    return report
+
+
+def test_opaque_custom_ops_pass_opcheck():
+    report = _opcheck("cpu", timeout=300)
+    assert not report["unavailable"], report["unavailable"]
+
+
+@pytest.mark.gpu("vllm", "flag_gems")
+def test_opaque_custom_ops_pass_opcheck_on_gpu():
+    """The real FlagGems and vLLM CUDA kernels against their fakes, on CUDA tensors."""
+    report = _opcheck("cuda", timeout=900)
+    backends = {key.split("::", 1)[1].split("_", 1)[0] for key in report["checked"]}
+    assert {"flagos", "cuda"} <= backends, sorted(report["checked"])
+    # only backends of another accelerator may be left out
+    assert all(q.startswith("vllm_fl::ascend_") for q in report["unavailable"]), report

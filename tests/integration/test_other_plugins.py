@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import PLUGIN_NAME, PLUGIN_ON, vllm_available
+from vllm_harness import PLUGIN_NAME, PLUGIN_ON, vllm_available, write_dist_info
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
@@ -20,16 +20,12 @@ OTHER_CLASS = "other_oot_plugin.RotaryEmbeddingOther"
 def other_plugin_dist(tmp_path_factory) -> Path:
     """A folder holding the dist-info of a plugin `other` (its module sits next to this file,
     where the runner imports it from)."""
-    root = tmp_path_factory.mktemp("other-plugin")
-    info = root / "vllm_other_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: vllm-other-plugin\nVersion: 0.1\n"
+    return write_dist_info(
+        tmp_path_factory.mktemp("other-plugin"),
+        "vllm-other-plugin",
+        "0.1",
+        {"vllm.general_plugins": {"other": "other_oot_plugin:register"}},
     )
-    (info / "entry_points.txt").write_text(
-        "[vllm.general_plugins]\nother = other_oot_plugin:register\n"
-    )
-    return root
 
 
 @pytest.mark.parametrize("order", ["other first", "fl first"])

@@ -99,7 +99,7 @@ def test_cuda_platform_needs_vllms_cuda_build():
         return
     import vllm_fl.platform  # importable on the CPU build; only PlatformFL needs CUDA vLLM
 
-    with pytest.raises(ImportError):
+    with pytest.raises(ImportError, match="the installed vLLM is its CPU build"):
         vllm_fl.platform.PlatformFL
 
 
@@ -163,3 +163,57 @@ def test_general_plugin_replaces_nothing_on_an_in_tree_platform(clean_oot_regist
     vllm_fl.register()
     vllm_fl.register()
     assert dict(clean_oot_registry) == before
+
+
+def _run_vllm_code(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter with vLLM's CPU build, the plugin allowed, vLLM's default
+    logging, and `env` on a clean environment (no inherited VLLM_* variables)."""
+    from vllm_harness import vllm_env
+
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=vllm_env({"VLLM_PLUGINS": "fl", **env}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@needs_vllm
+def test_in_tree_platform_says_once_at_info_that_nothing_is_replaced():
+    if not compat.is_cpu_build():
+        pytest.skip("vLLM's CUDA build: the plugin's platform may be active")
+    code = (
+        "from vllm.plugins import load_general_plugins\n"
+        "load_general_plugins()\n"
+        "import vllm_fl\n"
+        "vllm_fl.register()\n"  # a second call, as another process step would make
+        "from vllm.platforms import current_platform\n"
+        "print(type(current_platform).__name__)\n"
+    )
+    proc = _run_vllm_code(code, {})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["CpuPlatform"]
+    lines = [line for line in proc.stderr.splitlines() if "replaces no layers" in line]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("[INFO] vllm_fl.vllm (MainProcess): vllm_fl: vLLM runs on its ")
+    assert "in-tree platform CpuPlatform" in lines[0]
+    assert "set VLLM_FL_PLATFORM=cpu to run it on vLLM's CPU build" in lines[0]
+    quiet = _run_vllm_code(code, {"VLLM_FL_LOG_LEVEL": "WARNING"})
+    assert quiet.returncode == 0 and "replaces no layers" not in quiet.stderr
+
+
+@needs_vllm
+def test_cuda_platform_on_vllms_cpu_build_is_a_clear_error():
+    if not compat.is_cpu_build():
+        pytest.skip("vLLM's CUDA build is installed")
+    code = "from vllm.platforms import current_platform\nprint(current_platform.device_type)\n"
+    proc = _run_vllm_code(code, {"VLLM_FL_PLATFORM": "cuda"})
+    assert proc.returncode != 0 and proc.stdout == ""
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: vllm_fl: VLLM_FL_PLATFORM=cuda asks for the plugin's CUDA platform, but the "
+        "installed vLLM is its CPU build (vLLM 0."
+    ), proc.stderr[-3000:]
+    assert "Set VLLM_FL_PLATFORM=cpu for the plugin's CPU host mode" in last
+    assert "_C_stable_libtorch" not in proc.stderr

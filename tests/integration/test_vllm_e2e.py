@@ -11,15 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_harness import PLUGIN_OFF, PLUGIN_ON, vllm_available
+from vllm_harness import PLUGIN_OFF, PLUGIN_ON, REPLACED, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
-
-REPLACED = {
-    "RMSNorm": "rms_norm",
-    "SiluAndMul": "silu_and_mul",
-    "RotaryEmbedding": "rotary_embedding",
-}
 
 
 def _assert_ours_ran(run, layers=REPLACED) -> None:

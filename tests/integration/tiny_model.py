@@ -55,19 +55,21 @@ def _train_tokenizer(path: Path) -> None:
     fast.save_pretrained(str(path))
 
 
-def build_tiny_llama(path: str | Path) -> Path:
-    """Write the tiny model and its tokenizer to `path` (created if missing); return it."""
+def build_tiny_llama(path: str | Path, hidden_size: int = HIDDEN_SIZE) -> Path:
+    """Write the tiny model and its tokenizer to `path` (created if missing); return it. Its
+    head_dim is `hidden_size` / 2 (GPU attention kernels are safest with 64)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     return build_tiny_model(
         path,
         LlamaConfig,
         LlamaForCausalLM,
+        hidden_size=hidden_size,
         intermediate_size=INTERMEDIATE_SIZE,
         num_hidden_layers=NUM_LAYERS,
         num_attention_heads=NUM_HEADS,
         num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        head_dim=hidden_size // NUM_HEADS,
     )
 
 

@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("eager", "compile"), default="eager")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--num-prompts", type=int, default=len(DEFAULT_PROMPTS))
+    # float32 on CPU; a GPU needs bfloat16 or float16 (vLLM's FlashAttention refuses float32)
+    parser.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
 
     # Extra plugin distributions found after the installed ones (so their entry points load
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     llm = LLM(
         model=args.model,
-        dtype="float32",
+        dtype=args.dtype,
         max_model_len=128,
         enforce_eager=args.mode == "eager",
         seed=0,
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "mode": args.mode,
+        "dtype": args.dtype,
         "platform": f"{type(current_platform).__module__}.{type(current_platform).__name__}",
         "tokens": tokens,
         "init_s": round(init_s, 3),
