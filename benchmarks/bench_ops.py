@@ -277,12 +277,16 @@ def _fastest(rows: list[Row], key: str) -> str | None:
     return min(complete, key=lambda b: sum(complete[b]) / len(complete[b]))
 
 
-def _token(impl_id: str) -> str:
+def policy_token(impl_id: str) -> str:
+    """impl id -> the policy token that selects it (`default.flagos` -> `flagos`); other
+    backends of the table (`compile(reference)`) as they are."""
     if impl_id.startswith("default."):
         return "flagos"
     if impl_id.startswith("reference."):
         return "reference"
-    return "vendor:" + impl_id.split(".", 1)[1]
+    if impl_id.startswith("vendor."):
+        return "vendor:" + impl_id.split(".", 1)[1]
+    return impl_id
 
 
 def propose_policy(report: Report, key: str = "graph_us") -> tuple[str, list[str]]:
@@ -308,7 +312,7 @@ def propose_policy(report: Report, key: str = "graph_us") -> tuple[str, list[str
             },
             key=lambda b: b.startswith("reference"),
         )
-        lines.append(f"  {op}: [{', '.join(_token(b) for b in backends)}]")
+        lines.append(f"  {op}: [{', '.join(policy_token(b) for b in backends)}]")
     return "\n".join(lines), notes
 
 
@@ -357,7 +361,7 @@ def plot(report: Report, path: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--ops", type=name_list, help="comma-separated ops (default: every registered op)"
@@ -374,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plot", type=Path, default=Path("docs/bench_ops.png"))
     parser.add_argument("--plot-only", type=Path, help="plot an earlier JSON result and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     unknown = [d for d in args.dtypes if d not in FLOAT_DTYPES]
     if unknown:
