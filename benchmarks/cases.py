@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -23,6 +24,8 @@ from shapes import OP_SIZES, ModelShape, OpSizes
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "ops.yaml"
 DTYPE_PLACEHOLDER = "$dtype"
+#: floating-point values drawn per tensor at most (larger tensors repeat them)
+RANDOM_BLOCK = 1 << 22
 
 
 class BenchShapeError(ValueError):
@@ -142,10 +145,14 @@ class BenchCase:
                 continue
             spec_dtype = dtype if spec.dtype == DTYPE_PLACEHOLDER else getattr(torch, spec.dtype)
             if spec_dtype.is_floating_point:
-                tensor = torch.randn(spec.shape, generator=gen)
+                numel = math.prod(spec.shape)
+                block = torch.randn(min(numel, RANDOM_BLOCK), generator=gen)
                 if spec.scale is not None:
-                    tensor *= spec.scale
-                tensor = tensor.to(spec_dtype)
+                    block *= spec.scale
+                block = block.to(spec_dtype)
+                # a large tensor repeats one random block: kernel timings do not depend on the
+                # values, and the host draws a billion normals only in seconds
+                tensor = block.repeat(-(-numel // block.numel()))[:numel].view(spec.shape)
             else:
                 tensor = torch.randint(0, spec.high, spec.shape, generator=gen, dtype=spec_dtype)
             values[name] = tensor.to(device)
