@@ -85,7 +85,7 @@ def _nbytes(obj) -> int:
 
 def _bytes_moved(call: Call, out) -> int:
     """Compulsory traffic: every input read once, every output written once."""
-    inputs = call.tensors()
+    inputs = call.values()
     read = _nbytes(inputs)
     layer = call.layer
     if isinstance(getattr(layer, "weight", None), torch.Tensor):

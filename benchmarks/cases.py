@@ -41,9 +41,6 @@ class TensorSpec:
     high: int | None = None  # integer tensors: values in [0, high)
     scale: float | None = None  # floating-point tensors: standard deviation (default 1)
 
-    def __str__(self) -> str:
-        return f"[{', '.join(map(str, self.shape))}]"
-
 
 @dataclass(frozen=True)
 class Call:
@@ -62,7 +59,8 @@ class Call:
             return lambda: fn(*args, **kwargs)
         return lambda: fn(*args)
 
-    def tensors(self) -> list:
+    def values(self) -> list:
+        """Every argument, positional then keyword."""
         return [*self.args, *self.kwargs.values()]
 
 
@@ -98,13 +96,6 @@ class BenchCase:
             else:
                 out[name] = self._value(item.value, tokens)
         return out
-
-    def describe(self, tokens: int = 1) -> str:
-        """The arguments' shapes, e.g. ``x [1, 28672], residual [1, 28672]``."""
-        return ", ".join(
-            f"{name} {value}" if isinstance(value, TensorSpec) else f"{name}={value!r}"
-            for name, value in self.inputs(tokens).items()
-        )
 
     def build(self, tokens: int, dtype, device: str, seed: int | None = None) -> Call:
         """The layer (vLLM's class, as its platform builds it) and the arguments at `tokens`
@@ -182,7 +173,7 @@ class BenchCase:
 
 def make_layer(path: str, init: dict, dtype, device: str, gen=None):
     """vLLM's layer `path` (import path) built with `init` ("$dtype": `dtype`) as vLLM's platform
-    builds it, floating-point parameters drawn from `gen`, moved to `device`."""
+    builds it, floating-point parameters drawn from `gen` (no gradients), moved to `device`."""
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.platforms import current_platform
@@ -198,7 +189,8 @@ def make_layer(path: str, init: dict, dtype, device: str, gen=None):
         for _, param in sorted(layer.named_parameters()):
             if param.is_floating_point():
                 param.copy_(torch.randn(param.shape, generator=gen).to(param.dtype))
-    return layer.to(device)
+    # as in vLLM's inference: no autograd bookkeeping in the timed calls
+    return layer.requires_grad_(False).to(device)
 
 
 @contextlib.contextmanager
