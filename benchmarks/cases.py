@@ -10,7 +10,6 @@ leaves out (`rotary_embedding-key`) compared with the op's first one.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import math
 import sys
@@ -183,26 +182,19 @@ def make_layer(path: str, init: dict, dtype, device: str, gen=None):
     module, name = path.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
     kwargs = {key: dtype if value == DTYPE_PLACEHOLDER else value for key, value in init.items()}
-    with set_current_vllm_config(VllmConfig()), _default_dtype(dtype):
-        layer = cls(**kwargs)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # the layer's parameters in `dtype`, as vLLM's loader does
+    try:
+        with set_current_vllm_config(VllmConfig()):
+            layer = cls(**kwargs)
+    finally:
+        torch.set_default_dtype(previous)
     with torch.no_grad():
         for _, param in sorted(layer.named_parameters()):
             if param.is_floating_point():
                 param.copy_(torch.randn(param.shape, generator=gen).to(param.dtype))
     # as in vLLM's inference: no autograd bookkeeping in the timed calls
     return layer.requires_grad_(False).to(device)
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    import torch
-
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 # -- the manifest ---------------------------------------------------------------------------------

@@ -59,6 +59,12 @@ def _us(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f}"
 
 
+def _latency(row: Row) -> str:
+    """eager / graph µs, bold for the selected backend."""
+    cell = f"{_us(row.eager_us)} / {_us(row.graph_us)}"
+    return f"**{cell}**" if row.selected else cell
+
+
 def _sizes_line(report: Report) -> str:
     if not report.models:
         return ""
@@ -108,13 +114,7 @@ def kernels(
         cells: list[object] = [op, t]
         for b in backends:
             r = by_backend.get(b)
-            if r is None:
-                cells.append(DASH)
-            elif r.error:
-                cells.append("error")
-            else:
-                cell = f"{_us(r.eager_us)} / {_us(r.graph_us)}"
-                cells.append(f"**{cell}**" if r.selected else cell)
+            cells.append(DASH if r is None else "error" if r.error else _latency(r))
         if bandwidth == "yes":
             rates = [
                 r.gbps
@@ -226,14 +226,11 @@ def e2e_rounds(runs: list[dict]) -> str:
     table = []
     for (config, mode), by_round in groups.items():
         cells: list[object] = [config, mode]
-        for n in rounds:
-            r = by_round.get(n)
-            if r is None:
-                cells.append(DASH)
-            elif "error" in r:
-                cells.append("failed")
-            else:
-                cells.append(f"{r['output_tok_s']:.1f} ({r['decode_tok_s']:.1f})")
+        for r in map(by_round.get, rounds):
+            if r is None or "error" in r:
+                cells.append(DASH if r is None else "failed")
+                continue
+            cells.append(f"{r['output_tok_s']:.1f} ({r['decode_tok_s']:.1f})")
         same = [
             r["tokens"] == vanilla[mode]
             for r in by_round.values()

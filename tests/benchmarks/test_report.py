@@ -92,31 +92,20 @@ def test_eager_launch_and_policy_gap_are_counted_from_the_rows():
 
 
 def test_e2e_rounds_compare_greedy_tokens_with_vanilla():
+    def run(config, round_no, output, decode, tokens):
+        return dict(
+            config=config,
+            mode="eager",
+            round=round_no,
+            output_tok_s=output,
+            decode_tok_s=decode,
+            tokens=tokens,
+        )
+
     runs = [
-        dict(
-            config="vanilla",
-            mode="eager",
-            round=1,
-            output_tok_s=10.0,
-            decode_tok_s=20.0,
-            tokens=[[1]],
-        ),
-        dict(
-            config="plugin",
-            mode="eager",
-            round=1,
-            output_tok_s=11.0,
-            decode_tok_s=21.0,
-            tokens=[[1]],
-        ),
-        dict(
-            config="plugin",
-            mode="eager",
-            round=2,
-            output_tok_s=12.0,
-            decode_tok_s=22.0,
-            tokens=[[2]],
-        ),
+        run("vanilla", 1, 10.0, 20.0, [[1]]),
+        run("plugin", 1, 11.0, 21.0, [[1]]),
+        run("plugin", 2, 12.0, 22.0, [[2]]),
         dict(config="other", mode="eager", round=2, error="timed out"),
     ]
     lines = report.e2e_rounds(runs).splitlines()
