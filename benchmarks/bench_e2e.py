@@ -2,9 +2,10 @@
 
 A Llama-3-8B-shaped model (or, with --shape qwen3-moe, Qwen3-30B-A3B's MoE shape) with dummy
 weights (no download: a config.json and `load_format="dummy"`), bf16, 256 prompts x 512 input /
-128 output tokens, greedy. For each configuration and mode it starts a fresh Python process (so
-plugin loading and environment are clean) in vLLM's default process layout (the engine core in
-its own process; --in-process for one process), measures engine startup and generation time,
+128 output tokens, greedy; the model sizes come from benchmarks/shapes.py. For each
+configuration and mode it starts a fresh Python process (vllm_runner.py, so plugin loading and
+environment are clean) in vLLM's default process layout (the engine core in its own process;
+--in-process for one process), measures engine startup and generation time,
 compares the greedy tokens of the first prompts with vanilla vLLM's, and prints a table:
 
     configs: vanilla (VLLM_PLUGINS excludes ours), plugin (shipped policy),
