@@ -5,6 +5,7 @@ layer, one INFO line names it, and ours still replace every other layer."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ OTHER_CLASS = "other_oot_plugin.RotaryEmbeddingOther"
 
 @pytest.fixture(scope="module")
 def other_plugin_dist(tmp_path_factory) -> Path:
-    """A folder holding the dist-info of a plugin `other` (its module sits next to this file,
-    where the runner imports it from)."""
+    """A folder holding a plugin `other`: its module (other_oot_plugin.py, next to this file)
+    and its dist-info."""
     root = tmp_path_factory.mktemp("other-plugin")
+    shutil.copy(Path(__file__).with_name("other_oot_plugin.py"), root)
     info = root / "vllm_other_plugin-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
