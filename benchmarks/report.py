@@ -250,7 +250,7 @@ def e2e_rounds(runs: list[dict]) -> str:
 def dispatch(result: dict) -> str:
     from bench_dispatch import format_table
 
-    ns = {row["path"]: row["overhead_ns"] for row in result["rows"]}
+    ns = {row["path"]: row["ns"] for row in result["rows"]}
     lines = [
         f"`--repeat {result['repeat']} --number {result['number']}`, {result['machine']}, "
         f"{result['date']}:",
@@ -260,11 +260,14 @@ def dispatch(result: dict) -> str:
         format_table(result["rows"]),
         "```",
     ]
-    if {"layer.forward_oot(x)", "replaced function mod.fn(x)"} <= ns.keys():
+    compared = {"direct impl call", "layer.forward_oot(x)", "direct function impl"}
+    if compared | {"replaced function mod.fn(x)"} <= ns.keys():
+        layer = ns["layer.forward_oot(x)"] - ns["direct impl call"]
+        function = ns["replaced function mod.fn(x)"] - ns["direct function impl"]
         sentence = (
             'A function op as vLLM calls it ("replaced function": the module attribute holding '
-            f"the op's trampoline) adds {ns['replaced function mod.fn(x)']:.0f} ns to calling "
-            f"its impl directly, a layer's `forward_oot` {ns['layer.forward_oot(x)']:.0f} ns."
+            f"the op's trampoline) adds {function:.0f} ns to calling its impl directly, a layer's "
+            f"`forward_oot` {layer:.0f} ns."
         )
         if "forward_oot, compile_prefer" in ns:
             extra = ns["forward_oot, compile_prefer"] - ns["layer.forward_oot(x)"]

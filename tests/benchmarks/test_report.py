@@ -114,6 +114,21 @@ def test_e2e_rounds_compare_greedy_tokens_with_vanilla():
     assert lines[4] == "| other | eager | – | failed | – |"
 
 
+def test_dispatch_costs_are_measured_against_the_matching_direct_call():
+    paths = {
+        "direct impl call": 30.0,
+        "layer.forward_oot(x)": 70.0,
+        "direct function impl": 50.0,
+        "replaced function mod.fn(x)": 75.0,
+        "forward_oot, compile_prefer": 130.0,
+    }
+    rows = [{"path": p, "ns": ns, "overhead_ns": ns - 30.0} for p, ns in paths.items()]
+    result = dict(python="3.11", machine="m", date="d", repeat=3, number=10, rows=rows)
+    text = " ".join(report.dispatch(result).split())
+    assert "adds 25 ns to calling its impl directly, a layer's `forward_oot` 40 ns." in text
+    assert "check per eager call: 60 ns more." in text
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
