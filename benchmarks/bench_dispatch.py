@@ -15,32 +15,38 @@ dispatch overhead. Rows:
                              "fallback (reselect+raise)" forgets the failure before each call:
                              re-resolution + the raise + the fallback to the next impl.
 
-Run: python benchmarks/bench_dispatch.py [--repeat 15] [--number 200000]
+Run: python benchmarks/bench_dispatch.py [--repeat 15] [--number 200000] [--json FILE]
+(`python benchmarks/report.py` renders the README's table from such a file.)
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
-import statistics
+import platform
 import sys
+import time
 import timeit
 import types
+from pathlib import Path
 
-os.environ.setdefault("VLLM_FL_LOG_LEVEL", "ERROR")  # keep the fallback rows' logs off the table
+from types import MethodType
 
-from vllm_fl.dispatch import (  # noqa: E402
+from harness import Column, interleaved_medians, text_table, write_json
+
+from vllm_fl.dispatch import (
     OpImpl,
     OpManager,
     OpRegistry,
     SelectionPolicy,
+    call_op,
     dispatch_method,
     get_default_manager,
     reset_default_manager,
+    reset_global_policy,
     set_global_policy,
 )
-from vllm_fl.dispatch import call_op  # noqa: E402
-from types import MethodType  # noqa: E402
 
 
 def impl(self, x, residual=None):
@@ -60,22 +66,54 @@ class Layer:
 
 
 def measure(rows, number: int, repeat: int, glb) -> list[tuple[str, float]]:
-    """Median ns/call per row; the rows are timed round-robin, so load on the machine during the
-    run affects every row alike."""
-    timers = [(name, timeit.Timer(stmt, globals=glb), n) for name, stmt, n in rows]
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
-    for _ in range(repeat):
-        for name, timer, n in timers:
-            samples[name].append(timer.timeit(number=n or number) / (n or number) * 1e9)
-    return [(name, statistics.median(samples[name])) for name, _, _ in rows]
+    """Median ns/call per row (name, statement, calls per sample or 0 for `number`); the rows are
+    timed round-robin, so load on the machine during the run affects every row alike."""
+    timers = [(timeit.Timer(stmt, globals=glb), n or number) for _, stmt, n in rows]
+    samplers = [lambda t=t, n=n: t.timeit(number=n) / n * 1e9 for t, n in timers]
+    return list(zip([name for name, _, _ in rows], interleaved_medians(samplers, repeat)))
+
+
+def format_table(rows: list[dict]) -> str:
+    columns = [Column("path", align="<"), Column("ns/call", ".1f"), Column("overhead", "+.1f")]
+    return text_table(columns, [(r["path"], r["ns"], r["overhead_ns"]) for r in rows])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--number", type=int, default=200_000)
+    ap.add_argument("--json", type=Path, help="also write the results as JSON")
     args = ap.parse_args(argv)
+    # The fallback rows' warnings stay off the table; the policy and the default manager this
+    # run changes are restored afterwards.
+    logging.disable(logging.WARNING)
+    try:
+        rows = measure_paths(args.number, args.repeat)
+    finally:
+        logging.disable(logging.NOTSET)
+        reset_global_policy()
+        reset_default_manager()
+    base = rows[0][1]
+    result = {
+        "python": sys.version.split()[0],
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "date": time.strftime("%Y-%m-%d"),
+        "repeat": args.repeat,
+        "number": args.number,
+        "rows": [
+            {"path": name, "ns": round(ns, 1), "overhead_ns": round(ns - base, 1)}
+            for name, ns in rows
+        ],
+    }
+    print(f"Python {result['python']}, median of {args.repeat} runs")
+    print(format_table(result["rows"]))
+    if args.json:
+        write_json(args.json, result)
+    return 0
 
+
+def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
+    """(path, median ns per call) for every row of the module docstring."""
     reg = OpRegistry()
     reg.register_impl(OpImpl("rms_norm", "reference.torch", "reference", impl))
     m = OpManager(registry=reg)
@@ -134,7 +172,6 @@ def main(argv=None) -> int:
         vllm_module=vllm_module,
         x=1,
     )
-    n, r = args.number, args.repeat
     rows = measure(
         [
             ("direct impl call", "impl(layer, x)", 0),
@@ -174,14 +211,7 @@ def main(argv=None) -> int:
         [("direct impl call", "impl(layer, x)", 0), ("split", "slayer.forward_oot(x)", 0)], n, r, g
     )
     rows.append(("forward_oot, compile_prefer", split_ns - split_base + rows[0][1]))
-
-    base = rows[0][1]
-    print(f"Python {sys.version.split()[0]}, median of {r} runs")
-    print(f"{'path':<28} | {'ns/call':>8} | {'overhead':>9}")
-    print(f"{'-' * 28}-+-{'-' * 8}-+-{'-' * 9}")
-    for name, ns in rows:
-        print(f"{name:<28} | {ns:8.1f} | {ns - base:+9.1f}")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -2,98 +2,97 @@
 
 Both methods live on the same layer object (our generated class subclasses vLLM's), so one
 process on one GPU compares them call for call: wall time per call with the GPU kept busy
-(launch-bound at small token counts) and CUDA-event time per call. Run on a GPU with vLLM
-installed and the plugin's platform off:
+(launch-bound at small token counts) and CUDA-event time per call. Every op of ops.yaml with a
+layer is measured, on the inputs of its benchmark cases (cases.py: its test cases at the model
+sizes of shapes.py). Run on a GPU with vLLM installed and the plugin's platform off:
 
-    VLLM_PLUGINS=none python benchmarks/bench_layers.py [--tokens 1,256,8192]
+    VLLM_PLUGINS=none python benchmarks/bench_layers.py [--tokens 1,256,8192] [--ops rms_norm]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
+from pathlib import Path
 
 import torch
-
-HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 4096, 14336, 32, 8, 128
-
-
-def _layers(dtype: torch.dtype):
-    from vllm_fl.ops.activation import SiluAndMulFL
-    from vllm_fl.ops.layernorm import RMSNormFL
-    from vllm_fl.ops.rotary_embedding import RotaryEmbeddingFL
-
-    norm = RMSNormFL(HIDDEN, eps=1e-5).to("cuda", dtype)
-    act = SiluAndMulFL()
-    rope = RotaryEmbeddingFL(HEAD_DIM, HEAD_DIM, 8192, 500000.0, True, dtype).to("cuda")
-    return norm, act, rope
+from cases import BenchCase, Call, bench_cases, make_layer, manifest
+from harness import Column, int_list, name_list, per_call_us, text_table, write_json
 
 
-def _cases(tokens: int, dtype: torch.dtype, layers):
-    norm, act, rope = layers
+def layer_cases(ops: list[str] | None = None) -> list[tuple[BenchCase, str]]:
+    """(case, import path of our out-of-tree class) for every benchmark case of an op with a
+    layer, or of `ops`."""
+    from vllm_fl.ops import OOT_CLASSES
 
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", dtype=dtype)
-
-    x, r = randn(tokens, HIDDEN), randn(tokens, HIDDEN)
-    g = randn(tokens, 2 * INTERMEDIATE)
-    pos = torch.randint(0, 8192, (tokens,), device="cuda")
-    q, k = randn(tokens, HEADS * HEAD_DIM), randn(tokens, KV_HEADS * HEAD_DIM)
-    return {
-        "RMSNorm(x)": (norm, (x,)),
-        "RMSNorm(x, residual)": (norm, (x, r)),
-        "SiluAndMul": (act, (g,)),
-        "RotaryEmbedding": (rope, (pos, q, k)),
-    }
+    names = ops or [op.name for op in manifest().ops if op.layer is not None]
+    out = []
+    for name in names:
+        for case in bench_cases(name):
+            if case.layer is not None:
+                in_tree = case.layer.rsplit(".", 1)[1]
+                out.append((case, OOT_CLASSES[in_tree].replace(":", ".")))
+    return out
 
 
-def _per_call_us(fn, args, iters: int) -> tuple[float, float]:
-    for _ in range(10):
-        fn(*args)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    for _ in range(iters):
-        fn(*args)
-    end.record()
-    end.synchronize()
-    wall = (time.perf_counter() - t0) / iters * 1e6
-    return wall, start.elapsed_time(end) / iters * 1e3
+def label(case: BenchCase) -> str:
+    """The row's name: the in-tree class and the case's variant, e.g. ``RMSNorm+residual``."""
+    return case.layer.rsplit(".", 1)[1] + case.name[len(case.op) :]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="1,256,8192")
+    parser.add_argument("--tokens", type=int_list, default="1,256,8192")
     parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--ops", type=name_list, help="comma-separated ops (default: every layer)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
+    layer_ops = [op.name for op in manifest().ops if op.layer is not None]
+    unknown = [op for op in args.ops or () if op not in layer_ops]
+    if unknown:
+        parser.error(
+            f"--ops: {', '.join(unknown)} not an op with a layer in ops.yaml; "
+            f"allowed: {', '.join(layer_ops)}"
+        )
     if not torch.cuda.is_available():
         print("bench_layers: needs a CUDA device", file=sys.stderr)
         return 0
-    from vllm.config import VllmConfig, set_current_vllm_config
-
     from vllm_fl.dispatch import get_default_manager
 
     dtype = torch.bfloat16
-    with set_current_vllm_config(VllmConfig()):
-        layers = _layers(dtype)
+    cases = [
+        (case, make_layer(path, case.init(), dtype, "cuda")) for case, path in layer_cases(args.ops)
+    ]
     get_default_manager().resolve_all()
-    print(
-        f"{'layer':<22}{'tokens':>7}  {'forward_cuda us (wall/gpu)':>28}  "
-        f"{'forward_oot us (wall/gpu)':>28}"
-    )
-    for t in (int(v) for v in args.tokens.split(",")):
-        for name, (layer, inputs) in _cases(t, dtype, layers).items():
-            # Clones per method: both may write into their inputs, as vLLM's kernels do.
-            cuda = _per_call_us(layer.forward_cuda, tuple(i.clone() for i in inputs), args.iters)
-            oot = _per_call_us(layer.forward_oot, tuple(i.clone() for i in inputs), args.iters)
-            print(
-                f"{name:<22}{t:>7}  {cuda[0]:>13.1f} / {cuda[1]:>10.1f}  "
-                f"{oot[0]:>13.1f} / {oot[1]:>10.1f}"
-            )
+    rows = []
+    for t in args.tokens:
+        for case, layer in cases:
+            call = case.arguments(t, dtype, "cuda")
+            # Fresh clones per method: both may write into their inputs, as vLLM's kernels do.
+            cuda = per_call_us(_clones(call).bind(layer.forward_cuda), (), args.iters)
+            oot = per_call_us(_clones(call).bind(layer.forward_oot), (), args.iters)
+            rows.append((label(case), t, *cuda, *oot))
+    columns = [
+        Column("layer", align="<"),
+        Column("tokens"),
+        Column("forward_cuda wall us", ".1f"),
+        Column("gpu us", ".1f"),
+        Column("forward_oot wall us", ".1f"),
+        Column("gpu us", ".1f"),
+    ]
+    print(text_table(columns, rows))
     print("impls used by forward_oot:", get_default_manager().used_impls())
+    if args.json:
+        keys = ("layer", "tokens", "cuda_wall_us", "cuda_gpu_us", "oot_wall_us", "oot_gpu_us")
+        write_json(args.json, [dict(zip(keys, row)) for row in rows])
     return 0
+
+
+def _clones(call: Call) -> Call:
+    def clone(value):
+        return value.clone() if isinstance(value, torch.Tensor) else value
+
+    return Call(None, tuple(map(clone, call.args)), {k: clone(v) for k, v in call.kwargs.items()})
 
 
 if __name__ == "__main__":

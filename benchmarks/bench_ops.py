@@ -6,36 +6,34 @@ reference implementation, which is what vLLM runs when its custom ops are off. I
 bandwidth against the device's measured copy bandwidth, the backend the current policy selects,
 and proposes per-op `op_backends` orders for the decode and prefill regimes.
 
+The inputs come from ops.yaml: each op's test cases at the model sizes of shapes.py (cases.py),
+so an op added to the manifest is benchmarked too.
+
     python benchmarks/bench_ops.py                    # full sweep (needs a CUDA device)
     python benchmarks/bench_ops.py --ops rms_norm --tokens 1,32768 --dtypes bfloat16
 
-Writes JSON (--json) and, when matplotlib is installed, a PNG plot (--plot); a JSON file from an
-earlier run can be plotted again with --plot-only.
+Writes JSON (--json, or --out) and, when matplotlib is installed (`pip install .[bench]`), a PNG
+plot (--plot); a JSON file from an earlier run can be plotted again with --plot-only.
+`python benchmarks/report.py` renders the README's tables from the JSON files in
+benchmarks/results.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
+from cases import BenchCase, Call, bench_cases
+from harness import DECODE_MAX_TOKENS, DTYPES, TOKENS, Column, gpu_us, int_list, name_list
+from harness import read_json, text_table, write_json
 
-TOKENS = (1, 8, 64, 256, 2048, 8192, 32768)
-DECODE_MAX_TOKENS = 256
-DTYPES = ("bfloat16", "float16")
-HIDDEN = 4096
-INTERMEDIATE = 11008
-NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
-MAX_POSITIONS = 32768
-# Qwen3-30B-A3B's MoE layer
-MOE_HIDDEN, MOE_INTERMEDIATE, MOE_EXPERTS, MOE_TOP_K, MOE_BLOCK = 2048, 768, 128, 8, 64
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 @dataclass
@@ -63,98 +61,18 @@ class Report:
     date: str
     rows: list[Row] = field(default_factory=list)
     note: str = ""
+    #: model name -> its sizes (shapes.ModelShape); absent from files written before
+    models: dict[str, dict] = field(default_factory=dict)
+    #: benchmark case (Row.op) -> the model whose sizes it ran at ("" for the ops.yaml case's)
+    cases: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Report:
+        return cls(**{**data, "rows": [Row(**r) for r in data["rows"]]})
 
 
-# --- inputs: one builder per op, at the sizes a Llama-class model runs ---------------------------
-
-
-def _rotary_cache(dtype: torch.dtype, device: str) -> torch.Tensor:
-    inv_freq = 1.0 / (
-        500000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32, device=device) / HEAD_DIM)
-    )
-    t = torch.arange(MAX_POSITIONS, dtype=torch.float32, device=device)
-    freqs = torch.outer(t, inv_freq)
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
-
-
-def variants(op: str) -> list[str]:
-    """The benchmark cases of `op`: norms run with and without a residual ("<op>+residual")."""
-    return [op, f"{op}+residual"] if op.endswith("rms_norm") else [op]
-
-
-def _inputs(op: str, tokens: int, dtype: torch.dtype, device: str):
-    """Returns (layer, args) for `op` (or one of its variants), or None when the benchmark has no
-    shape for it."""
-
-    def randn(*shape):
-        return torch.randn(*shape, dtype=dtype, device=device)
-
-    if op in ("silu_and_mul", "mul_and_silu"):
-        return SimpleNamespace(), (randn(tokens, 2 * INTERMEDIATE),)
-    if op == "gelu_and_mul":
-        return SimpleNamespace(approximate="tanh"), (randn(tokens, 2 * INTERMEDIATE),)
-    if op in ("gelu_new", "gelu_fast", "quick_gelu"):
-        return SimpleNamespace(), (randn(tokens, INTERMEDIATE),)
-    if op in ("rms_norm", "gemma_rms_norm"):
-        layer = SimpleNamespace(weight=randn(HIDDEN), variance_epsilon=1e-6)
-        return layer, (randn(tokens, HIDDEN),)
-    if op in ("rms_norm+residual", "gemma_rms_norm+residual"):
-        layer = SimpleNamespace(weight=randn(HIDDEN), variance_epsilon=1e-6)
-        return layer, (randn(tokens, HIDDEN), randn(tokens, HIDDEN))
-    moe = _moe_inputs(op, tokens, dtype, device)
-    if moe is not None:
-        return None, moe
-    if op == "rotary_embedding":
-        layer = SimpleNamespace(
-            cos_sin_cache=_rotary_cache(dtype, device),
-            head_size=HEAD_DIM,
-            rotary_dim=HEAD_DIM,
-            is_neox_style=True,
-        )
-        positions = torch.randint(0, MAX_POSITIONS, (tokens,), device=device)
-        return layer, (
-            positions,
-            randn(tokens, NUM_HEADS * HEAD_DIM),
-            randn(tokens, NUM_KV_HEADS * HEAD_DIM),
-        )
-    return None
-
-
-def _moe_inputs(op: str, tokens: int, dtype: torch.dtype, device: str) -> tuple | None:
-    """Arguments of the MoE function ops (no layer), at Qwen3-30B-A3B's sizes. Drawn on the CPU:
-    a failed CUDA-graph capture of one backend must not leave the device's generator unusable."""
-    E, K, H, I = MOE_EXPERTS, MOE_TOP_K, MOE_HIDDEN, MOE_INTERMEDIATE
-    gen = torch.Generator().manual_seed(tokens)
-
-    def randn(*shape, scale=1.0, dt=dtype):
-        return (torch.randn(*shape, generator=gen) * scale).to(dt).to(device)
-
-    ids = torch.rand(tokens, E, generator=gen).topk(K, dim=-1).indices.to(torch.int32).to(device)
-    if op == "topk_softmax":
-        outs = (torch.empty(tokens, K, device=device), torch.empty_like(ids), torch.empty_like(ids))
-        return (*outs, randn(tokens, E), True)
-    if op == "moe_align_block_size":
-        padded = ids.numel() + E * (MOE_BLOCK - 1)
-        if ids.numel() < E:
-            padded = min(ids.numel() * MOE_BLOCK, padded)
-        sorted_ids = torch.empty(padded, dtype=torch.int32, device=device)
-        blocks = torch.empty(-(-padded // MOE_BLOCK), dtype=torch.int32, device=device)
-        total = torch.empty(1, dtype=torch.int32, device=device)
-        return ids, E, MOE_BLOCK, sorted_ids, blocks, total
-    if op == "grouped_topk":  # DeepSeek-V3's routing: 256 experts in 8 groups
-        return randn(tokens, 256), 8, 4, 8, True, 2.5, randn(256, scale=0.1), 1
-    if op == "moe_sum":
-        return randn(tokens, K, H), torch.empty(tokens, H, dtype=dtype, device=device)
-    if op == "fused_experts":
-        weights = torch.softmax(randn(tokens, K, dt=torch.float32), dim=-1)
-        return (
-            randn(tokens, H),
-            randn(E, 2 * I, H, scale=0.02),
-            randn(E, H, I, scale=0.02),
-            weights,
-            ids,
-        )
-    return None
+def load_report(path: Path) -> Report:
+    return Report.from_json(read_json(path))
 
 
 def _nbytes(obj) -> int:
@@ -165,50 +83,47 @@ def _nbytes(obj) -> int:
     return 0
 
 
-def _bytes_moved(layer, args, out) -> int:
+def _bytes_moved(call: Call, out) -> int:
     """Compulsory traffic: every input read once, every output written once."""
-    read = _nbytes(args)
+    inputs = call.values()
+    read = _nbytes(inputs)
+    layer = call.layer
     if isinstance(getattr(layer, "weight", None), torch.Tensor):
         read += _nbytes(layer.weight)
     if isinstance(getattr(layer, "cos_sin_cache", None), torch.Tensor):
-        read += args[0].numel() * layer.cos_sin_cache.shape[-1] * layer.cos_sin_cache.element_size()
+        # one cache row per position (the first argument)
+        cache = layer.cos_sin_cache
+        read += inputs[0].numel() * cache.shape[-1] * cache.element_size()
     return read + _nbytes(out)
 
 
 # --- timing -------------------------------------------------------------------------------------
 
 
-def _time_us(fn: Callable[[], object], graph: bool) -> float:
-    import triton.testing
-
-    if graph:
-        return triton.testing.do_bench_cudagraph(fn, rep=40) * 1000.0
-    return triton.testing.do_bench(fn, warmup=10, rep=40) * 1000.0
-
-
 def copy_bandwidth_gbps(device: str) -> float:
     """Device-to-device copy bandwidth, bytes read plus bytes written."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    us = _time_us(lambda: dst.copy_(src), graph=False)
+    us = gpu_us(lambda: dst.copy_(src), graph=False)
     return 2 * src.numel() / (us * 1e-6) / 1e9
 
 
-def _measure(fn, layer, args, graph: bool = True) -> tuple[float, float | None, object]:
-    if layer is None:  # a function op
-        call = lambda: fn(*args)  # noqa: E731
-    else:
-        call = lambda: fn(layer, *args)  # noqa: E731
+def _measure(call: Callable[[], object], graph: bool = True) -> tuple[float, float | None, object]:
     out = call()
     torch.cuda.synchronize()
-    eager = _time_us(call, graph=False)
-    return eager, (_time_us(call, graph=True) if graph else None), out
+    eager = gpu_us(call, graph=False)
+    return eager, (gpu_us(call, graph=True) if graph else None), out
 
 
 def _compiled_reference(ref_fn):
-    # One compiled callable per (op, dtype): Dynamo marks the token dimension dynamic after the
-    # second shape, so the sweep compiles twice per op and dtype instead of once per shape.
+    # One compiled callable per (case, dtype): Dynamo marks the token dimension dynamic after the
+    # second shape, so the sweep compiles twice per case and dtype instead of once per shape.
     return torch.compile(ref_fn, fullgraph=True)
+
+
+def _row(case: BenchCase, impl_id: str, dtype: str, tokens: int, selected: str | None, **kw) -> Row:
+    values = dict(eager_us=None, graph_us=None, bytes_moved=0, gbps=None, error=None) | kw
+    return Row(case.name, impl_id, dtype, tokens, selected=impl_id == selected, **values)
 
 
 def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Report:
@@ -228,59 +143,70 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
     plan = []
     for op in ops:
         impls = [i for i in manager.registry.get_implementations(op) if i.is_available()]
-        if _inputs(op, 1, torch.float16, device) is None or not impls:
-            print(f"skip {op}: no benchmark shape or no available implementation", file=sys.stderr)
+        op_cases = bench_cases(op)
+        if not op_cases or not impls:
+            print(
+                f"skip {op}: no test case in ops.yaml or no available implementation",
+                file=sys.stderr,
+            )
             continue
         selected = manager.get_selected_impl_id(op)
-        for case in variants(op):
+        for case in op_cases:
+            if case.model is not None:
+                report.models[case.model.name] = asdict(case.model)
+            report.cases[case.name] = "" if case.model is None else case.model.name
             for dtype in dtypes:
                 for t in tokens:
                     plan.append((case, impls, selected, dtype, t))
     started = time.monotonic()
     compiled: dict[tuple[str, str], Callable] = {}
-    for n, (op, impls, selected, dtype_name, t) in enumerate(plan, 1):
+    for n, (case, impls, selected, dtype_name, t) in enumerate(plan, 1):
         dtype = getattr(torch, dtype_name)
-        layer, args = _inputs(op, t, dtype, device)
-        reference = next(i for i in impls if i.impl_id.startswith("reference"))
+        try:
+            call = case.build(t, dtype, device)
+        except Exception as exc:  # e.g. vLLM missing: its layer cannot be built
+            error = f"inputs: {type(exc).__name__}: {exc}"[:200]
+            report.rows += [
+                _row(case, i.impl_id, dtype_name, t, selected, error=error) for i in impls
+            ]
+            continue
+        reference = next((i for i in impls if i.impl_id.startswith("reference")), None)
         candidates = [(i.impl_id, i.fn) for i in impls]
-        if layer is not None:  # the MoE references have data-dependent shapes: nothing to compile
-            if (op, dtype_name) not in compiled:
-                compiled[op, dtype_name] = _compiled_reference(reference.fn)
-            candidates.append(("compile(reference)", compiled[op, dtype_name]))
+        # the MoE references have data-dependent shapes: nothing to compile
+        if call.layer is not None and reference is not None:
+            if (case.name, dtype_name) not in compiled:
+                compiled[case.name, dtype_name] = _compiled_reference(reference.fn)
+            candidates.append(("compile(reference)", compiled[case.name, dtype_name]))
         for impl_id, fn in candidates:
             try:
                 # The MoE references read sizes back to the host: they cannot be captured.
-                capturable = layer is not None or not impl_id.startswith("reference")
-                eager, graph, out = _measure(fn, layer, args, graph=capturable)
-                moved = _bytes_moved(layer, args, out)
-                row = Row(
-                    op,
+                capturable = call.layer is not None or not impl_id.startswith("reference")
+                eager, graph, out = _measure(call.bind(fn), graph=capturable)
+                moved = _bytes_moved(call, out)
+                row = _row(
+                    case,
                     impl_id,
                     dtype_name,
                     t,
-                    round(eager, 2),
-                    None if graph is None else round(graph, 2),
-                    moved,
-                    round(moved / ((graph or eager) * 1e-6) / 1e9, 1),
-                    impl_id == selected,
+                    selected,
+                    eager_us=round(eager, 2),
+                    graph_us=None if graph is None else round(graph, 2),
+                    bytes_moved=moved,
+                    gbps=round(moved / ((graph or eager) * 1e-6) / 1e9, 1),
                 )
             except Exception as exc:  # a backend failing on one shape is a result, not a crash
-                row = Row(
-                    op,
+                row = _row(
+                    case,
                     impl_id,
                     dtype_name,
                     t,
-                    None,
-                    None,
-                    0,
-                    None,
-                    impl_id == selected,
+                    selected,
                     error=f"{type(exc).__name__}: {exc}"[:200],
                 )
             report.rows.append(row)
         elapsed = time.monotonic() - started
         print(
-            f"\r[{n}/{len(plan)}] {op} {dtype_name} T={t}  {elapsed:.0f}s elapsed",
+            f"\r[{n}/{len(plan)}] {case.name} {dtype_name} T={t}  {elapsed:.0f}s elapsed",
             end="",
             file=sys.stderr,
             flush=True,
@@ -293,27 +219,48 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
 
 
 def format_table(report: Report) -> str:
+    """The report as a terminal table: one line per measured point, failures listed after it."""
+    columns = [
+        Column("op", align="<"),
+        Column("dtype", align="<"),
+        Column("tokens"),
+        Column(" ", align="<"),
+        Column("backend", align="<"),
+        Column("eager", ".1f"),
+        Column("graph", ".1f"),
+        Column("GB/s", ".0f"),
+        Column("%copy", ".0f"),
+    ]
+    ok = [r for r in report.rows if not r.error]
+    table = text_table(
+        columns,
+        [
+            (
+                r.op,
+                r.dtype,
+                r.tokens,
+                "*" if r.selected else "",
+                r.backend,
+                r.eager_us,
+                r.graph_us,
+                r.gbps,
+                None if r.gbps is None else 100.0 * r.gbps / report.copy_gbps,
+            )
+            for r in ok
+        ],
+    )
     lines = [
         f"device: {report.device}, torch {report.torch}, triton {report.triton}, "
         f"copy bandwidth {report.copy_gbps} GB/s, {report.date}",
         "latency in us: eager (launch included) / CUDA graph; GB/s and % of copy bandwidth from "
         "the graph time; * = selected by the current policy",
-        f"{'op':<18}{'dtype':<10}{'tokens':>7}  {'backend':<20}{'eager':>10}{'graph':>10}"
-        f"{'GB/s':>9}{'%copy':>7}",
+        table,
     ]
-    for r in report.rows:
-        mark = "*" if r.selected else " "
-        if r.error:
-            lines.append(
-                f"{r.op:<18}{r.dtype:<10}{r.tokens:>7} {mark}{r.backend:<20}" f"  error: {r.error}"
-            )
-            continue
-        pct = 100.0 * r.gbps / report.copy_gbps
-        graph = "-" if r.graph_us is None else f"{r.graph_us:.1f}"
-        lines.append(
-            f"{r.op:<18}{r.dtype:<10}{r.tokens:>7} {mark}{r.backend:<20}{r.eager_us:>10.1f}"
-            f"{graph:>10}{r.gbps:>9.0f}{pct:>6.0f}%"
-        )
+    lines += [
+        f"error: {r.op} {r.dtype} T={r.tokens} {r.backend}: {r.error}"
+        for r in report.rows
+        if r.error
+    ]
     return "\n".join(lines)
 
 
@@ -330,12 +277,16 @@ def _fastest(rows: list[Row], key: str) -> str | None:
     return min(complete, key=lambda b: sum(complete[b]) / len(complete[b]))
 
 
-def _token(impl_id: str) -> str:
+def policy_token(impl_id: str) -> str:
+    """impl id -> the policy token that selects it (`default.flagos` -> `flagos`); other
+    backends of the table (`compile(reference)`) as they are."""
     if impl_id.startswith("default."):
         return "flagos"
     if impl_id.startswith("reference."):
         return "reference"
-    return "vendor:" + impl_id.split(".", 1)[1]
+    if impl_id.startswith("vendor."):
+        return "vendor:" + impl_id.split(".", 1)[1]
+    return impl_id
 
 
 def propose_policy(report: Report, key: str = "graph_us") -> tuple[str, list[str]]:
@@ -361,7 +312,7 @@ def propose_policy(report: Report, key: str = "graph_us") -> tuple[str, list[str
             },
             key=lambda b: b.startswith("reference"),
         )
-        lines.append(f"  {op}: [{', '.join(_token(b) for b in backends)}]")
+        lines.append(f"  {op}: [{', '.join(policy_token(b) for b in backends)}]")
     return "\n".join(lines), notes
 
 
@@ -372,7 +323,12 @@ def plot(report: Report, path: Path) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not installed: no plot written (use --plot-only later)", file=sys.stderr)
+        print(
+            "bench_ops: matplotlib is not installed, so no plot was written; install the "
+            "benchmark extra (`pip install .[bench]`, or `pip install matplotlib`) and redraw "
+            f"from the JSON with --plot-only",
+            file=sys.stderr,
+        )
         return False
     ops = list(dict.fromkeys(r.op for r in report.rows))
     dtype = report.rows[0].dtype
@@ -405,19 +361,35 @@ def plot(report: Report, path: Path) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", help="comma-separated ops (default: every registered op)")
-    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
-    parser.add_argument("--dtypes", default=",".join(DTYPES))
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/bench_ops.json"))
+    parser.add_argument(
+        "--ops", type=name_list, help="comma-separated ops (default: every registered op)"
+    )
+    parser.add_argument("--tokens", type=int_list, default=",".join(map(str, TOKENS)))
+    parser.add_argument("--dtypes", type=name_list, default=",".join(DTYPES))
+    parser.add_argument(
+        "--json",
+        "--out",
+        dest="json",
+        type=Path,
+        default=Path("benchmarks/results/bench_ops.json"),
+        help="where the results go (JSON)",
+    )
     parser.add_argument("--plot", type=Path, default=Path("docs/bench_ops.png"))
     parser.add_argument("--plot-only", type=Path, help="plot an earlier JSON result and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    unknown = [d for d in args.dtypes if d not in FLOAT_DTYPES]
+    if unknown:
+        parser.error(f"--dtypes: {', '.join(unknown)} unknown; allowed: {', '.join(FLOAT_DTYPES)}")
 
     if args.plot_only:
-        data = json.loads(args.plot_only.read_text())
-        report = Report(**{**data, "rows": [Row(**r) for r in data["rows"]]})
+        report = load_report(args.plot_only)
         print(format_table(report))
         text, notes = propose_policy(report)
         print(text, *notes, sep="\n")
@@ -431,13 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from vllm_fl.dispatch import get_default_manager
 
-    ops = args.ops.split(",") if args.ops else get_default_manager().registry.list_operators()
-    report = run(ops, [int(t) for t in args.tokens.split(",")], args.dtypes.split(","), "cuda")
+    ops = args.ops or get_default_manager().registry.list_operators()
+    report = run(ops, args.tokens, args.dtypes, "cuda")
     print(format_table(report))
     text, notes = propose_policy(report)
     print("\nproposed platform policy (CUDA-graph timings):\n" + text, *notes, sep="\n")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(asdict(report), indent=1))
+    write_json(args.json, asdict(report))
     plot(report, args.plot)
     return 0
 

@@ -24,8 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import QWEN3_MOE  # noqa: E402
+from harness import write_json
+from shapes import model_config
+from vllm_runner import build_llm, sampling_params
 
 #: vLLM op names that are part of the MoE computation (everything else is counted apart)
 MOE_MARKERS = ("moe", "topk", "expert", "align_block")
@@ -57,31 +58,28 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 
     import torch
-    from vllm import LLM, SamplingParams
 
     model_dir = args.model
     if model_dir is None:
         model_dir = tempfile.mkdtemp(prefix="qwen3-moe-census-")
-        Path(model_dir, "config.json").write_text(
-            json.dumps({**QWEN3_MOE, "num_hidden_layers": args.layers})
-        )
-    llm = LLM(
-        model=model_dir,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype=args.dtype,
-        max_model_len=256,
-        enforce_eager=True,
-        gpu_memory_utilization=0.5,
-        seed=0,
+        write_json(Path(model_dir, "config.json"), model_config("qwen3-moe", args.layers))
+    llm = build_llm(
+        model_dir,
+        "eager",
+        {
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "dtype": args.dtype,
+            "max_model_len": 256,
+            "gpu_memory_utilization": 0.5,
+        },
     )
+    # token ids below 310: inside the vocabulary of the tiny test model too
     prompts = [
         {"prompt_token_ids": [(7 * i + j) % 300 + 10 for j in range(64)]}
         for i in range(args.prompts)
     ]
-    params = SamplingParams(
-        temperature=0.0, max_tokens=args.output_len, ignore_eos=True, detokenize=False
-    )
+    params = sampling_params(args.output_len, detokenize=False)
     llm.generate(prompts[:1], params, use_tqdm=False)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ops import _inputs, variants  # noqa: E402
+from cases import bench_cases  # noqa: E402
 
 ORIGINS = ("vllm_fl", "flag_gems", "triton", "torch", "C: torch ops", "C: other")
 
@@ -40,10 +40,6 @@ def _origin(filename: str, name: str) -> str:
     if "flaggems" in filename or "code_cache" in filename:  # FlagGems' generated wrappers
         return "flag_gems"
     return "C: other" if filename.startswith("<") else "torch"
-
-
-def _call(fn, layer, args):
-    return (lambda: fn(*args)) if layer is None else (lambda: fn(layer, *args))
 
 
 def host_us(call, calls: int = 300) -> float:
@@ -112,15 +108,16 @@ def profile(ops: list[str], tokens: list[int], dtype_name: str, detail: bool) ->
             cuda_eager = getattr(impls["vendor.cuda"].fn, "eager", None)
             if cuda_eager is not None:
                 candidates.append(("cuda eager variant", cuda_eager))
-        for case in variants(op):
+        for case in bench_cases(op):
             for t in tokens:
-                built = _inputs(case, t, dtype, "cuda")
-                if built is None:
+                try:
+                    bound = case.build(t, dtype, "cuda")
+                except Exception as exc:  # e.g. a layer vLLM cannot build here
+                    print(f"skip {case.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue
-                layer, args = built
                 for label, fn in candidates:
-                    call = _call(fn, layer, args)
-                    row = {"op": case, "impl": label, "tokens": t, "dtype": dtype_name}
+                    call = bound.bind(fn)
+                    row = {"op": case.name, "impl": label, "tokens": t, "dtype": dtype_name}
                     try:
                         for _ in range(20):
                             call()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_e2e import LLAMA3_8B as LLAMA_8B  # noqa: E402  (one copy of the model shape)
+from shapes import LLAMA3_8B as LLAMA_8B  # noqa: E402  (one copy of the model shape)
 
 RESULT = "GPU_NMG_RESULT "
 

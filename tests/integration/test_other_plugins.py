@@ -5,6 +5,7 @@ layer, one INFO line names it, and ours still replace every other layer."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,12 @@ OTHER_CLASS = "other_oot_plugin.RotaryEmbeddingOther"
 
 @pytest.fixture(scope="module")
 def other_plugin_dist(tmp_path_factory) -> Path:
-    """A folder holding the dist-info of a plugin `other` (its module sits next to this file,
-    where the runner imports it from)."""
+    """A folder holding a plugin `other`: its module (other_oot_plugin.py, next to this file)
+    and its dist-info."""
+    root = tmp_path_factory.mktemp("other-plugin")
+    shutil.copy(Path(__file__).with_name("other_oot_plugin.py"), root)
     return write_dist_info(
-        tmp_path_factory.mktemp("other-plugin"),
+        root,
         "vllm-other-plugin",
         "0.1",
         {"vllm.general_plugins": {"other": "other_oot_plugin:register"}},

@@ -1,0 +1,379 @@
+"""The README's benchmark figures, rendered from the result files they describe.
+
+A generated region of README.md starts with a marker naming a renderer, a result file (relative
+to the repository root) and the renderer's options, and ends with the END marker:
+
+    <!-- BEGIN GENERATED: bench kernels benchmarks/results/h100_ops.json dtype=bfloat16 -->
+    ...
+    <!-- END GENERATED: bench -->
+
+    python benchmarks/report.py            # rewrite every region from its file
+    python benchmarks/report.py --check    # exit 1 with a diff where README.md differs
+
+Renderers (options in brackets):
+  kernels       bench_ops results as a table [dtype, tokens, ops, bandwidth]
+  eager-launch  a bullet on eager call times of flagos against the vendor [max_tokens, example]
+  policy-gap    a bullet counting where the selected backend is slower than the fastest [factor]
+  e2e-summary   bench_e2e --summarize's table
+  e2e-rounds    bench_e2e results round by round, with the greedy tokens compared to vanilla's
+  dispatch      bench_dispatch results and what the dispatch adds to a call
+  host-launch   profile_flagos results: flagos host time per call before/after [before, tokens]
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_e2e import format_table as e2e_table
+from bench_e2e import summarize
+from bench_ops import Report, Row, load_report, policy_token
+from report_flagos import host_launch
+from harness import DECODE_MAX_TOKENS, Column, int_list, markdown_table, median, read_json
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BEGIN = re.compile(r"<!-- BEGIN GENERATED: bench (?P<spec>.*?) -->")
+END = "<!-- END GENERATED: bench -->"
+DASH = "–"
+
+
+class ReportError(ValueError):
+    """A marker of the README that cannot be rendered (the message names the line)."""
+
+
+# -- bench_ops results ----------------------------------------------------------------------------
+
+
+def _backend_order(backend: str) -> tuple[int, str]:
+    kinds = ("default.", "vendor.", "reference.")
+    rank = next((i for i, k in enumerate(kinds) if backend.startswith(k)), len(kinds))
+    return rank, backend
+
+
+def _us(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}"
+
+
+def _latency(row: Row) -> str:
+    """eager / graph µs, bold for the selected backend."""
+    cell = f"{_us(row.eager_us)} / {_us(row.graph_us)}"
+    return f"**{cell}**" if row.selected else cell
+
+
+def _sizes_line(report: Report) -> str:
+    if not report.models:
+        return ""
+    parts = []
+    for name, m in report.models.items():
+        cases = [case for case, model in report.cases.items() if model == name]
+        sizes = f"hidden {m['hidden']}, intermediate {m['intermediate']}, {m['heads']} heads"
+        sizes += f" / {m['kv_heads']} KV heads × {m['head_dim']}"
+        if m.get("experts"):
+            sizes += f", {m['experts']} experts top-{m['top_k']} × {m['moe_intermediate']}"
+        parts.append(f"{name} ({sizes}): {', '.join(cases)}")
+    own = [case for case, model in report.cases.items() if not model]
+    if own:
+        parts.append(f"the ops.yaml test case's own sizes: {', '.join(own)}")
+    return " Input sizes: " + "; ".join(parts) + "."
+
+
+def kernels(
+    report: Report, dtype: str = "", tokens: str = "", ops: str = "", bandwidth: str = "yes"
+) -> str:
+    """One line per (op, tokens): each backend's eager / CUDA-graph µs, the selected one bold,
+    and (unless `bandwidth` is "no") the best bandwidth a backend of the dispatch reached."""
+    if bandwidth not in ("yes", "no"):
+        raise ValueError(f"bandwidth={bandwidth!r}; allowed: yes, no")
+    dtype = dtype or report.rows[0].dtype
+    wanted_tokens = int_list(tokens) if tokens else None
+    wanted_ops = ops.split(",") if ops else None
+    rows = [
+        r
+        for r in report.rows
+        if r.dtype == dtype
+        and (wanted_tokens is None or r.tokens in wanted_tokens)
+        and (wanted_ops is None or r.op in wanted_ops)
+    ]
+    if not rows:
+        raise ValueError(f"no rows for dtype {dtype!r}, tokens {tokens!r}, ops {ops!r}")
+    backends = sorted({r.backend for r in rows}, key=_backend_order)
+    points: dict[tuple[str, int], dict[str, Row]] = {}
+    for r in rows:
+        points.setdefault((r.op, r.tokens), {})[r.backend] = r
+    columns = [Column(f"op ({dtype})", align="<"), Column("tokens")]
+    columns += [Column(f"{policy_token(b)} eager / graph") for b in backends]
+    if bandwidth == "yes":
+        columns.append(Column("best backend, % of copy BW"))
+    table = []
+    for (op, t), by_backend in points.items():
+        cells: list[object] = [op, t]
+        for b in backends:
+            r = by_backend.get(b)
+            cells.append(DASH if r is None else "error" if r.error else _latency(r))
+        if bandwidth == "yes":
+            rates = [
+                r.gbps
+                for b, r in by_backend.items()
+                if r.gbps is not None and not b.startswith("compile(")
+            ]
+            cells.append(f"{100 * max(rates) / report.copy_gbps:.0f}%" if rates else DASH)
+        table.append(cells)
+    head = _paragraph(
+        f"{report.device}, {report.date}, torch {report.torch}, triton {report.triton}, copy "
+        f"bandwidth {report.copy_gbps} GB/s. Latency in µs, eager (one call, launch included) / "
+        "CUDA graph (replay, launch excluded); bold: the backend the run's policy selected."
+        + (
+            " Bandwidth counts every input read and every output written once."
+            if bandwidth == "yes"
+            else ""
+        )
+        + _sizes_line(report)
+        + (f" Note of the run: {report.note}" if report.note else "")
+    )
+    return head + "\n\n" + markdown_table(columns, table)
+
+
+def eager_launch(report: Report, max_tokens: str = "", example: str = "") -> str:
+    """Eager call times of the flagos impls against the vendor's at decode token counts."""
+    limit = int(max_tokens) if max_tokens else DECODE_MAX_TOKENS
+    decode = [r for r in report.rows if r.tokens <= limit and r.eager_us is not None]
+    flagos = [r for r in decode if r.backend.startswith("default.")]
+    vendor = [r for r in decode if r.backend.startswith("vendor.")]
+    if not flagos or not vendor:
+        raise ValueError(f"no flagos and vendor rows at <= {limit} tokens")
+    vendor_name = policy_token(vendor[0].backend)
+
+    def spread(rows: list[Row]) -> str:
+        times = [r.eager_us for r in rows]
+        return f"{min(times):.1f}–{max(times):.1f} µs (median {median(times):.1f})"
+
+    slow = sum(r.eager_us >= 30 for r in flagos)
+    graphed = [r.graph_us for r in flagos if r.graph_us is not None]
+    text = (
+        f"- In eager mode, what vLLM pays with `enforce_eager`, `flagos` calls at up to {limit} "
+        f"tokens ({len(flagos)} points: ops × dtypes × token counts) took {spread(flagos)}, "
+        f"30 µs or more at {slow} of them; `{vendor_name}` calls took {spread(vendor)}."
+    )
+    if graphed:
+        text += (
+            f" Inside a CUDA graph the same `flagos` calls took a median of "
+            f"{median(graphed):.1f} µs: the rest is their launch, through FlagGems' Python "
+            "launcher."
+        )
+    if example:
+        op, _, t = example.partition(":")
+        picked = {r.backend: r for r in decode if r.op == op and r.tokens == int(t or 1)}
+        fl = next((r for b, r in picked.items() if b.startswith("default.")), None)
+        ve = next((r for b, r in picked.items() if b.startswith("vendor.")), None)
+        if fl is None or ve is None:
+            raise ValueError(f"example {example!r}: no flagos and vendor rows")
+        text += (
+            f" E.g. `{op}` at {fl.tokens} token{'s' if fl.tokens > 1 else ''} ({fl.dtype}): "
+            f"{fl.eager_us:.1f} µs against {ve.eager_us:.1f} µs."
+        )
+    return _paragraph(text)
+
+
+def _paragraph(text: str) -> str:
+    """`text` wrapped at the README's line length, a bullet's continuation lines indented."""
+    indent = "  " if text.startswith("- ") else ""
+    return textwrap.fill(text, width=100, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def policy_gap(report: Report, factor: str = "1.1") -> str:
+    """How often the selected backend is over `factor` times slower than the fastest one that
+    the dispatch could have selected, in CUDA-graph timings."""
+    limit = float(factor)
+    points: dict[tuple[str, str, int], list[Row]] = {}
+    for r in report.rows:
+        if r.graph_us is not None and not r.backend.startswith("compile("):
+            points.setdefault((r.op, r.dtype, r.tokens), []).append(r)
+    judged = slower = 0
+    for rows in points.values():
+        selected = [r for r in rows if r.selected]
+        if selected:
+            judged += 1
+            slower += selected[0].graph_us > limit * min(r.graph_us for r in rows)
+    return _paragraph(
+        f"- In CUDA-graph timings the selected backend is more than {limit:g}× slower than the "
+        f"fastest one at {slower} of {judged} points (op × dtype × tokens; the JSON has them all)."
+    )
+
+
+# -- bench_e2e results ----------------------------------------------------------------------------
+
+
+def e2e_summary(runs: list[dict]) -> str:
+    return "```\n" + e2e_table(summarize(runs)) + "\n```"
+
+
+def e2e_rounds(runs: list[dict]) -> str:
+    """Output tok/s (decode tok/s) of every round per configuration and mode, and whether its
+    greedy tokens are vanilla vLLM's in the same mode."""
+    rounds = sorted({r["round"] for r in runs})
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
+    for r in runs:
+        groups.setdefault((r["config"], r["mode"]), {})[r["round"]] = r
+    vanilla = {r["mode"]: r["tokens"] for r in runs if r["config"] == "vanilla" and "tokens" in r}
+    columns = [Column("config", align="<"), Column("mode", align="<")]
+    columns += [Column(f"round {n}: output (decode) tok/s") for n in rounds]
+    columns.append(Column("greedy tokens", align="<"))
+    table = []
+    for (config, mode), by_round in groups.items():
+        cells: list[object] = [config, mode]
+        for r in map(by_round.get, rounds):
+            if r is None or "error" in r:
+                cells.append(DASH if r is None else "failed")
+                continue
+            cells.append(f"{r['output_tok_s']:.1f} ({r['decode_tok_s']:.1f})")
+        same = [
+            r["tokens"] == vanilla[mode]
+            for r in by_round.values()
+            if "tokens" in r and mode in vanilla
+        ]
+        if config == "vanilla" or not same:
+            cells.append(DASH)
+        else:
+            cells.append("identical" if all(same) else f"different in {same.count(False)} runs")
+        table.append(cells)
+    return markdown_table(columns, table)
+
+
+# -- bench_dispatch results -----------------------------------------------------------------------
+
+
+def dispatch(result: dict) -> str:
+    from bench_dispatch import format_table
+
+    ns = {row["path"]: row["ns"] for row in result["rows"]}
+    lines = [
+        f"`--repeat {result['repeat']} --number {result['number']}`, {result['machine']}, "
+        f"{result['date']}:",
+        "",
+        "```",
+        f"Python {result['python']}, median of {result['repeat']} runs",
+        format_table(result["rows"]),
+        "```",
+    ]
+    compared = {"direct impl call", "layer.forward_oot(x)", "direct function impl"}
+    if compared | {"replaced function mod.fn(x)"} <= ns.keys():
+        layer = ns["layer.forward_oot(x)"] - ns["direct impl call"]
+        function = ns["replaced function mod.fn(x)"] - ns["direct function impl"]
+        sentence = (
+            'A function op as vLLM calls it ("replaced function": the module attribute holding '
+            f"the op's trampoline) adds {function:.0f} ns to calling its impl directly, a layer's "
+            f"`forward_oot` {layer:.0f} ns."
+        )
+        if "forward_oot, compile_prefer" in ns:
+            extra = ns["forward_oot, compile_prefer"] - ns["layer.forward_oot(x)"]
+            sentence += (
+                " An op that selects another impl under `torch.compile` (`compile_prefer`) pays "
+                f"one `torch.compiler.is_compiling()` check per eager call: {extra:.0f} ns more."
+            )
+        lines += ["", _paragraph(sentence)]
+    return "\n".join(lines)
+
+
+# -- the README -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Renderer:
+    render: Callable[..., str]
+    options: tuple[str, ...]
+    load: Callable[[Path], object] = read_json
+
+
+RENDERERS = {
+    "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
+    "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
+    "policy-gap": Renderer(policy_gap, ("factor",), load_report),
+    "e2e-summary": Renderer(e2e_summary, ()),
+    "e2e-rounds": Renderer(e2e_rounds, ()),
+    "dispatch": Renderer(dispatch, ()),
+    "host-launch": Renderer(host_launch, ("before", "tokens")),
+}
+
+
+def render_region(spec: str, root: Path = ROOT, where: str = "README.md") -> str:
+    """The body of the region whose BEGIN marker says `spec` (renderer, file, options)."""
+    words = spec.split()
+    if len(words) < 2:
+        raise ReportError(f"{where}: marker {spec!r} lacks a renderer and a result file")
+    name, file, *pairs = words
+    renderer = RENDERERS.get(name)
+    if renderer is None:
+        raise ReportError(f"{where}: renderer {name!r} unknown; allowed: {', '.join(RENDERERS)}")
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in renderer.options:
+            allowed = ", ".join(renderer.options) or "none"
+            raise ReportError(f"{where}: option {pair!r} of {name} unknown; allowed: {allowed}")
+        options[key] = value
+    path = root / file
+    if not path.is_file():
+        raise ReportError(f"{where}: result file {file} not found")
+    try:
+        body = renderer.render(renderer.load(path), **options)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReportError(f"{where}: {name} of {file}: {type(exc).__name__}: {exc}") from exc
+    note = f"<!-- generated from {file} by `python benchmarks/report.py`; do not edit -->"
+    return f"{note}\n{body}\n"
+
+
+def render(text: str, root: Path = ROOT, name: str = "README.md") -> str:
+    """`text` with every generated region rendered again."""
+    out, pos = [], 0
+    for match in BEGIN.finditer(text):
+        if match.start() < pos:
+            continue
+        line = text.count("\n", 0, match.start()) + 1
+        end = text.find(END, match.end())
+        if end < 0:
+            raise ReportError(f"{name}:{line}: {match.group(0)} has no {END}")
+        body = render_region(match.group("spec"), root, f"{name}:{line}")
+        out += [text[pos : match.end()], "\n", body]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report a stale README")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    text = args.readme.read_text()
+    try:
+        new = render(text, args.readme.resolve().parent, args.readme.name)
+    except ReportError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    if new == text:
+        print(f"report: {args.readme.name} is up to date")
+        return 0
+    if args.check:
+        diff = difflib.unified_diff(
+            text.splitlines(True),
+            new.splitlines(True),
+            f"a/{args.readme.name}",
+            f"b/{args.readme.name}",
+        )
+        sys.stdout.writelines(diff)
+        print(f"report: {args.readme.name} is stale; run `python benchmarks/report.py`")
+        return 1
+    args.readme.write_text(new)
+    print(f"report: rewrote the generated regions of {args.readme.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""README renderer of ``profile_flagos.py`` results: the host time of each flagos impl per call,
+before and after a change, against vLLM's own kernel, with where the flagos time went."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from harness import Column, markdown_table, read_json
+
+ROOT = Path(__file__).resolve().parent.parent
+DASH = "–"
+
+
+def _by_op(rows: list[dict], tokens: int) -> dict[str, dict[str, dict]]:
+    """op -> impl label -> row, at `tokens` tokens, rows without a time left out."""
+    out: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row.get("tokens") == tokens and "host_us" in row:
+            out.setdefault(row["op"], {})[row["impl"]] = row
+    return out
+
+
+def _flagos(impls: dict[str, dict]) -> dict | None:
+    """The flagos call vLLM makes in eager mode: the in-place variant where the op has one."""
+    return impls.get("flagos eager variant") or impls.get("flagos")
+
+
+def _cuda(impls: dict[str, dict]) -> dict | None:
+    return impls.get("cuda eager variant") or impls.get("cuda")
+
+
+def _where(row: dict | None, top: int = 2) -> str:
+    """The origins holding most of the profiled time, e.g. "flag_gems 43%, C: other 19%"."""
+    if row is None or not row.get("origin_pct"):
+        return DASH
+    ranked = sorted(row["origin_pct"].items(), key=lambda item: item[1], reverse=True)
+    return ", ".join(f"{name} {share:.0f}%" for name, share in ranked[:top])
+
+
+def _us(row: dict | None) -> str:
+    return DASH if row is None else f"{row['host_us']:.1f}"
+
+
+def host_launch(after: dict, before: str = "", tokens: str = "1") -> str:
+    """One row per op: flagos host µs per call before / after, vLLM's CUDA kernel's, the ratio,
+    and the two largest shares of the flagos time before and after."""
+    count = int(tokens)
+    now = _by_op(after["rows"], count)
+    then = _by_op(read_json(ROOT / before)["rows"], count) if before else {}
+    columns = [
+        Column("op", align="<"),
+        Column("flagos before"),
+        Column("flagos after"),
+        Column("vLLM CUDA"),
+        Column("after ÷ CUDA"),
+        Column("flagos time before: where", align="<"),
+        Column("after: where", align="<"),
+    ]
+    table = []
+    for op in sorted(now):
+        fl, cu = _flagos(now[op]), _cuda(now[op])
+        old = _flagos(then.get(op, {}))
+        ratio = DASH if fl is None or cu is None else f"{fl['host_us'] / cu['host_us']:.2f}×"
+        table.append([op, _us(old), _us(fl), _us(cu), ratio, _where(old), _where(fl)])
+    head = (
+        f"{after.get('device', 'GPU')}: host µs per call at {count} token"
+        f"{'s' if count > 1 else ''} (calls queued back to back; median of 5 × 300), the in-place "
+        "variant where vLLM runs one in eager mode. Where: shares of the cProfile'd flagos time by "
+        "origin (`vllm_fl`: our impl and launch code; `flag_gems`: FlagGems' Python wrappers; "
+        "`triton`: Triton's Python launcher; `C:`: C calls, torch ops and Triton's C launcher)."
+    )
+    return textwrap.fill(head, width=100) + "\n\n" + markdown_table(columns, table)

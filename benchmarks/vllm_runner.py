@@ -1,0 +1,235 @@
+"""Greedy generation with real vLLM in THIS process, reported as one JSON object.
+
+The one vLLM runner of the benchmarks and the tests. Started as a subprocess
+(`python benchmarks/vllm_runner.py --model DIR ... --result FILE`, see vllm_harness.launch) so
+that every run gets clean environment variables and vLLM's plugin loading happens from scratch;
+the caller chooses the plugin setup through the environment (`VLLM_PLUGINS`, `VLLM_FL_PLATFORM`,
+`VLLM_FL_OOT_BLACKLIST`, `VLLM_ENABLE_V1_MULTIPROCESSING`, ...) and the work through a
+`Workload`: text prompts for a model with a tokenizer, or random token-id prompts of a given
+length (dummy weights, no tokenizer), an optional second batch of short prompts (decode-heavy),
+and the keyword arguments of `vllm.LLM`.
+
+The result holds the generated token ids, the timings (vLLM import, engine start-up, generation,
+output tokens per second), the platform class and, when the plugin is loaded in this process, the
+dispatch's record of which implementation each op used; when the model runs in this process also
+the class of every CustomOp layer and the forward method vLLM bound for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULT_PREFIX = "VLLM_FL_RESULT "
+TEXT_PROMPTS = (
+    "The quick brown fox",
+    "Operators dispatch between",
+    "Hello world!",
+    "A tiny random Llama",
+)
+#: vllm.LLM's keyword arguments for a small float32 model with a tokenizer (the tests' models)
+SMALL_MODEL_ARGS = {"dtype": "float32", "max_model_len": 128}
+#: token ids of random prompts are drawn from this range (inside any real vocabulary)
+PROMPT_TOKEN_RANGE = (1000, 100000)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one run generates and how vLLM is built for it."""
+
+    mode: str = "eager"  # eager (enforce_eager=True) | compile (vLLM's default)
+    max_tokens: int = 24  # output tokens per prompt (ignore_eos: always this many)
+    num_prompts: int | None = None  # default: one per text prompt
+    prompt_len: int | None = None  # random token-id prompts of this length instead of text
+    decode_prompt_len: int | None = None  # also time the prompts cut to this length
+    warmup_prompts: int = 1  # prompts generated once before the timed batch
+    host_probe: bool = False  # also time torch.empty on the GPU (the host's speed)
+    llm_args: dict = field(default_factory=lambda: dict(SMALL_MODEL_ARGS))
+
+    def __post_init__(self):
+        if self.mode not in ("eager", "compile"):
+            raise ValueError(f"Workload.mode is {self.mode!r}; allowed: eager, compile")
+        if self.decode_prompt_len is not None and self.prompt_len is None:
+            raise ValueError("Workload.decode_prompt_len needs token-id prompts (prompt_len)")
+
+    def argv(self) -> list[str]:
+        """The runner's command-line arguments for this workload."""
+        return ["--workload", json.dumps(asdict(self))]
+
+    @classmethod
+    def from_json(cls, text: str) -> Workload:
+        return cls(**json.loads(text))
+
+    @property
+    def detokenize(self) -> bool:
+        return not self.llm_args.get("skip_tokenizer_init", False)
+
+
+def build_llm(model: str | Path, mode: str, llm_args: dict):
+    """`vllm.LLM` for `model`: eager (enforce_eager) or compiled, seed 0, `llm_args`."""
+    from vllm import LLM
+
+    return LLM(model=str(model), enforce_eager=mode == "eager", seed=0, **llm_args)
+
+
+def sampling_params(max_tokens: int, detokenize: bool = True):
+    """Greedy sampling of exactly `max_tokens` tokens."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize
+    )
+
+
+def prompts(workload: Workload) -> list:
+    """The timed batch: text prompts in turn, or random token-id prompts (seed 0)."""
+    if workload.prompt_len is None:
+        count = workload.num_prompts or len(TEXT_PROMPTS)
+        return [TEXT_PROMPTS[i % len(TEXT_PROMPTS)] for i in range(count)]
+    rng = random.Random(0)
+    low, high = PROMPT_TOKEN_RANGE
+    return [
+        {"prompt_token_ids": [rng.randrange(low, high) for _ in range(workload.prompt_len)]}
+        for _ in range(workload.num_prompts or len(TEXT_PROMPTS))
+    ]
+
+
+def run(model: str | Path, workload: Workload) -> dict:
+    """Build the engine, generate, report (see the module docstring)."""
+    started = time.perf_counter()
+    import vllm  # noqa: F401  (timed apart from the engine's start-up)
+
+    import_s = time.perf_counter() - started
+    start = time.perf_counter()
+    llm = build_llm(model, workload.mode, workload.llm_args)
+    init_s = time.perf_counter() - start
+
+    batch = prompts(workload)
+    params = sampling_params(workload.max_tokens, workload.detokenize)
+    llm.generate(batch[: workload.warmup_prompts], params, use_tqdm=False)  # not timed
+    start = time.perf_counter()
+    outputs = llm.generate(batch, params, use_tqdm=False)
+    generate_s = time.perf_counter() - start
+    tokens = [list(out.outputs[0].token_ids) for out in outputs]
+    n_out = sum(len(t) for t in tokens)
+
+    from vllm.platforms import current_platform
+
+    result = {
+        "mode": workload.mode,
+        "platform": f"{type(current_platform).__module__}.{type(current_platform).__name__}",
+        "tokens": tokens,
+        "import_s": round(import_s, 4),
+        "init_s": round(init_s, 3),
+        "generate_s": round(generate_s, 4),
+        "output_tokens": n_out,
+        "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
+        "tokens_per_s": round(n_out / generate_s, 1),
+        "in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
+    }
+    if workload.decode_prompt_len is not None:
+        short = [
+            {"prompt_token_ids": p["prompt_token_ids"][: workload.decode_prompt_len]} for p in batch
+        ]
+        start = time.perf_counter()
+        decoded = llm.generate(short, params, use_tqdm=False)
+        result["decode_s"] = round(time.perf_counter() - start, 4)
+        result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
+    if workload.host_probe:
+        result["host_us"] = round(host_probe_us(), 3)
+    if result["in_process"]:
+        result["layer_classes"] = llm.apply_model(_layer_classes)[0]
+        result["forward_methods"] = llm.apply_model(_forward_method_names)[0]
+    result.update(_dispatch_record(workload.mode))
+    return result
+
+
+def host_probe_us(calls: int = 20000) -> float:
+    """Microseconds per ``torch.empty(16, device="cuda")``: the speed of this process's host
+    CPU for the kind of work an eager engine step consists of (small dispatcher calls)."""
+    import torch
+
+    torch.empty(16, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        torch.empty(16, device="cuda")
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _dispatch_record(mode: str) -> dict:
+    """The plugin's record, where it is loaded in this process: the impl each op used (traced by
+    torch.compile apart), and the vLLM layers it replaced."""
+    if "vllm_fl.dispatch" not in sys.modules:
+        return {}
+    from vllm_fl import compat
+    from vllm_fl.dispatch import get_default_manager
+
+    manager = get_default_manager()
+    record = {"used_impls": dict(sorted(manager.used_impls().items()))}
+    if mode == "compile":
+        record["used_impls_traced"] = dict(sorted(manager.used_impls(traced=True).items()))
+    record["replaced"] = sorted(compat.oot_registry())
+    return record
+
+
+def _layer_classes(model) -> dict[str, str]:
+    """In-tree class name -> 'module.Class' of the instance vLLM built, for every CustomOp."""
+    from vllm.model_executor.custom_op import CustomOp
+
+    found: dict[str, str] = {}
+    for module in model.modules():
+        if isinstance(module, CustomOp):
+            cls = type(module)
+            base = next(
+                (c for c in cls.__mro__ if c.__module__.startswith("vllm.")), cls
+            )  # the in-tree class, ours subclasses it
+            found[base.__name__] = f"{cls.__module__}.{cls.__qualname__}"
+    return found
+
+
+_FORWARDS = ("forward_oot", "forward_cpu", "forward_cuda", "forward_native")
+
+
+def _forward_method_names(model) -> dict[str, str]:
+    """In-tree class name -> which forward_* method CustomOp bound at construction."""
+    from vllm.model_executor.custom_op import CustomOp
+
+    found: dict[str, str] = {}
+    for module in model.modules():
+        if isinstance(module, CustomOp):
+            base = next(c for c in type(module).__mro__ if c.__module__.startswith("vllm."))
+            bound = getattr(getattr(module, "_forward_method", None), "__func__", None)
+            names = [n for n in _FORWARDS if getattr(type(module), n, None) is bound]
+            found[base.__name__] = names[0] if names else repr(bound)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--workload", type=Workload.from_json, default=Workload())
+    parser.add_argument("--result", type=Path, help="write the result here (default: print it)")
+    args = parser.parse_args(argv)
+
+    # Extra plugin distributions found after the installed ones (so their entry points load
+    # after ours); PYTHONPATH puts them before.
+    extra = os.environ.get("VLLM_FL_TEST_APPEND_PATH")
+    if extra:
+        sys.path.append(extra)
+    result = run(args.model, args.workload)
+    if args.result:
+        args.result.write_text(json.dumps(result))
+    else:
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The README's benchmark figures are rendered from the result files they describe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import report
+from bench_ops import Report, Row
+
+RESULTS = report.ROOT / "benchmarks" / "results"
+
+
+def test_readme_regions_match_the_result_files():
+    text = report.README.read_text()
+    assert text.count("<!-- BEGIN GENERATED: bench ") >= 7
+    assert report.render(text) == text, "README.md is stale: run `python benchmarks/report.py`"
+
+
+def test_every_result_file_is_rendered_in_the_readme():
+    text = report.README.read_text()
+    for path in RESULTS.glob("*.json"):
+        assert f" benchmarks/results/{path.name}" in text, path.name
+
+
+def test_check_mode_reports_a_stale_readme_and_the_default_mode_fixes_it(tmp_path, capsys):
+    shutil.copytree(RESULTS, tmp_path / "benchmarks" / "results")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        report.README.read_text().replace("| rms_norm | 1 | 16.3", "| rms_norm | 1 | 31.4")
+    )
+    assert report.main(["--check", "--readme", str(readme)]) == 1
+    out = capsys.readouterr().out
+    assert "-| rms_norm | 1 | 31.4" in out and "+| rms_norm | 1 | 16.3" in out
+    assert report.main(["--readme", str(readme)]) == 0
+    assert readme.read_text() == report.README.read_text()
+    assert report.main(["--check", "--readme", str(readme)]) == 0
+
+
+def _report(rows: list[Row], **kw) -> Report:
+    fields = dict(device="GPU", torch="2", triton="3", copy_gbps=1000.0, date="d", rows=rows)
+    return Report(**{**fields, **kw})
+
+
+def _row(op, backend, tokens, eager, graph, selected=False, gbps=None, error=None) -> Row:
+    return Row(op, backend, "bfloat16", tokens, eager, graph, 0, gbps, selected, error)
+
+
+def test_kernels_table_bolds_the_selected_backend_and_marks_what_is_missing():
+    rows = [
+        _row("op", "reference.torch", 1, 9.0, None, gbps=1.0),
+        _row("op", "vendor.cuda", 1, 5.0, 2.0, selected=True, gbps=500.0),
+        _row("op", "default.flagos", 1, None, None, error="boom"),
+        _row("op", "compile(reference)", 1, 4.0, 1.0, gbps=900.0),
+    ]
+    text = report.kernels(_report(rows))
+    header, rule, line = text.splitlines()[-3:]
+    assert header == (
+        "| op (bfloat16) | tokens | flagos eager / graph | vendor:cuda eager / graph | "
+        "reference eager / graph | compile(reference) eager / graph | best backend, % of copy BW |"
+    )
+    # the compiled reference is no backend of the dispatch: 50%, not 90%
+    assert line == "| op | 1 | error | **5.0 / 2.0** | 9.0 / – | 4.0 / 1.0 | 50% |"
+
+
+def test_kernels_header_names_the_recorded_model_sizes():
+    model = dict(hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4, experts=None)
+    rows = [_row("a", "vendor.cuda", 1, 1.0, 1.0), _row("b", "vendor.cuda", 1, 1.0, 1.0)]
+    rep = _report(rows, models={"m": model}, cases={"a": "m", "b": ""})
+    text = " ".join(report.kernels(rep).split())
+    assert "Input sizes: m (hidden 8, intermediate 16, 2 heads / 1 KV heads × 4): a;" in text
+    assert "the ops.yaml test case's own sizes: b." in text
+
+
+def test_eager_launch_and_policy_gap_are_counted_from_the_rows():
+    rows = [
+        _row("x", "default.flagos", 1, 40.0, 2.0),
+        _row("x", "vendor.cuda", 1, 6.0, 3.0, selected=True),
+        _row("x", "default.flagos", 8, 20.0, 2.0, selected=True),
+        _row("x", "vendor.cuda", 8, 7.0, 2.1),
+        _row("x", "default.flagos", 4096, 500.0, 490.0),
+        _row("x", "vendor.cuda", 4096, 480.0, 470.0, selected=True),
+    ]
+    text = " ".join(report.eager_launch(_report(rows), example="x:1").split())
+    assert "at up to 256 tokens (2 points" in text
+    assert "took 20.0–40.0 µs (median 30.0), 30 µs or more at 1 of them" in text
+    assert "`vendor:cuda` calls took 6.0–7.0 µs (median 6.5)" in text
+    assert "E.g. `x` at 1 token (bfloat16): 40.0 µs against 6.0 µs." in text
+    gap = " ".join(report.policy_gap(_report(rows), factor="1.1").split())
+    assert "more than 1.1× slower than the fastest one at 1 of 3 points" in gap
+
+
+def test_e2e_rounds_compare_greedy_tokens_with_vanilla():
+    def run(config, round_no, output, decode, tokens):
+        return dict(
+            config=config,
+            mode="eager",
+            round=round_no,
+            output_tok_s=output,
+            decode_tok_s=decode,
+            tokens=tokens,
+        )
+
+    runs = [
+        run("vanilla", 1, 10.0, 20.0, [[1]]),
+        run("plugin", 1, 11.0, 21.0, [[1]]),
+        run("plugin", 2, 12.0, 22.0, [[2]]),
+        dict(config="other", mode="eager", round=2, error="timed out"),
+    ]
+    lines = report.e2e_rounds(runs).splitlines()
+    assert lines[2] == "| vanilla | eager | 10.0 (20.0) | – | – |"
+    assert lines[3] == "| plugin | eager | 11.0 (21.0) | 12.0 (22.0) | different in 1 runs |"
+    assert lines[4] == "| other | eager | – | failed | – |"
+
+
+def test_dispatch_costs_are_measured_against_the_matching_direct_call():
+    paths = {
+        "direct impl call": 30.0,
+        "layer.forward_oot(x)": 70.0,
+        "direct function impl": 50.0,
+        "replaced function mod.fn(x)": 75.0,
+        "forward_oot, compile_prefer": 130.0,
+    }
+    rows = [{"path": p, "ns": ns, "overhead_ns": ns - 30.0} for p, ns in paths.items()]
+    result = dict(python="3.11", machine="m", date="d", repeat=3, number=10, rows=rows)
+    text = " ".join(report.dispatch(result).split())
+    assert "adds 25 ns to calling its impl directly, a layer's `forward_oot` 40 ns." in text
+    assert "check per eager call: 60 ns more." in text
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("kernels", "lacks a renderer and a result file"),
+        ("chart benchmarks/results/h100_ops.json", "renderer 'chart' unknown; allowed: kernels,"),
+        ("kernels benchmarks/results/h100_ops.json dtype", "option 'dtype' of kernels unknown"),
+        ("kernels benchmarks/results/h100_ops.json colour=red", "allowed: dtype, tokens, ops"),
+        ("kernels benchmarks/results/none.json", "result file benchmarks/results/none.json not"),
+        ("kernels benchmarks/results/h100_ops.json dtype=int8", "no rows for dtype 'int8'"),
+        ("e2e-summary benchmarks/results/h100_ops.json", "e2e-summary of benchmarks/results/h100"),
+    ],
+)
+def test_a_bad_marker_is_named_with_its_line(spec, message, tmp_path):
+    text = f"# t\n\n<!-- BEGIN GENERATED: bench {spec} -->\n<!-- END GENERATED: bench -->\n"
+    with pytest.raises(report.ReportError, match="README.md:3: ") as caught:
+        report.render(text)
+    assert message in str(caught.value)
+
+
+def test_a_region_without_end_marker_is_refused():
+    with pytest.raises(report.ReportError, match="has no <!-- END GENERATED: bench -->"):
+        report.render("<!-- BEGIN GENERATED: bench e2e-summary benchmarks/results/x.json -->\n")
+
+
+def test_main_reports_a_bad_marker_without_a_traceback(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "<!-- BEGIN GENERATED: bench nope x.json -->\n<!-- END GENERATED: bench -->\n"
+    )
+    assert report.main(["--check", "--readme", str(readme)]) == 2
+    assert "report: README.md:1: renderer 'nope' unknown" in capsys.readouterr().err
+
+
+def test_result_files_written_before_sizes_were_recorded_still_load():
+    data = json.loads((RESULTS / "h100_ops.json").read_text())
+    assert "models" not in data
+    assert Report.from_json(data).models == {}

@@ -1,0 +1,36 @@
+"""The vLLM runner's workload: checked, carried to the subprocess intact, its prompts fixed."""
+
+from __future__ import annotations
+
+import pytest
+import vllm_runner
+from vllm_runner import Workload
+
+
+def test_a_workload_survives_the_command_line():
+    w = Workload(mode="compile", max_tokens=3, prompt_len=5, decode_prompt_len=2, llm_args={"a": 1})
+    flag, text = w.argv()
+    assert flag == "--workload" and Workload.from_json(text) == w
+
+
+def test_bad_workloads_are_refused():
+    with pytest.raises(ValueError, match="mode is 'fast'; allowed: eager, compile"):
+        Workload(mode="fast")
+    with pytest.raises(ValueError, match="decode_prompt_len needs token-id prompts"):
+        Workload(decode_prompt_len=4)
+
+
+def test_prompts_are_text_or_seeded_token_ids():
+    assert vllm_runner.prompts(Workload(num_prompts=5))[4] == vllm_runner.TEXT_PROMPTS[0]
+    batch = vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
+    assert batch == vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
+    low, high = vllm_runner.PROMPT_TOKEN_RANGE
+    assert [len(p["prompt_token_ids"]) for p in batch] == [7, 7, 7]
+    assert all(low <= t < high for p in batch for t in p["prompt_token_ids"])
+    assert batch[0] != batch[1]
+
+
+def test_the_tests_small_model_settings_are_the_default():
+    w = Workload()
+    assert w.llm_args == vllm_runner.SMALL_MODEL_ARGS and w.detokenize
+    assert Workload(llm_args={"skip_tokenizer_init": True}).detokenize is False
