@@ -123,6 +123,7 @@ def run(model: str | Path, workload: Workload) -> dict:
 
     result = {
         "mode": workload.mode,
+        "dtype": str(workload.llm_args.get("dtype", "auto")),
         "platform": f"{type(current_platform).__module__}.{type(current_platform).__name__}",
         "tokens": tokens,
         "import_s": round(import_s, 4),
