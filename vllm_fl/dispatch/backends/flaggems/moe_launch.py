@@ -140,9 +140,10 @@ def grouped_topk_launch(
     routed_scaling_factor: float,
     bias: torch.Tensor,
     scoring_func: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The launches of ``flag_gems.grouped_topk``; the sigmoid scores (``scoring_func=1``) in
-    one FlagGems sigmoid kernel, which FlagGems computes as 0.5 * tanh(x / 2) + 0.5 in four."""
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The launches of ``flag_gems.grouped_topk``, or None for a misaligned operand (the caller
+    then runs FlagGems' function); the sigmoid scores (``scoring_func=1``) in one FlagGems
+    sigmoid kernel, which FlagGems computes as 0.5 * tanh(x / 2) + 0.5 in four."""
     import triton.language as tl
 
     group_max, select, sigmoid = kernels
@@ -172,18 +173,7 @@ def grouped_topk_launch(
         device.index,
     )
     if not launch.aligned(processed, bias, group_scores, values, indices):
-        from flag_gems.fused import grouped_topk as gems_grouped_topk
-
-        return gems_grouped_topk(
-            scores,
-            n_group,
-            topk_group,
-            topk,
-            renormalize,
-            routed_scaling_factor,
-            bias,
-            scoring_func,
-        )
+        return None  # the caller runs FlagGems' own function
     group_max.launch(
         layout,
         (tokens * n_group,),

@@ -154,8 +154,18 @@ def grouped_topk(
     power-of-two topk (FlagGems 5.0.2 fails to compile topk=6, seen on the H100)."""
     if topk & (topk - 1):
         raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")
+    args = (
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )
     kernels = moe_launch.grouped_topk_kernels()
-    if (
+    if not (
         kernels is None
         or scores.dim() != 2
         or scores.stride(1) != 1
@@ -167,26 +177,9 @@ def grouped_topk(
         or bias.numel() != scores.shape[1]
         or scores.device.index != torch.cuda.current_device()
     ):
-        from flag_gems.fused import grouped_topk as gems_grouped_topk
+        result = moe_launch.grouped_topk_launch(kernels, *args)
+        if result is not None:
+            return result
+    from flag_gems.fused import grouped_topk as gems_grouped_topk
 
-        return gems_grouped_topk(
-            scores,
-            num_expert_group,
-            topk_group,
-            topk,
-            renormalize,
-            routed_scaling_factor,
-            bias,
-            scoring_func,
-        )
-    return moe_launch.grouped_topk_launch(
-        kernels,
-        scores,
-        num_expert_group,
-        topk_group,
-        topk,
-        renormalize,
-        routed_scaling_factor,
-        bias,
-        scoring_func,
-    )
+    return gems_grouped_topk(*args)
