@@ -17,6 +17,7 @@ through FlagGems' entry.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -288,3 +289,11 @@ def kernel_of(public: str, kernel: str) -> Any | None:
     function = getattr(flag_gems, public, None)
     module = sys.modules.get(getattr(function, "__module__", None) or "")
     return getattr(module, kernel, None)
+
+
+@functools.cache
+def plans_of(public: str, kernel: str) -> KernelPlans | None:
+    """Launch plans of ``kernel_of(public, kernel)``, one table per process; None where this
+    FlagGems has no such kernel."""
+    found = kernel_of(public, kernel)
+    return None if found is None else KernelPlans(found)

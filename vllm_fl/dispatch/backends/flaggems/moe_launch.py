@@ -109,12 +109,6 @@ def align_in_stages(
     )
 
 
-@functools.cache
-def moe_sum_plans() -> launch.KernelPlans | None:
-    kernel = launch.kernel_of("moe_sum", "moe_sum_kernel")
-    return None if kernel is None else launch.KernelPlans(kernel)
-
-
 TL_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _biases = TensorMemo()  # the correction bias in the scores' dtype, flattened
 

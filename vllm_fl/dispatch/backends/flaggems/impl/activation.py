@@ -23,18 +23,12 @@ def _pointwise(public: str, name: str) -> launch.PointwisePlans | None:
     return None if function is None else launch.PointwisePlans(function)
 
 
-@functools.cache
-def _swiglu_plans() -> launch.KernelPlans | None:
-    kernel = launch.kernel_of("swiglu", "swiglu_kernel")
-    return None if kernel is None else launch.KernelPlans(kernel)
-
-
 _SWIGLU_BLOCK = 64  # FlagGems' swiglu launch: 64 x 64 tiles
 
 
 def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     """silu(x[..., :d]) * x[..., d:]: FlagGems' ``swiglu`` kernel over whole rows."""
-    plans = _swiglu_plans()
+    plans = launch.plans_of("swiglu", "swiglu_kernel")
     if (
         plans is None
         or not x.is_contiguous()

@@ -82,7 +82,7 @@ def moe_sum(
 ) -> None:
     """FlagGems' ``moe_sum`` kernel: output[t] = sum over k of input[t, k]."""
     _unsupported("moe_sum", expert_map=expert_map)
-    plans = moe_launch.moe_sum_plans()
+    plans = launch.plans_of("moe_sum", "moe_sum_kernel")
     if (
         plans is None
         or input.device.index != torch.cuda.current_device()

@@ -12,20 +12,12 @@ The kernels are FlagGems' ``rms_norm`` and ``fused_add_rms_norm`` kernels, launc
 backend's launch plans (``launch.py``) with the arguments FlagGems' own functions pass them.
 """
 
-import functools
-
 import torch
 
 from vllm_fl.dispatch.backends.flaggems import launch
 from vllm_fl.dispatch.backends.flaggems.memo import TensorMemo
 
 _ONE_BLOCK_MAX = 4096  # FlagGems: rows up to this width run in one block, wider ones loop
-
-
-@functools.cache
-def _plans(public: str, kernel: str) -> launch.KernelPlans | None:
-    found = launch.kernel_of(public, kernel)
-    return None if found is None else launch.KernelPlans(found)
 
 
 def _rows(x: torch.Tensor) -> tuple[int, int]:
@@ -44,7 +36,7 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     """x * rrms(x) * weight over the last dimension, out of place (FlagGems' rms_norm kernels)."""
     m, n = _rows(x)
     wide = n > _ONE_BLOCK_MAX
-    plans = _plans("rms_norm", "rms_norm_loop_kernel" if wide else "rms_norm_kernel")
+    plans = launch.plans_of("rms_norm", "rms_norm_loop_kernel" if wide else "rms_norm_kernel")
     if plans is None or x.numel() == 0 or not _usable(x, weight) or not launch.aligned(x, weight):
         import flag_gems
 
@@ -86,7 +78,7 @@ def rms_norm_inplace(
     weight = self.weight.data
     eps = self.variance_epsilon
     m, n = _rows(x)
-    plans = _plans("fused_add_rms_norm", "fused_add_rms_norm_kernel")
+    plans = launch.plans_of("fused_add_rms_norm", "fused_add_rms_norm_kernel")
     if (
         plans is None
         or x.numel() == 0

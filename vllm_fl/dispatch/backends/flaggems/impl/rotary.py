@@ -17,7 +17,6 @@ The in-place variant launches FlagGems' in-place rotary kernel through the backe
 plans (``launch.py``), with the cos/sin halves of each layer's cache sliced once, not per call.
 """
 
-import functools
 import inspect
 
 import torch
@@ -54,12 +53,6 @@ def _cos_sin(cache: torch.Tensor, dtype: torch.dtype, device: torch.device, rota
     return _halves.get(cache, (dtype, device, rotary_dim), halves)
 
 
-@functools.cache
-def _inplace_plans() -> launch.KernelPlans | None:
-    kernel = launch.kernel_of("apply_rotary_pos_emb", "apply_rotary_pos_emb_inplace_kernel")
-    return None if kernel is None else launch.KernelPlans(kernel)
-
-
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -89,7 +82,7 @@ def rotary_embedding_inplace(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The eager variant: FlagGems' in-place rotary kernel on query and key."""
     head_size = self.head_size
-    plans = _inplace_plans()
+    plans = launch.plans_of("apply_rotary_pos_emb", "apply_rotary_pos_emb_inplace_kernel")
     if (
         plans is None
         or key is None
