@@ -19,8 +19,10 @@ vLLM's class.
 
 Which classes are replaced is the dispatch policy's decision (`current_policy()`): the switch
 `VLLM_FL_PREFER_ENABLED`, `VLLM_FL_OOT_ENABLED`, and `VLLM_FL_OOT_WHITELIST` /
-`VLLM_FL_OOT_BLACKLIST` / the config file's `oot_blacklist`. An entry matches either the
-in-tree class name (`RMSNorm`) or vLLM's op name (`rms_norm`), case-insensitively.
+`VLLM_FL_OOT_BLACKLIST` / the config file's `oot_blacklist`. An entry matches the in-tree class
+name (`RMSNorm`), vLLM's registered op name (`rms_norm`) or the op of ops.yaml the replacement
+dispatches (which `explain` shows; for vLLM's `ReLUSquaredActivation`, registered as `relu2`, it
+may be `relu_squared`), case-insensitively.
 """
 
 from __future__ import annotations
@@ -118,6 +120,14 @@ def _oot_classes() -> dict[str, str]:
     return {**OOT_CLASSES, **INTEGRATION_CLASSES}
 
 
+def _manifest_op(in_tree_name: str) -> str:
+    """The op of ops.yaml the replacement of `in_tree_name` dispatches ('' for the hand-written
+    integration classes, which the lists name by class)."""
+    from vllm_fl.ops import OOT_OPS
+
+    return OOT_OPS.get(in_tree_name, "")
+
+
 def op_name_of(in_tree_cls: type) -> str:
     """vLLM's registered op name of an in-tree class ('rms_norm' for RMSNorm; inherited where
     vLLM registers a base class, as 'rotary_embedding' on RotaryEmbeddingBase)."""
@@ -133,7 +143,8 @@ def allowed_classes(policy=None) -> dict[str, type]:
     for in_tree_name, target in _oot_classes().items():
         cls = _load_class(target)
         base = _in_tree_base(cls, in_tree_name)
-        if policy.oot_allowed(in_tree_name, op_name_of(base)):
+        aliases = (name for name in (op_name_of(base), _manifest_op(in_tree_name)) if name)
+        if policy.oot_allowed(in_tree_name, *aliases):
             allowed[in_tree_name] = cls
     return allowed
 

@@ -86,6 +86,24 @@ def test_whitelist_registers_only_the_listed(fresh):
     assert "RMSNorm" not in registry
 
 
+@pytest.mark.parametrize("variable", ["VLLM_FL_OOT_WHITELIST", "VLLM_FL_OOT_BLACKLIST"])
+def test_lists_match_the_manifest_op_where_vllm_registers_another_name(
+    fresh, monkeypatch, variable
+):
+    """vLLM registers ReLUSquaredActivation as 'relu2'; an op of ops.yaml replacing it may be
+    'relu_squared', the name `explain` shows, and the lists must take that name too."""
+    import vllm_fl.ops
+
+    registry, configure = fresh
+    monkeypatch.setattr(vllm_fl.ops, "OOT_OPS", {"SiluAndMul": "swiglu_fl"})
+    configure(**{variable: "SWIGLU_FL"})
+    registered = registration.register_oot_classes()
+    if variable == "VLLM_FL_OOT_WHITELIST":
+        assert registered == {"SiluAndMul": "fake_oot:SiluAndMulFake"}
+    else:
+        assert registered == {"RMSNorm": "fake_oot:RMSNormFake"}
+
+
 def test_config_file_oot_blacklist(fresh, tmp_path):
     registry, configure = fresh
     path = tmp_path / "fl.yaml"

@@ -4,7 +4,9 @@
 vLLM functions routed through the dispatch, one per op of ops.yaml that has a function.
 
 ``OOT_CLASSES`` maps the in-tree vLLM class name (the key ``CustomOp.register_oot`` uses) to
-``"module:ClassName"`` of its replacement. ``FUNCTIONS`` maps an op name to ``"module:function"``
+``"module:ClassName"`` of its replacement, ``OOT_OPS`` to the op of ops.yaml that replacement
+dispatches (which the OOT white/blacklists also match: vLLM's registered name can differ from
+it). ``FUNCTIONS`` maps an op name to ``"module:function"``
 of the vLLM function it replaces (see ``vllm_fl.functions``). Importing this package does not
 import vLLM; importing one of its modules does.
 """
@@ -19,6 +21,18 @@ OOT_CLASSES: dict[str, str] = {
     "RMSNorm": "vllm_fl.ops.layernorm:RMSNormFL",
     "GemmaRMSNorm": "vllm_fl.ops.layernorm:GemmaRMSNormFL",
     "RotaryEmbedding": "vllm_fl.ops.rotary_embedding:RotaryEmbeddingFL",
+}
+
+OOT_OPS: dict[str, str] = {
+    "SiluAndMul": "silu_and_mul",
+    "MulAndSilu": "mul_and_silu",
+    "GeluAndMul": "gelu_and_mul",
+    "NewGELU": "gelu_new",
+    "FastGELU": "gelu_fast",
+    "QuickGELU": "quick_gelu",
+    "RMSNorm": "rms_norm",
+    "GemmaRMSNorm": "gemma_rms_norm",
+    "RotaryEmbedding": "rotary_embedding",
 }
 
 FUNCTIONS: dict[str, str] = {
