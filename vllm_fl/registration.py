@@ -55,20 +55,14 @@ def current_policy():
 
 def configure_logging(level: int | None = None) -> None:
     """Give the integration's logger `level`, by default the dispatch's (VLLM_FL_LOG_LEVEL), and,
-    when nothing else handles its records (vLLM configures only its own `vllm` logger), a stderr
-    handler."""
+    when nothing else handles its records, a stderr handler (as the dispatch logger has)."""
+    from vllm_fl.dispatch.logger_manager import configure_logger
+
     if level is None:
         from vllm_fl.dispatch.policy import get_config
 
         level = get_config().log_level
-    logger.setLevel(level)
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        # The process name tells vLLM's processes apart (MainProcess, EngineCore, workers).
-        handler.setFormatter(
-            logging.Formatter("[%(levelname)s] %(name)s (%(processName)s): %(message)s")
-        )
-        logger.addHandler(handler)
+    configure_logger(logger, level)
 
 
 def _describe(policy) -> str:

@@ -19,7 +19,7 @@ The modules, one job each, in the order a call meets them:
 - ``default_manager``: the process-wide manager, ``call_op`` and ``dispatch_method``;
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
 - ``opaque``: runtime helpers of the generated ``register_ops`` of opaque backends;
-- ``logger_manager``: the dispatch logger.
+- ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 
 from .availability import Probe

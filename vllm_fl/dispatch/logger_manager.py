@@ -1,26 +1,32 @@
-"""The dispatch logger (``vllm_fl.dispatch``) and where its records go."""
+"""The plugin's loggers (``vllm_fl.dispatch``, ``vllm_fl.vllm``) and where their records go."""
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["LOGGER_NAME", "get_logger", "configure_logging"]
+__all__ = ["LOGGER_NAME", "get_logger", "configure_logger", "configure_logging"]
 
 LOGGER_NAME = "vllm_fl.dispatch"
+#: the process name tells vLLM's processes apart (MainProcess, EngineCore, workers)
+FORMAT = "[%(levelname)s] %(name)s (%(processName)s): %(message)s"
 
 _logger = logging.getLogger(LOGGER_NAME)
-_handler: logging.Handler | None = None
 
 
 def get_logger() -> logging.Logger:
     return _logger
 
 
+def configure_logger(logger: logging.Logger, level: int) -> None:
+    """Set ``logger``'s level and, when nothing else handles its records (vLLM configures only
+    its own ``vllm`` logger), give it one stderr handler."""
+    logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(FORMAT))
+        logger.addHandler(handler)
+
+
 def configure_logging(level: int) -> None:
     """Set the dispatch logger's level; print to stderr when nothing else handles its records."""
-    global _handler
-    _logger.setLevel(level)
-    if _handler is None and not logging.getLogger().handlers:
-        _handler = logging.StreamHandler()
-        _handler.setFormatter(logging.Formatter("[%(levelname)s] %(name)s: %(message)s"))
-        _logger.addHandler(_handler)
+    configure_logger(_logger, level)
