@@ -7,16 +7,17 @@ contiguous, any row stride) and per-token positions, and by default writes new t
 not passed). ``rotary_interleaved`` is GPT-J style, i.e. ``not is_neox_style``. It computes in
 float32 and rounds once.
 
-``rotary_embedding_inplace`` (the op's eager variant, used outside torch.compile) passes
-``inplace=True`` where the release has the flag, rotating query and key in their own storage
-as vLLM's kernel does. It takes the functional path without a key (FlagGems needs one: the
-functional impl borrows a head of q, which must not be rotated in place), with
-rotary_dim < head_size, and on releases without the flag.
-
-The in-place variant launches FlagGems' in-place rotary kernel through the backend's launch
-plans (``launch.py``), with the cos/sin halves of each layer's cache sliced once, not per call.
+``rotary_embedding_inplace`` (the op's eager variant, used outside torch.compile) rotates
+query and key in their own storage, as vLLM's kernel does, with the backend's rotary kernel
+(``rotary_kernel.py``), launched through a launch plan (``launch.py``) with the cos/sin halves of
+each layer's cache sliced once, not per call: FlagGems' own kernels give each token one program
+that loops over its heads, three times slower than vLLM's kernel at decode sizes. Layouts that
+kernel does not take go through ``apply_rotary_pos_emb(..., inplace=True)`` where the release has
+the flag, and the functional path otherwise (FlagGems needs a key: without one, the functional
+impl borrows a head of q, which must not be rotated in place; and with rotary_dim < head_size).
 """
 
+import functools
 import inspect
 
 import torch
@@ -80,71 +81,28 @@ def rotary_embedding(
 def rotary_embedding_inplace(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The eager variant: FlagGems' in-place rotary kernel on query and key."""
-    head_size = self.head_size
-    plans = launch.plans_of("apply_rotary_pos_emb", "apply_rotary_pos_emb_inplace_kernel")
-    if (
-        plans is None
-        or key is None
-        or self.rotary_dim != head_size
-        or query.dim() != 2
-        or key.dim() != 2
-        or positions.dim() != 1
-        or query.stride(-1) != 1
-        or key.stride(-1) != 1
-        or query.device.index != torch.cuda.current_device()
-    ):
-        return _inplace_through_flag_gems(self, positions, query, key)
-    cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, head_size)
-    num_tokens = positions.shape[0]
-    if num_tokens == 0 or (
-        (query.data_ptr() | key.data_ptr() | cos.data_ptr() | sin.data_ptr() | positions.data_ptr())
-        & 15
-    ):
-        return _inplace_through_flag_gems(self, positions, query, key)
-    # query [tokens, heads * head_size] read as [tokens, heads, head_size] through its strides
-    q_row, k_row = query.stride(0), key.stride(0)
-    q_heads, k_heads = query.shape[1] // head_size, key.shape[1] // head_size
-    p_stride, cos_row = positions.stride(0), cos.stride(0)
-    layout = (
-        query.dtype,
-        key.dtype,
-        positions.dtype,
-        q_row,
-        k_row,
-        q_heads,
-        k_heads,
-        p_stride,
-        cos_row,
-        head_size,
-        cos.shape[0],
-        self.is_neox_style,
-        query.device.index,
-    )
-    args = (
-        query,
-        key,
-        cos,
-        sin,
-        positions,
-        q_row,
-        head_size,
-        1,
-        k_row,
-        head_size,
-        1,
-        p_stride,
-        cos_row,
-        cos_row,
-        None,  # seq_len: positions are given
-        q_heads,
-        k_heads,
-        head_size,
-        max(1 << (head_size - 1).bit_length(), 16),
-        not self.is_neox_style,
-    )
-    plans.launch(layout, (num_tokens,), args, {"MAX_POSITION_EMBEDDINGS": cos.shape[0]})
-    return query, key
+    """The eager variant: query and key rotated in their own storage by the backend's rotary
+    kernel (``rotary_kernel.py``: a token's heads over several programs), launched through a
+    launch plan; layouts it does not take go through FlagGems' in-place rotary."""
+    if query.is_cuda and query.device.index == torch.cuda.current_device():
+        from vllm_fl.dispatch.backends.flaggems import rotary_kernel
+
+        rotary_dim = self.rotary_dim
+        cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
+        planned = rotary_kernel.launch_of(
+            positions, query, key, cos, sin, self.head_size, rotary_dim, self.is_neox_style
+        )
+        if planned is not None and launch.aligned(*planned.args[:5]):
+            _rotary_plans().launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            return query, key
+    return _inplace_through_flag_gems(self, positions, query, key)
+
+
+@functools.cache
+def _rotary_plans() -> launch.KernelPlans:
+    from vllm_fl.dispatch.backends.flaggems import rotary_kernel
+
+    return launch.KernelPlans(rotary_kernel.rotary_inplace_kernel)
 
 
 def _inplace_through_flag_gems(self, positions, query, key):

@@ -1,0 +1,162 @@
+"""In-place rotary embedding with a token's heads spread over programs.
+
+FlagGems' rotary kernels run one program per token that loops over all of its heads: at decode
+batch sizes a few programs do all the work, and the kernel takes 8 µs where vLLM's CUDA kernel,
+which spreads a token's heads over its threads, takes 3 (``benchmarks/results/h100_ops.json``,
+in a CUDA graph). This kernel, in FlagGems' Triton and with its float32 arithmetic, gives each
+program ``BLOCK_H`` heads of one token, query heads first, then key heads, and rotates only the
+first ``rotary_dim`` features of each head (vLLM's partial rotary), in GPT-NeoX or GPT-J layout.
+
+``launch_of`` derives the launch (grid, arguments, constexprs and the layout key the compiled
+kernel is specialised on) from vLLM's tensors; it imports only Triton, so the CPU tests run the
+kernel in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+#: heads per program; 8 heads of Llama's 128 features are 1024 elements, four warps' worth
+BLOCK_H = 8
+NUM_WARPS = 4
+
+
+@triton.jit
+def rotary_inplace_kernel(
+    q_ptr,  # [tokens, q_heads * head_size], heads packed, any row stride
+    k_ptr,  # [tokens, k_heads * head_size] (q_ptr where there is no key: K_HEADS is 0)
+    cos_ptr,  # [max_positions, rotary_dim // 2], any row stride
+    sin_ptr,  # like cos_ptr
+    pos_ptr,  # [tokens]
+    q_row,
+    k_row,
+    pos_stride,
+    cache_row,
+    Q_HEADS: tl.constexpr,
+    K_HEADS: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    ROT_HALF: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    NEOX: tl.constexpr,
+):
+    token = tl.program_id(0)
+    block = tl.program_id(1)
+    q_blocks: tl.constexpr = (Q_HEADS + BLOCK_H - 1) // BLOCK_H
+    is_query = block < q_blocks
+    if is_query:
+        base = q_ptr + token.to(tl.int64) * q_row
+    else:
+        base = k_ptr + token.to(tl.int64) * k_row
+    first = tl.where(is_query, block, block - q_blocks) * BLOCK_H
+    heads = tl.where(is_query, Q_HEADS, K_HEADS)
+    position = tl.load(pos_ptr + token * pos_stride).to(tl.int64)
+    i = tl.arange(0, HALF_BLOCK)
+    feature_mask = i < ROT_HALF
+    cos = tl.load(cos_ptr + position * cache_row + i, mask=feature_mask, other=0.0)
+    sin = tl.load(sin_ptr + position * cache_row + i, mask=feature_mask, other=0.0)
+    cos = cos.to(tl.float32)[None, :]
+    sin = sin.to(tl.float32)[None, :]
+    h = first + tl.arange(0, BLOCK_H)
+    mask = (h < heads)[:, None] & feature_mask[None, :]
+    if NEOX:
+        x1_offsets = h[:, None] * HEAD_SIZE + i[None, :]
+        x2_offsets = x1_offsets + ROT_HALF
+    else:
+        x1_offsets = h[:, None] * HEAD_SIZE + 2 * i[None, :]
+        x2_offsets = x1_offsets + 1
+    x1 = tl.load(base + x1_offsets, mask=mask, other=0.0)
+    x2 = tl.load(base + x2_offsets, mask=mask, other=0.0)
+    x1_f = x1.to(tl.float32)
+    x2_f = x2.to(tl.float32)
+    tl.store(base + x1_offsets, (x1_f * cos - x2_f * sin).to(x1.dtype), mask=mask)
+    tl.store(base + x2_offsets, (x2_f * cos + x1_f * sin).to(x2.dtype), mask=mask)
+
+
+@dataclass(frozen=True)
+class RotaryLaunch:
+    """One launch of ``rotary_inplace_kernel``: ``kernel[grid](*args, **kwargs)``; ``layout``
+    holds everything the compiled kernel is specialised on (the launch-plan key)."""
+
+    grid: tuple[int, int]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    layout: tuple
+
+
+def _packed_heads(x: torch.Tensor, head_size: int) -> bool:
+    """[tokens, heads * head_size] with contiguous features (a slice of vLLM's qkv output)."""
+    return x.dim() == 2 and x.stride(-1) == 1 and x.shape[1] % head_size == 0
+
+
+def launch_of(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox_style: bool,
+) -> RotaryLaunch | None:
+    """The launch that rotates ``query`` and ``key`` in place, or None for a layout the kernel
+    does not take (no tokens, heads not packed, dtypes that differ). ``cos``/``sin`` are the
+    halves of vLLM's cos/sin cache in the query's dtype, [max_positions, rotary_dim // 2]."""
+    num_tokens = positions.numel()
+    if (
+        num_tokens == 0
+        or positions.dim() != 1
+        or not _packed_heads(query, head_size)
+        or query.shape[0] != num_tokens
+        or (key is not None and not _packed_heads(key, head_size))
+        or (key is not None and (key.shape[0] != num_tokens or key.dtype != query.dtype))
+        or cos.stride(-1) != 1
+        or cos.stride(0) != sin.stride(0)
+        or rotary_dim % 2
+        or rotary_dim > head_size
+    ):
+        return None
+    q_heads = query.shape[1] // head_size
+    k_heads = 0 if key is None else key.shape[1] // head_size
+    k_tensor = query if key is None else key
+    rot_half = rotary_dim // 2
+    grid = (num_tokens, triton.cdiv(q_heads, BLOCK_H) + triton.cdiv(k_heads, BLOCK_H))
+    q_row, k_row, pos_stride, cache_row = (
+        query.stride(0),
+        k_tensor.stride(0),
+        positions.stride(0),
+        cos.stride(0),
+    )
+    args = (query, k_tensor, cos, sin, positions, q_row, k_row, pos_stride, cache_row)
+    kwargs = {
+        "Q_HEADS": q_heads,
+        "K_HEADS": k_heads,
+        "HEAD_SIZE": head_size,
+        "ROT_HALF": rot_half,
+        "HALF_BLOCK": triton.next_power_of_2(rot_half),
+        "BLOCK_H": BLOCK_H,
+        "NEOX": bool(is_neox_style),
+        "num_warps": NUM_WARPS,
+    }
+    # Triton specialises integer arguments equal to 1 and divisible by 16; the row strides and
+    # head counts are fixed per model, the token count is not an argument.
+    layout = (
+        query.dtype,
+        positions.dtype,
+        q_row,
+        k_row,
+        pos_stride,
+        cache_row,
+        q_heads,
+        k_heads,
+        head_size,
+        rotary_dim,
+        bool(is_neox_style),
+        query.device.index,
+    )
+    return RotaryLaunch(grid, args, kwargs, layout)
