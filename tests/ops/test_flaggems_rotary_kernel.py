@@ -16,8 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
+from triton_helpers import compile_for_h100, interpret, needs_nvidia_compiler  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import rotary_kernel  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl.rotary import rotary_embedding  # noqa: E402
 
@@ -53,8 +52,7 @@ def _qkv(tokens: int, q_heads: int, k_heads: int | None, head_size: int, dtype):
 
 
 def _run_interpreted(launch: rotary_kernel.RotaryLaunch) -> None:
-    kwargs = {k: v for k, v in launch.kwargs.items() if k != "num_warps"}
-    InterpretedFunction(rotary_kernel.rotary_inplace_kernel.fn)[launch.grid](*launch.args, **kwargs)
+    interpret(rotary_kernel.rotary_inplace_kernel, launch.grid, launch.args, launch.kwargs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -100,31 +98,14 @@ def test_layouts_it_does_not_take():
     assert rotary_kernel.launch_of(positions, query, None, *args) is not None
 
 
-def _nvidia_backend() -> bool:
-    try:
-        from triton.backends import backends
-
-        return "nvidia" in backends
-    except ImportError:
-        return False
-
-
-@pytest.mark.skipif(not _nvidia_backend(), reason="needs Triton's NVIDIA backend to compile")
+@needs_nvidia_compiler
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_compiles_for_an_h100(neox, dtype):
-    """Triton's compiler to a cubin for sm_90: what the GPU compiles at its first launch."""
-    from triton.backends.compiler import GPUTarget
-
-    kernel = rotary_kernel.rotary_inplace_kernel
     signature = {name: f"*{dtype}" for name in ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr")}
     signature.update(pos_ptr="*i64", q_row="i32", k_row="i32", pos_stride="i32", cache_row="i32")
     constexprs = dict(
         Q_HEADS=32, K_HEADS=8, HEAD_SIZE=128, ROT_HALF=64, HALF_BLOCK=64, BLOCK_H=8, NEOX=neox
     )
-    signature.update({name: "constexpr" for name in constexprs})
-    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-    compiled = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": rotary_kernel.NUM_WARPS}
-    )
-    assert compiled.asm["cubin"]
+    kernel = rotary_kernel.rotary_inplace_kernel
+    assert compile_for_h100(kernel, signature, constexprs, rotary_kernel.NUM_WARPS)

@@ -27,10 +27,7 @@ MAX_SCALAR_CHARS = 1024
 # Explicit tags a settings file may carry ("!" is the non-specific tag of quoted scalars).
 _ALLOWED_TAGS = frozenset(
     {"!"}
-    | {
-        f"tag:yaml.org,2002:{t}"
-        for t in ("str", "int", "float", "bool", "null", "seq", "map")
-    }
+    | {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
 )
 
 

@@ -86,9 +86,7 @@ class _SourceSettings:
 def _from_file(data: Mapping[str, Any], path: Path, label: str) -> _SourceSettings:
     unknown = [k for k in data if k not in BY_FILE_KEY]
     if unknown:
-        raise ConfigError(
-            f"{path}:{unknown[0]}: unknown key; allowed keys: {', '.join(FILE_KEYS)}"
-        )
+        raise ConfigError(f"{path}:{unknown[0]}: unknown key; allowed keys: {', '.join(FILE_KEYS)}")
     name_lists.check_exclusive(data.__contains__, f"{path}: ")
     out = _SourceSettings()
     for key, value in data.items():

@@ -152,6 +152,11 @@ def sink(numel: int, device: torch.device) -> torch.Tensor:
     return buffers[-1]
 
 
+def on_current_gpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` is on the current CUDA device, where the plans launch their kernels."""
+    return t.is_cuda and t.device.index == torch.cuda.current_device()
+
+
 def aligned(*tensors: torch.Tensor) -> bool:
     """Whether every tensor's data pointer is 16-byte aligned. Triton specialises kernels on
     it; plans are made for aligned operands only, the rare others go through FlagGems."""
@@ -297,3 +302,13 @@ def plans_of(public: str, kernel: str) -> KernelPlans | None:
     FlagGems has no such kernel."""
     found = kernel_of(public, kernel)
     return None if found is None else KernelPlans(found)
+
+
+@functools.cache
+def own_plans(module: str, kernel: str) -> KernelPlans:
+    """Launch plans of one of this backend's own Triton kernels, ``kernel`` of the module
+    ``vllm_fl.dispatch.backends.flaggems.<module>``, one table per process."""
+    import importlib
+
+    found = importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
+    return KernelPlans(getattr(found, kernel))

@@ -1,10 +1,10 @@
 """Launches of FlagGems' MoE kernels through the backend's launch plans (``launch.py``).
 
-``flag_gems.fused``'s MoE functions allocate, derive launch parameters and launch one to four
-Triton kernels per call; these helpers launch the same kernels with the same parameters, keyed
-by the input layout, so that only the first call per layout pays FlagGems' Python. Where a
-FlagGems release lacks a kernel this module knows, the helpers return None and the impls call
-FlagGems' functions.
+``flag_gems.fused``'s ``moe_align_block_size_triton`` allocates, derives launch parameters and
+launches four Triton kernels per call; these helpers launch the same kernels with the same
+parameters, keyed by the input layout, so that only the first call per layout pays FlagGems'
+Python. Where a FlagGems release lacks a kernel this module knows, ``align_stages`` is None and
+the impl calls FlagGems' function.
 """
 
 import functools
@@ -12,7 +12,6 @@ import functools
 import torch
 
 from vllm_fl.dispatch.backends.flaggems import launch
-from vllm_fl.dispatch.backends.flaggems.memo import TensorMemo
 
 
 _ALIGN_STAGES = ("stage1", "stage2_vec", "stage2", "stage3", "stage4")
@@ -107,101 +106,3 @@ def align_in_stages(
         ),
         {},
     )
-
-
-TL_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_biases = TensorMemo()  # the correction bias in the scores' dtype, flattened
-
-
-@functools.cache
-def grouped_topk_kernels() -> tuple | None:
-    """FlagGems' two grouped-topk kernels, and its sigmoid for ``scoring_func=1``."""
-    group_max = launch.kernel_of("grouped_topk", "topk_with_k2_triton")
-    select = launch.kernel_of("grouped_topk", "group_idx_and_topk_triton")
-    sigmoid = launch.kernel_of("sigmoid", "sigmoid_forward")
-    if group_max is None or select is None or sigmoid is None:
-        return None
-    return launch.KernelPlans(group_max), launch.KernelPlans(select), launch.PointwisePlans(sigmoid)
-
-
-def grouped_topk_launch(
-    kernels,
-    scores: torch.Tensor,
-    n_group: int,
-    topk_group: int,
-    topk: int,
-    renormalize: bool,
-    routed_scaling_factor: float,
-    bias: torch.Tensor,
-    scoring_func: int,
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The launches of ``flag_gems.grouped_topk``, or None for a misaligned operand (the caller
-    then runs FlagGems' function); the sigmoid scores (``scoring_func=1``) in one FlagGems
-    sigmoid kernel, which FlagGems computes as 0.5 * tanh(x / 2) + 0.5 in four."""
-    import triton.language as tl
-
-    group_max, select, sigmoid = kernels
-    tokens, experts = scores.shape
-    if bias.dtype != scores.dtype or bias.dim() != 1:
-        bias = _biases.get(bias, scores.dtype, lambda: bias.to(scores.dtype).flatten())
-    processed = sigmoid(scores) if scoring_func == 1 else scores
-    per_group = experts // n_group
-    device = scores.device
-    group_scores = torch.empty((tokens, n_group), device=device, dtype=scores.dtype)
-    values = torch.empty((tokens, topk), device=device, dtype=torch.float32)
-    indices = torch.empty((tokens, topk), device=device, dtype=torch.int32)
-    if tokens == 0:
-        return values, indices
-    input_dtype = getattr(tl, TL_DTYPES[scores.dtype])
-    layout = (
-        scores.dtype,
-        tokens == 1,
-        tokens % 16 == 0,
-        processed.stride(0),
-        experts,
-        n_group,
-        topk_group,
-        topk,
-        bool(renormalize),
-        float(routed_scaling_factor),
-        device.index,
-    )
-    if not launch.aligned(processed, bias, group_scores, values, indices):
-        return None  # the caller runs FlagGems' own function
-    group_max.launch(
-        layout,
-        (tokens * n_group,),
-        (processed, bias, group_scores, per_group, n_group, processed.stride(0), n_group),
-        {"BLOCK_SIZE": pow2(per_group), "INPUT_DTYPE": input_dtype},
-    )
-    select.launch(
-        layout,
-        (tokens,),
-        (
-            processed,
-            group_scores,
-            values,
-            indices,
-            bias,
-            tokens,
-            n_group,
-            topk_group,
-            topk,
-            experts,
-            per_group,
-            routed_scaling_factor,
-            processed.stride(0),
-            n_group,
-            topk,
-        ),
-        {
-            "N_GROUP": n_group,
-            "TOPK_GROUP": topk_group,
-            "TOPK": topk,
-            "BLOCK_GROUP": pow2(n_group),
-            "BLOCK_EXPERT": pow2(experts),
-            "INPUT_DTYPE": input_dtype,
-            "renormalize": int(renormalize),
-        },
-    )
-    return values, indices

@@ -4,8 +4,11 @@ FlagGems' kernels cover the common case; arguments they have no parameter for (a
 bias, a padding mask, an expert map, a scatter index, activations other than silu) raise
 NotImplementedError, and the dispatch falls back to the next implementation.
 
-moe_align_block_size, moe_sum and grouped_topk launch FlagGems' kernels through the backend's
-launch plans (``moe_launch.py``); topk_softmax and fused_experts call FlagGems' functions.
+grouped_topk, and moe_align_block_size for up to ``routing_kernels.ALIGN_MAX_PAIRS`` pairs (a
+decode step), run the backend's one-launch routing kernels (``routing_kernels.py``; FlagGems
+takes three and five launches); larger alignments and moe_sum launch FlagGems' kernels through
+the backend's launch plans (``moe_launch.py``, ``launch.py``); topk_softmax and fused_experts
+call FlagGems' functions. Calls the backend's kernels do not take go to FlagGems' functions.
 """
 
 import torch
@@ -47,31 +50,25 @@ def moe_align_block_size(
     expert_map: torch.Tensor | None = None,
     scatter_idx: torch.Tensor | None = None,
 ) -> None:
-    """``flag_gems.moe_align_block_size_triton`` into the caller's buffers."""
+    """The backend's one-program alignment for a decode step's pairs, FlagGems'
+    ``moe_align_block_size_triton`` kernels for more; into the caller's buffers."""
     _unsupported("moe_align_block_size", expert_map=expert_map, scatter_idx=scatter_idx)
-    stages = moe_launch.align_stages()
-    numel = topk_ids.numel()
-    if (
-        stages is None
-        or numel == 0
-        or topk_ids.device.index != torch.cuda.current_device()
-        or not launch.aligned(topk_ids, sorted_token_ids, experts_ids, num_tokens_post_pad)
-    ):
-        from flag_gems.fused import moe_align_block_size_triton
+    outputs = (sorted_token_ids, experts_ids, num_tokens_post_pad)
+    if topk_ids.numel() and launch.on_current_gpu(topk_ids) and launch.aligned(topk_ids, *outputs):
+        from vllm_fl.dispatch.backends.flaggems import routing_kernels
 
-        moe_align_block_size_triton(
-            topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad
-        )
-        return
-    moe_launch.align_in_stages(
-        stages,
-        topk_ids,
-        num_experts,
-        block_size,
-        sorted_token_ids,
-        experts_ids,
-        num_tokens_post_pad,
-    )
+        planned = routing_kernels.align_launch(topk_ids, num_experts, block_size, *outputs)
+        if planned is not None:
+            plans = launch.own_plans("routing_kernels", "align_pairs_kernel")
+            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            return
+        stages = moe_launch.align_stages()
+        if stages is not None:
+            moe_launch.align_in_stages(stages, topk_ids, num_experts, block_size, *outputs)
+            return
+    from flag_gems.fused import moe_align_block_size_triton
+
+    moe_align_block_size_triton(topk_ids, num_experts, block_size, *outputs)
 
 
 def moe_sum(
@@ -150,10 +147,9 @@ def grouped_topk(
     bias: torch.Tensor,
     scoring_func: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``flag_gems.grouped_topk`` (the contract of vLLM's fused kernel). Its Triton kernel needs a
+    """The backend's one-launch grouped top-k kernel (the contract of vLLM's fused kernel);
+    calls it does not take go to ``flag_gems.grouped_topk``, whose Triton kernel needs a
     power-of-two topk (FlagGems 5.0.2 fails to compile topk=6, seen on the H100)."""
-    if topk & (topk - 1):
-        raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")
     args = (
         scores,
         num_expert_group,
@@ -164,22 +160,21 @@ def grouped_topk(
         bias,
         scoring_func,
     )
-    kernels = moe_launch.grouped_topk_kernels()
-    if not (
-        kernels is None
-        or scores.dim() != 2
-        or scores.stride(1) != 1
-        or scores.dtype not in moe_launch.TL_DTYPES
-        or scoring_func not in (0, 1)
-        or scores.shape[1] % num_expert_group
-        or num_expert_group > 32
-        or topk > 32
-        or bias.numel() != scores.shape[1]
-        or scores.device.index != torch.cuda.current_device()
-    ):
-        result = moe_launch.grouped_topk_launch(kernels, *args)
-        if result is not None:
-            return result
+    if scores.dim() == 2 and launch.on_current_gpu(scores):
+        from vllm_fl.dispatch.backends.flaggems import routing_kernels
+
+        tokens = scores.shape[0]
+        weights = torch.empty((tokens, topk), dtype=torch.float32, device=scores.device)
+        ids = torch.empty((tokens, topk), dtype=torch.int32, device=scores.device)
+        if tokens == 0:
+            return weights, ids
+        planned = routing_kernels.grouped_topk_launch(*args, weights, ids)
+        if planned is not None and launch.aligned(scores, bias, weights, ids):
+            plans = launch.own_plans("routing_kernels", "grouped_topk_kernel")
+            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            return weights, ids
+    if topk & (topk - 1):
+        raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")
     from flag_gems.fused import grouped_topk as gems_grouped_topk
 
     return gems_grouped_topk(*args)

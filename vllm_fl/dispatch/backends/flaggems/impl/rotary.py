@@ -17,7 +17,6 @@ the flag, and the functional path otherwise (FlagGems needs a key: without one, 
 impl borrows a head of q, which must not be rotated in place; and with rotary_dim < head_size).
 """
 
-import functools
 import inspect
 
 import torch
@@ -84,7 +83,7 @@ def rotary_embedding_inplace(
     """The eager variant: query and key rotated in their own storage by the backend's rotary
     kernel (``rotary_kernel.py``: a token's heads over several programs), launched through a
     launch plan; layouts it does not take go through FlagGems' in-place rotary."""
-    if query.is_cuda and query.device.index == torch.cuda.current_device():
+    if launch.on_current_gpu(query):
         from vllm_fl.dispatch.backends.flaggems import rotary_kernel
 
         rotary_dim = self.rotary_dim
@@ -93,16 +92,10 @@ def rotary_embedding_inplace(
             positions, query, key, cos, sin, self.head_size, rotary_dim, self.is_neox_style
         )
         if planned is not None and launch.aligned(*planned.args[:5]):
-            _rotary_plans().launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            plans = launch.own_plans("rotary_kernel", "rotary_inplace_kernel")
+            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
             return query, key
     return _inplace_through_flag_gems(self, positions, query, key)
-
-
-@functools.cache
-def _rotary_plans() -> launch.KernelPlans:
-    from vllm_fl.dispatch.backends.flaggems import rotary_kernel
-
-    return launch.KernelPlans(rotary_kernel.rotary_inplace_kernel)
 
 
 def _inplace_through_flag_gems(self, positions, query, key):

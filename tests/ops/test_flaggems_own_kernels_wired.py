@@ -1,0 +1,108 @@
+"""The flagos impls that launch the backend's own kernels, end to end on the CPU: the impl
+believes it is on the GPU, and its launch plans run the kernel in Triton's interpreter. What is
+checked is the impl's part (which calls take the kernel, the arguments and outputs it builds),
+against the reference impl; calls the kernels do not take are left to FlagGems' functions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from triton_helpers import interpret  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary  # noqa: E402
+from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe  # noqa: E402
+from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary  # noqa: E402
+
+
+class _Interpreted:
+    """Launch plans that run the kernel in Triton's interpreter, counting launches."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.launches = 0
+
+    def launch(self, layout, grid, args, kwargs):
+        interpret(self.kernel, grid, args, kwargs)
+        self.launches += 1
+
+
+@pytest.fixture
+def own_kernels(monkeypatch) -> dict[str, _Interpreted]:
+    """The impls see the current GPU; their own-kernel plans interpret. Returns the plans made,
+    by kernel name."""
+    made: dict[str, _Interpreted] = {}
+
+    def own_plans(module: str, kernel: str) -> _Interpreted:
+        if kernel not in made:
+            found = importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
+            made[kernel] = _Interpreted(getattr(found, kernel))
+        return made[kernel]
+
+    monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)
+    monkeypatch.setattr(launch, "own_plans", own_plans)
+    return made
+
+
+def test_grouped_topk_runs_the_one_launch_kernel(own_kernels):
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(3, 256, generator=gen)
+    bias = torch.randn(256, generator=gen) * 0.1
+    args = (scores, 8, 4, 6, True, 2.5, bias, 1)  # topk 6: FlagGems' kernel cannot compile it
+    got = flagos_moe.grouped_topk(*args)
+    assert own_kernels["grouped_topk_kernel"].launches == 1
+    assert got[0].dtype == torch.float32 and got[1].dtype == torch.int32
+    got_w, got_ids = ref_moe.grouped_topk_canonical(got, *args)
+    exp_w, exp_ids = ref_moe.grouped_topk_canonical(ref_moe.grouped_topk(*args), *args)
+    assert torch.equal(got_ids, exp_ids)
+    torch.testing.assert_close(got_w, exp_w)
+
+
+def test_grouped_topk_of_no_tokens(own_kernels):
+    weights, ids = flagos_moe.grouped_topk(torch.empty(0, 64), 4, 2, 4, True, 1.0, torch.zeros(64))
+    assert weights.shape == ids.shape == (0, 4)
+    assert "grouped_topk_kernel" not in own_kernels
+
+
+def test_alignment_of_a_decode_step_runs_the_one_program_kernel(own_kernels):
+    topk_ids = torch.randint(0, 128, (4, 8), dtype=torch.int32)
+    n_sorted = topk_ids.numel() + 128 * 15
+    got = [torch.empty(n, dtype=torch.int32) for n in (n_sorted, -(-n_sorted // 16), 1)]
+    expected = [t.clone() for t in got]
+    flagos_moe.moe_align_block_size(topk_ids, 128, 16, *got)
+    assert own_kernels["align_pairs_kernel"].launches == 1
+    ref_moe.moe_align_block_size(topk_ids, 128, 16, *expected)
+    for g, e in zip(got, expected):
+        assert torch.equal(g, e)
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, neox, rotary_dim):
+    head, positions_max = 64, 512
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim))
+    freqs = torch.outer(torch.arange(positions_max).float(), inv_freq)
+    layer = types.SimpleNamespace(
+        cos_sin_cache=torch.cat((freqs.cos(), freqs.sin()), dim=-1),
+        head_size=head,
+        rotary_dim=rotary_dim,
+        is_neox_style=neox,
+    )
+    qkv = torch.randn(5, (4 + 2 + 2) * head)
+    query, key, value = qkv.split([4 * head, 2 * head, 2 * head], dim=-1)
+    positions = torch.randint(0, positions_max, (5,))
+    expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
+    value_before = value.clone()
+    got = flagos_rotary.rotary_embedding_inplace(layer, positions, query, key)
+    assert own_kernels["rotary_inplace_kernel"].launches == 1
+    assert got[0] is query and got[1] is key
+    torch.testing.assert_close(query, expected[0])
+    torch.testing.assert_close(key, expected[1])
+    assert torch.equal(value, value_before)
