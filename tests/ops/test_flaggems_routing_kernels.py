@@ -67,7 +67,8 @@ ALIGNS = [
     ((7, 2), 8, 4, 38, 10),
     ((1, 2), 8, 16, 32, 2),
     ((8, 8), 64, 16, 64 + 64 * 15, 64),
-    ((16, 8), 256, 64, 128 + 256 * 63, 254),
+    ((8, 8), 256, 64, 64 + 256 * 63, 253),
+    ((2, 8), 512, 16, 16 + 512 * 15, 481),
 ]
 
 
@@ -97,6 +98,7 @@ def test_alignment_calls_it_does_not_take():
     assert rk.align_launch(many[:8], 8, 16, *out) is not None
     assert rk.align_launch(many, 8, 16, *out) is None
     assert rk.align_launch(many[:8], rk.ALIGN_MAX_EXPERTS + 1, 16, *out) is None
+    assert rk.align_launch(many[:64], 512, 16, *out) is None  # 64 pairs by 512 experts: too big
     assert rk.align_launch(many[:8], 8, 16, out[0].long(), *out[1:]) is None
 
 
@@ -138,5 +140,7 @@ def test_alignment_compiles_for_an_h100(ids_dtype):
         "n_sorted": "i32",
         "n_blocks": "i32",
     }
-    constexprs = dict(EXPERTS=128, BLOCK_SIZE=16, BLOCK_N=8, BLOCK_E=128, FILL_BLOCK=1024)
+    constexprs = dict(
+        EXPERTS=128, BLOCK_SIZE=16, BLOCK_N=8, BLOCK_E=128, FILL_BLOCK=1024, BLOCKS_PER_STEP=128
+    )
     assert compile_for_h100(rk.align_pairs_kernel, signature, constexprs, num_warps=4)

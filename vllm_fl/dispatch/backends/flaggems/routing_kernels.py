@@ -27,6 +27,8 @@ GROUPED_TOPK_MAX_EXPERTS = 1024
 #: with top-8 routing has 64
 ALIGN_MAX_PAIRS = 128
 ALIGN_MAX_EXPERTS = 512
+#: the most elements of a pairs-by-experts comparison one program holds
+_ALIGN_MAX_TILE = 16384
 _FILL_BLOCK = 1024
 
 
@@ -178,6 +180,7 @@ def align_pairs_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_E: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
+    BLOCKS_PER_STEP: tl.constexpr,
 ):
     i = tl.arange(0, BLOCK_N)
     valid = i < pairs
@@ -199,8 +202,9 @@ def align_pairs_kernel(
         tl.store(sorted_ptr + offset + f, pairs, mask=offset + f < n_sorted)
     tl.debug_barrier()  # the padding is written before the pairs overwrite their slots
     tl.store(sorted_ptr + start + rank, i, mask=valid)
-    for offset in range(0, n_blocks, FILL_BLOCK):
-        block = offset + f
+    b = tl.arange(0, BLOCKS_PER_STEP)
+    for offset in range(0, n_blocks, BLOCKS_PER_STEP):
+        block = offset + b
         first = block * BLOCK_SIZE
         # the expert whose padded run holds this block: how many runs end at or before it
         before = (ends[None, :] <= first[:, None]) & (e[None, :] < EXPERTS)
@@ -235,13 +239,17 @@ def align_launch(
     n_sorted, n_blocks = sorted_token_ids.numel(), experts_ids.numel()
     block_n = triton.next_power_of_2(pairs)
     block_e = triton.next_power_of_2(num_experts)
-    fill = min(_FILL_BLOCK, max(triton.next_power_of_2(max(n_sorted, n_blocks)), 16))
+    if block_n * block_e > _ALIGN_MAX_TILE:
+        return None
+    fill = min(_FILL_BLOCK, max(triton.next_power_of_2(n_sorted), 16))
+    blocks_per_step = min(max(triton.next_power_of_2(n_blocks), 16), _ALIGN_MAX_TILE // block_e)
     kwargs = {
         "EXPERTS": num_experts,
         "BLOCK_SIZE": block_size,
         "BLOCK_N": block_n,
         "BLOCK_E": block_e,
         "FILL_BLOCK": fill,
+        "BLOCKS_PER_STEP": blocks_per_step,
         "num_warps": 4,
     }
     args = (topk_ids, sorted_token_ids, experts_ids, num_tokens_post_pad, pairs, n_sorted, n_blocks)
