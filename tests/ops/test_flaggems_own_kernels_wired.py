@@ -29,8 +29,8 @@ class _Interpreted:
         self.kernel = kernel
         self.launches = 0
 
-    def launch(self, layout, grid, args, kwargs):
-        interpret(self.kernel, grid, args, kwargs)
+    def run(self, planned):
+        interpret(self.kernel, planned.grid, planned.args, planned.kwargs)
         self.launches += 1
 
 

@@ -51,7 +51,7 @@ def _qkv(tokens: int, q_heads: int, k_heads: int | None, head_size: int, dtype):
     return qkv, query, key
 
 
-def _run_interpreted(launch: rotary_kernel.RotaryLaunch) -> None:
+def _run_interpreted(launch) -> None:
     interpret(rotary_kernel.rotary_inplace_kernel, launch.grid, launch.args, launch.kwargs)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -65,6 +66,17 @@ def pad_grid(grid: Sequence[int]) -> tuple[int, int, int]:
     return (*grid, 1, 1)[:3]  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch, ``kernel[grid](*args, **kwargs)``, and its plan key: ``layout`` holds
+    everything the compiled kernel is specialised on."""
+
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    layout: tuple
+
+
 class KernelPlans:
     """Compiled launches of one FlagGems Triton kernel, by a caller-computed layout key.
 
@@ -105,6 +117,10 @@ class KernelPlans:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = (compiled, tail, constexprs)
+
+    def run(self, planned: Launch) -> None:
+        """``launch`` of a :class:`Launch`."""
+        self.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
 
     def _first_launch(self, grid, args, kwargs) -> tuple[Any, dict[str, Any]]:
         """Launch through FlagGems' entry; returns the compiled kernel and constexpr values."""

@@ -8,18 +8,17 @@ program ``BLOCK_H`` heads of one token, query heads first, then key heads, and r
 first ``rotary_dim`` features of each head (vLLM's partial rotary), in GPT-NeoX or GPT-J layout.
 
 ``launch_of`` derives the launch (grid, arguments, constexprs and the layout key the compiled
-kernel is specialised on) from vLLM's tensors; it imports only Triton, so the CPU tests run the
-kernel in Triton's interpreter.
+kernel is specialised on) from vLLM's tensors; it needs Triton but no GPU, so the CPU tests run
+the kernel in Triton's interpreter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 import triton
 import triton.language as tl
+
+from vllm_fl.dispatch.backends.flaggems.launch import Launch
 
 #: heads per program; 8 heads of Llama's 128 features are 1024 elements, four warps' worth
 BLOCK_H = 8
@@ -78,17 +77,6 @@ def rotary_inplace_kernel(
     tl.store(base + x2_offsets, (x2_f * cos + x1_f * sin).to(x2.dtype), mask=mask)
 
 
-@dataclass(frozen=True)
-class RotaryLaunch:
-    """One launch of ``rotary_inplace_kernel``: ``kernel[grid](*args, **kwargs)``; ``layout``
-    holds everything the compiled kernel is specialised on (the launch-plan key)."""
-
-    grid: tuple[int, int]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    layout: tuple
-
-
 def _packed_heads(x: torch.Tensor, head_size: int) -> bool:
     """[tokens, heads * head_size] with contiguous features (a slice of vLLM's qkv output)."""
     return x.dim() == 2 and x.stride(-1) == 1 and x.shape[1] % head_size == 0
@@ -103,7 +91,7 @@ def launch_of(
     head_size: int,
     rotary_dim: int,
     is_neox_style: bool,
-) -> RotaryLaunch | None:
+) -> Launch | None:
     """The launch that rotates ``query`` and ``key`` in place, or None for a layout the kernel
     does not take (no tokens, heads not packed, dtypes that differ). ``cos``/``sin`` are the
     halves of vLLM's cos/sin cache in the query's dtype, [max_positions, rotary_dim // 2]."""
@@ -159,4 +147,4 @@ def launch_of(
         bool(is_neox_style),
         query.device.index,
     )
-    return RotaryLaunch(grid, args, kwargs, layout)
+    return Launch(grid, args, kwargs, layout)

@@ -9,17 +9,17 @@ host time is the op's whole cost (``benchmarks/results/h100_ops_1tok_launch_plan
 in float32 as the reference computes. Larger alignments stay on FlagGems' staged kernels.
 
 The ``*_launch`` functions derive the launch from vLLM's tensors, or None for what the kernel
-does not take; they import only Triton, so the CPU tests run the kernels in Triton's interpreter.
+does not take; they need Triton but no GPU, so the CPU tests run the kernels in Triton's
+interpreter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 import triton
 import triton.language as tl
+
+from vllm_fl.dispatch.backends.flaggems.launch import Launch
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
@@ -30,17 +30,6 @@ ALIGN_MAX_EXPERTS = 512
 #: the most elements of a pairs-by-experts comparison one program holds
 _ALIGN_MAX_TILE = 16384
 _FILL_BLOCK = 1024
-
-
-@dataclass(frozen=True)
-class Launch:
-    """``kernel[grid](*args, **kwargs)``; ``layout`` holds everything the compiled kernel is
-    specialised on (the launch-plan key)."""
-
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    layout: tuple
 
 
 @triton.jit

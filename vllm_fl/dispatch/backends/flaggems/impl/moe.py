@@ -60,7 +60,7 @@ def moe_align_block_size(
         planned = routing_kernels.align_launch(topk_ids, num_experts, block_size, *outputs)
         if planned is not None:
             plans = launch.own_plans("routing_kernels", "align_pairs_kernel")
-            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            plans.run(planned)
             return
         stages = moe_launch.align_stages()
         if stages is not None:
@@ -171,7 +171,7 @@ def grouped_topk(
         planned = routing_kernels.grouped_topk_launch(*args, weights, ids)
         if planned is not None and launch.aligned(scores, bias, weights, ids):
             plans = launch.own_plans("routing_kernels", "grouped_topk_kernel")
-            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            plans.run(planned)
             return weights, ids
     if topk & (topk - 1):
         raise NotImplementedError(f"flag_gems grouped_topk: topk={topk} is not a power of two")

@@ -93,7 +93,7 @@ def rotary_embedding_inplace(
         )
         if planned is not None and launch.aligned(*planned.args[:5]):
             plans = launch.own_plans("rotary_kernel", "rotary_inplace_kernel")
-            plans.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+            plans.run(planned)
             return query, key
     return _inplace_through_flag_gems(self, positions, query, key)
 
