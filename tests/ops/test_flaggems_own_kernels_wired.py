@@ -106,3 +106,91 @@ def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, n
     torch.testing.assert_close(query, expected[0])
     torch.testing.assert_close(key, expected[1])
     assert torch.equal(value, value_before)
+
+
+def _fused_moe_kernel(folder):
+    """vLLM's ``fused_moe_kernel``, the kernel FlagGems' is ported from, with the same parameters
+    (vLLM's CPU build defines it under a Triton stand-in: it is rebuilt here with Triton)."""
+    import ast
+    import importlib.util
+    import inspect
+
+    from vllm.model_executor.layers.fused_moe import fused_moe as vllm_fused_moe
+
+    source = inspect.getsource(vllm_fused_moe)
+    wanted = {"write_zeros_to_output", "fused_moe_kernel"}
+    lines = source.splitlines()
+    parts = ["import triton", "import triton.language as tl", ""]
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name in wanted:
+            first = min(d.lineno for d in node.decorator_list)
+            parts += lines[first - 1 : node.end_lineno] + [""]
+    path = folder / "vllm_fused_moe_kernel.py"
+    path.write_text("\n".join(parts))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fused_moe_kernel
+
+
+#: a small tiling the interpreter runs quickly (tl.dot needs 16 or more per side)
+CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
+
+
+@pytest.mark.parametrize(
+    ("tokens", "on_input"),
+    [(1, False), (5, False), (5, True)],
+    ids=["sparse-pairs-unaligned", "aligned", "weights-on-input"],
+)
+def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens, on_input):
+    """The orchestration of ``experts.py``: config, alignment (the backend's kernel), both GEMMs
+    with FlagGems' launch arguments, activation and sum, against the reference."""
+    pytest.importorskip("vllm.model_executor.layers.fused_moe.fused_moe")
+    from vllm_fl.dispatch.backends.flaggems import experts
+    from vllm_fl.dispatch.backends.reference.impl import activation as ref_activation
+
+    kernel = _fused_moe_kernel(tmp_path)
+    gemm = _Interpreted(kernel)
+    key = tuple(sorted(CONFIG.items()))
+    kernels = experts.ExpertKernels(
+        gemm, tuple(p.name for p in kernel.params), lambda *shape: (CONFIG, key)
+    )
+    gen = torch.Generator().manual_seed(5)
+    num_experts, hidden, inter, top_k = 8, 32, 32, 2
+    x = torch.randn(tokens, hidden, generator=gen)
+    w1 = torch.randn(num_experts, 2 * inter, hidden, generator=gen) / hidden**0.5
+    w2 = torch.randn(num_experts, hidden, inter, generator=gen) / inter**0.5
+    topk_ids = torch.stack(
+        [torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)]
+    ).to(torch.int32)
+    topk_weights = torch.rand(tokens, top_k, generator=gen)
+    got = experts.fused_experts(
+        kernels,
+        x,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        on_input,
+        -1,
+        align=flagos_moe.moe_align_block_size,
+        activate=lambda gate_up: ref_activation.silu_and_mul(None, gate_up),
+        reduce=ref_moe.moe_sum,
+    )
+    assert got is not None and gemm.launches == 2
+    sparse = tokens * top_k * experts.SPARSITY_FACTOR <= num_experts
+    assert ("align_pairs_kernel" in own_kernels) is not sparse
+    expected = ref_moe.fused_experts(
+        x, w1, w2, topk_weights, topk_ids, apply_router_weight_on_input=on_input
+    )
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_fused_experts_leaves_other_kernels_to_flag_gems():
+    from vllm_fl.dispatch.backends.flaggems import experts
+
+    other = experts.ExpertKernels(None, ("a_ptr", "b_ptr"), lambda *shape: (CONFIG, ()))
+    x, w1, w2 = torch.randn(2, 32), torch.randn(8, 64, 32), torch.randn(8, 32, 32)
+    ids, weights = torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 2)
+    no_steps = dict(align=None, activate=None, reduce=None)
+    assert experts.fused_experts(other, x, w1, w2, weights, ids, False, -1, **no_steps) is None

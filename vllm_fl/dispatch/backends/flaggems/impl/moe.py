@@ -7,8 +7,9 @@ NotImplementedError, and the dispatch falls back to the next implementation.
 grouped_topk, and moe_align_block_size for up to ``routing_kernels.ALIGN_MAX_PAIRS`` pairs (a
 decode step), run the backend's one-launch routing kernels (``routing_kernels.py``; FlagGems
 takes three and five launches); larger alignments and moe_sum launch FlagGems' kernels through
-the backend's launch plans (``moe_launch.py``, ``launch.py``); topk_softmax and fused_experts
-call FlagGems' functions. Calls the backend's kernels do not take go to FlagGems' functions.
+the backend's launch plans (``moe_launch.py``, ``launch.py``); fused_experts launches FlagGems'
+grouped-GEMM kernel through them too (``experts.py``); topk_softmax calls FlagGems' function.
+Calls the backend's kernels do not take go to FlagGems' functions.
 """
 
 import torch
@@ -118,9 +119,31 @@ def fused_experts(
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``flag_gems.fused_experts_impl``: FlagGems' Triton grouped GEMMs, its own alignment and sum."""
+    """FlagGems' fused experts: its grouped-GEMM kernel and config, launched through launch
+    plans with the backend's alignment, activation and sum (``experts.py``); what that does not
+    take (an expert map, quantised or chunked calls), ``flag_gems.fused_experts_impl``."""
     if activation != "silu":
         raise NotImplementedError(f"flag_gems fused_experts: activation {activation!r}")
+    if expert_map is None and launch.on_current_gpu(hidden_states):
+        from vllm_fl.dispatch.backends.flaggems import experts
+
+        kernels = experts.flag_gems_kernels()
+        if kernels is not None:
+            out = experts.fused_experts(
+                kernels,
+                hidden_states,
+                w1,
+                w2,
+                topk_weights,
+                topk_ids,
+                apply_router_weight_on_input,
+                global_num_experts,
+                align=moe_align_block_size,
+                activate=_silu_and_mul,
+                reduce=moe_sum,
+            )
+            if out is not None:
+                return out
     from flag_gems.fused import fused_experts_impl
 
     return fused_experts_impl(
@@ -135,6 +158,12 @@ def fused_experts(
         global_num_experts=global_num_experts,
         expert_map=expert_map,
     )
+
+
+def _silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    from vllm_fl.dispatch.backends.flaggems.impl import activation
+
+    return activation.silu_and_mul(None, gate_up)
 
 
 def grouped_topk(

@@ -1,0 +1,273 @@
+"""FlagGems' unquantized fused experts, its kernels launched through launch plans.
+
+``flag_gems.fused_experts_impl`` (FlagGems' port of vLLM's) spends most of a decode step's MoE
+time on the host: at one token 636 µs per call against vLLM's 233
+(``benchmarks/results/h100_flagos_profile_after.json``), in FlagGems' config lookup, its
+alignment and activation wrappers and two launches of ``fused_moe_kernel`` through Triton's
+argument binding. ``fused_experts`` runs the same sequence for the unquantized case — FlagGems'
+config for the shape (looked up once per chunk size), the alignment (the backend's impl), both
+grouped GEMMs on FlagGems' ``fused_moe_kernel`` with the arguments FlagGems'
+``invoke_fused_moe_triton_kernel`` passes it, the activation and the top-k sum — with every
+kernel launched through launch plans. It returns None for a call it does not take (quantised or
+expert-parallel weights, more than one chunk of tokens, misaligned operands, a FlagGems whose
+kernel has other parameters); the impl then calls FlagGems' function. Freshly allocated
+buffers are 16-byte aligned (the caching allocator's blocks), so only the inputs are checked.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vllm_fl.dispatch.backends.flaggems import launch
+
+#: FlagGems' chunking: more tokens than this run in several chunks (through FlagGems' function)
+CHUNK_SIZE = 16 * 1024
+#: FlagGems (as vLLM) skips the alignment when the pairs are this sparse among the experts
+SPARSITY_FACTOR = 4
+#: ``fused_moe_kernel``'s parameters before its constexprs, in order
+GEMM_RUNTIME_PARAMS = (
+    "a_ptr",
+    "b_ptr",
+    "c_ptr",
+    "b_bias_ptr",
+    "a_scale_ptr",
+    "b_scale_ptr",
+    "topk_weights_ptr",
+    "sorted_token_ids_ptr",
+    "expert_ids_ptr",
+    "num_tokens_post_padded_ptr",
+    "N",
+    "K",
+    "EM",
+    "num_valid_tokens",
+    "stride_am",
+    "stride_ak",
+    "stride_be",
+    "stride_bk",
+    "stride_bn",
+    "stride_cm",
+    "stride_cn",
+    "stride_asm",
+    "stride_ask",
+    "stride_bse",
+    "stride_bsk",
+    "stride_bsn",
+    "stride_bbe",
+    "stride_bbn",
+)
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_TL_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+@dataclass(frozen=True)
+class ExpertKernels:
+    """What ``fused_experts`` launches: the GEMM kernel's launch plans (anything with
+    ``run(Launch)``), its parameter names, and the tuned config per chunk size M (with a
+    hashable key of it)."""
+
+    gemm: Any
+    gemm_params: tuple[str, ...]
+    config: Callable[[torch.Tensor, torch.Tensor, int, torch.dtype, int], tuple[dict, tuple]]
+
+
+def gemm_launch(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    topk_weights: torch.Tensor,
+    sorted_token_ids: torch.Tensor | None,
+    expert_ids: torch.Tensor,
+    num_tokens_post_padded: torch.Tensor,
+    mul_routed_weight: bool,
+    top_k: int,
+    config: dict[str, Any],
+    config_key: tuple,
+) -> launch.Launch:
+    """``fused_moe_kernel``'s launch as FlagGems' ``invoke_fused_moe_triton_kernel`` makes it for
+    unquantised weights without a bias: C[token, slot] = A[token] @ B[expert].T, per pair."""
+    import triton
+    import triton.language as tl
+
+    m = a.size(0)
+    num_tokens = m * top_k
+    block_m = config["BLOCK_SIZE_M"]
+    if sorted_token_ids is not None:
+        em = sorted_token_ids.size(0)
+        if m < block_m:
+            em = min(em, m * top_k * block_m)
+    else:
+        em = num_tokens * block_m
+    n, k = b.size(1), b.size(2)
+    tuned = dict(config)
+    block_k = tuned.pop("BLOCK_SIZE_K")
+    swap_ab = tuned.pop("SWAP_AB", False)
+    options = {name: tuned.pop(name) for name in _LAUNCH_OPTIONS if name in tuned}
+    args = (
+        a,
+        b,
+        c,
+        None,  # bias
+        None,  # A scale
+        None,  # B scale
+        topk_weights,
+        sorted_token_ids,
+        expert_ids,
+        num_tokens_post_padded,
+        n,
+        k,
+        em,
+        num_tokens,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(2),
+        b.stride(1),
+        c.stride(1),
+        c.stride(2),
+        *(0,) * 7,  # scale and bias strides
+    )
+    kwargs = {
+        "group_n": 0,
+        "group_k": 0,
+        "naive_block_assignment": sorted_token_ids is None,
+        "MUL_ROUTED_WEIGHT": bool(mul_routed_weight),
+        "top_k": top_k,
+        "compute_type": getattr(tl, _TL_DTYPES[a.dtype]),
+        "use_fp8_w8a8": False,
+        "use_int8_w8a8": False,
+        "use_int8_w8a16": False,
+        "per_channel_quant": False,
+        "HAS_BIAS": False,
+        "BLOCK_SIZE_K": block_k,
+        "SWAP_AB": swap_ab,
+        "SPLIT_K": 1,
+        **tuned,
+        **options,
+    }
+    grid = (triton.cdiv(em, block_m) * triton.cdiv(n, tuned["BLOCK_SIZE_N"]),)
+    # Triton specialises integers on == 1 and divisibility by 16; the others are fixed per model
+    layout = (
+        a.dtype,
+        b.dtype,
+        c.dtype,
+        topk_weights.dtype,
+        expert_ids.dtype,
+        sorted_token_ids is None,
+        n,
+        k,
+        em == 1,
+        em % 16 == 0,
+        num_tokens == 1,
+        num_tokens % 16 == 0,
+        a.stride(),
+        b.stride(),
+        c.stride(),
+        bool(mul_routed_weight),
+        top_k,
+        config_key,
+        a.device.index,
+    )
+    return launch.Launch(grid, args, kwargs, layout)
+
+
+def fused_experts(
+    kernels: ExpertKernels,
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    *,
+    align: Callable[..., None],
+    activate: Callable[[torch.Tensor], torch.Tensor],
+    reduce: Callable[[torch.Tensor, torch.Tensor], None],
+) -> torch.Tensor | None:
+    """silu-gated experts of every (token, slot) pair, summed per token; None where not taken.
+
+    ``align(topk_ids, experts, block, sorted_ids, expert_ids, total)``, ``activate(gate_up)``
+    (silu(x[:, :d]) * x[:, d:]) and ``reduce(per_slot, out)`` (the top-k sum) are the backend's
+    impls of those ops."""
+    tokens = hidden_states.size(0)
+    if (
+        tuple(kernels.gemm_params[: len(GEMM_RUNTIME_PARAMS)]) != GEMM_RUNTIME_PARAMS
+        or hidden_states.dim() != 2
+        or hidden_states.dtype not in _TL_DTYPES
+        or w1.dtype != hidden_states.dtype
+        or w2.dtype != hidden_states.dtype
+        or not hidden_states.is_contiguous()
+        or w1.stride(-1) != 1
+        or w2.stride(-1) != 1
+        or topk_weights.stride(-1) != 1
+        or topk_weights.shape != topk_ids.shape
+        or hidden_states.size(1) != w1.size(2)
+        or not 0 < tokens <= CHUNK_SIZE
+        or not launch.aligned(hidden_states, w1, w2, topk_weights, topk_ids)
+    ):
+        return None
+    experts, n, _ = w1.shape
+    hidden = w2.size(1)
+    if global_num_experts == -1:
+        global_num_experts = experts
+    top_k = topk_ids.size(1)
+    config, config_key = kernels.config(w1, w2, top_k, hidden_states.dtype, tokens)
+    block_m = config["BLOCK_SIZE_M"]
+    device = hidden_states.device
+    pairs = topk_ids.numel()
+    if pairs * SPARSITY_FACTOR <= global_num_experts:
+        sorted_ids = None
+        expert_ids = topk_ids.view(-1)
+        total = torch.full((1,), pairs * block_m, dtype=torch.int32, device=device)
+    else:
+        padded = pairs + global_num_experts * (block_m - 1)
+        sorted_ids = torch.empty(padded, dtype=torch.int32, device=device)
+        expert_ids = torch.empty(-(-padded // block_m), dtype=torch.int32, device=device)
+        total = torch.empty(1, dtype=torch.int32, device=device)
+        align(topk_ids, global_num_experts, block_m, sorted_ids, expert_ids, total)
+    shared = torch.empty(tokens * top_k * max(n, hidden), dtype=hidden_states.dtype, device=device)
+    gate_up = shared[: tokens * top_k * n].view(tokens, top_k, n)
+    per_slot = shared[: tokens * top_k * hidden].view(tokens, top_k, hidden)
+    routing = (topk_weights, sorted_ids, expert_ids, total)
+    first = (hidden_states, w1, gate_up, *routing, apply_router_weight_on_input, top_k)
+    kernels.gemm.run(gemm_launch(*first, config, config_key))
+    activated = activate(gate_up.view(-1, n))
+    second = (activated, w2, per_slot, *routing, not apply_router_weight_on_input, 1)
+    kernels.gemm.run(gemm_launch(*second, config, config_key))
+    out = torch.empty_like(hidden_states)
+    reduce(per_slot, out)
+    return out
+
+
+@functools.cache
+def flag_gems_kernels() -> ExpertKernels | None:
+    """FlagGems' ``fused_moe_kernel`` and config lookup, where its fused-experts module has them."""
+    import sys
+
+    import flag_gems.fused
+
+    impl = getattr(flag_gems.fused, "fused_experts_impl", None)
+    module = sys.modules.get(getattr(impl, "__module__", None) or "")
+    kernel = getattr(module, "fused_moe_kernel", None)
+    optimal = getattr(module, "try_get_optimal_moe_config", None)
+    dtype_str = getattr(module, "_get_config_dtype_str", None)
+    if kernel is None or optimal is None or dtype_str is None:
+        return None
+    configs: dict[tuple, tuple[dict, tuple]] = {}
+
+    def config(w1, w2, top_k: int, dtype: torch.dtype, m: int) -> tuple[dict, tuple]:
+        key = (tuple(w1.shape), tuple(w2.shape), top_k, dtype, m)
+        found = configs.get(key)
+        if found is None:
+            # as fused_experts_impl asks for it (unquantised: no block shape)
+            tuned = optimal(w1.size(), w2.size(), top_k, dtype_str(dtype=dtype), m, E=w1.size(0))
+            found = configs[key] = (dict(tuned), tuple(sorted(tuned.items())))
+        return found
+
+    params = tuple(p.name for p in launch._jit_function(kernel).params)
+    return ExpertKernels(launch.KernelPlans(kernel), params, config)
