@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The FlagGems-path measurements on a GPU machine, in stages that each fit in ten minutes:
+#
+#   benchmarks/gpu_round.sh STAGE OUT_DIR
+#
+#   tests        gpu-marked tests of the flagos impls, and the generated parity tests
+#   ops          profile_flagos (host µs per call, split by origin) and bench_ops, 1 token, bf16
+#   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds
+#   e2e-compile  the same configs but the last under torch.compile, 128 prompts
+#   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
+#
+# Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
+# `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
+# with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
+set -euo pipefail
+stage=${1:?usage: $0 tests|ops|e2e-eager|e2e-compile|moe-eager OUT_DIR}
+out=${2:?usage: $0 STAGE OUT_DIR}
+py=${PY:-python3}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
+e2e=(benchmarks/bench_e2e.py --configs vanilla,prefer=flagos,flagos-deny-cuda)
+case $stage in
+tests)
+    "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/integration/test_compile_safety.py
+    "$py" -m pytest -q tests/generated tests/ops
+    ;;
+ops)
+    "$py" benchmarks/profile_flagos.py --tokens 1 --json "$out/h100_flagos_profile.json"
+    "$py" benchmarks/bench_ops.py --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"
+    ;;
+e2e-eager)
+    "$py" "${e2e[@]}" --modes eager --repeat 2 --json "$out/h100_e2e_flagos_eager.json"
+    ;;
+e2e-compile)
+    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes compile --repeat 2 \
+        --prompts 128 --json "$out/h100_e2e_flagos_compile.json"
+    ;;
+moe-eager)
+    "$py" "${e2e[@]}" --shape qwen3-moe --layers 16 --prompts 128 --input-len 256 \
+        --output-len 64 --modes eager --repeat 1 --json "$out/h100_moe_e2e_flagos_eager.json"
+    ;;
+*)
+    echo "unknown stage '$stage' (tests, ops, e2e-eager, e2e-compile, moe-eager)" >&2
+    exit 2
+    ;;
+esac
