@@ -83,29 +83,52 @@ def test_alignment_of_a_decode_step_runs_the_one_program_kernel(own_kernels):
         assert torch.equal(g, e)
 
 
-@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
-@pytest.mark.parametrize("rotary_dim", [64, 32])
-def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, neox, rotary_dim):
-    head, positions_max = 64, 512
+def _rope_layer(head: int, rotary_dim: int, neox: bool, positions_max: int = 512):
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim))
     freqs = torch.outer(torch.arange(positions_max).float(), inv_freq)
-    layer = types.SimpleNamespace(
+    return types.SimpleNamespace(
         cos_sin_cache=torch.cat((freqs.cos(), freqs.sin()), dim=-1),
         head_size=head,
         rotary_dim=rotary_dim,
         is_neox_style=neox,
     )
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, neox, rotary_dim):
+    head, positions_max = 64, 512
+    layer = _rope_layer(head, rotary_dim, neox, positions_max)
     qkv = torch.randn(5, (4 + 2 + 2) * head)
     query, key, value = qkv.split([4 * head, 2 * head, 2 * head], dim=-1)
     positions = torch.randint(0, positions_max, (5,))
     expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
     value_before = value.clone()
     got = flagos_rotary.rotary_embedding_inplace(layer, positions, query, key)
-    assert own_kernels["rotary_inplace_kernel"].launches == 1
+    assert own_kernels["rotary_kernel"].launches == 1
     assert got[0] is query and got[1] is key
     torch.testing.assert_close(query, expected[0])
     torch.testing.assert_close(key, expected[1])
     assert torch.equal(value, value_before)
+
+
+@pytest.mark.parametrize("with_key", [True, False], ids=["key", "no-key"])
+def test_rotary_functional_writes_new_tensors_in_one_launch(own_kernels, with_key):
+    layer = _rope_layer(64, 32, True)
+    qkv = torch.randn(5, (4 + 2 + 2) * 64)
+    query, key, _ = qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)
+    key = key if with_key else None
+    positions = torch.randint(0, 512, (5,))
+    before = qkv.clone()
+    got = flagos_rotary.rotary_embedding(layer, positions, query, key)
+    assert own_kernels["rotary_kernel"].launches == 1
+    assert torch.equal(qkv, before), "the functional op changed its inputs"
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    torch.testing.assert_close(got[0], expected[0])
+    if with_key:
+        torch.testing.assert_close(got[1], expected[1])
+    else:
+        assert got[1] is None
 
 
 def _fused_moe_kernel(folder):

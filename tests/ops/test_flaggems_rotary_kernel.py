@@ -1,4 +1,5 @@
-"""The flagos backend's rotary kernel (``rotary_kernel.py``) against the reference impl, run in
+"""The flagos backend's rotary kernel (``rotary_kernel.py``), in place and into new tensors,
+against the reference impl, run in
 Triton's interpreter on the CPU, and compiled for an H100 (sm_90) by Triton's own compiler where
 its NVIDIA backend is installed (no GPU needed to compile). The GPU parity tests run it for real.
 
@@ -52,14 +53,17 @@ def _qkv(tokens: int, q_heads: int, k_heads: int | None, head_size: int, dtype):
 
 
 def _run_interpreted(launch) -> None:
-    interpret(rotary_kernel.rotary_inplace_kernel, launch.grid, launch.args, launch.kwargs)
+    interpret(rotary_kernel.rotary_kernel, launch.grid, launch.args, launch.kwargs)
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "new-tensors"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize(
-    "layout", LAYOUTS, ids=lambda l: "q{}k{}-d{}r{}-{}".format(*l[:4], "neox" if l[4] else "gptj")
+    "layout",
+    LAYOUTS,
+    ids=lambda l: "q{}k{}-d{}r{}-{}".format(*l[:4], "neox" if l[4] else "gptj"),
 )
-def test_matches_the_reference_in_place(layout, dtype):
+def test_matches_the_reference(layout, dtype, in_place):
     q_heads, k_heads, head_size, rotary_dim, neox = layout
     torch.manual_seed(0)
     tokens = 7
@@ -73,15 +77,24 @@ def test_matches_the_reference_in_place(layout, dtype):
     before = qkv.clone()
     cache = layer.cos_sin_cache.to(dtype)
     cos, sin = cache[:, : rotary_dim // 2], cache[:, rotary_dim // 2 :]
-    launch = rotary_kernel.launch_of(positions, query, key, cos, sin, head_size, rotary_dim, neox)
+    outputs = ()
+    if not in_place:
+        outputs = (torch.full(query.shape, float("nan"), dtype=dtype),)
+        outputs += (None if key is None else torch.full(key.shape, float("nan"), dtype=dtype),)
+    args = (positions, query, key, cos, sin, head_size, rotary_dim, neox, *outputs)
+    launch = rotary_kernel.launch_of(*args)
     assert launch is not None
     _run_interpreted(launch)
+    got_q, got_k = (query, key) if in_place else outputs
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 4e-3, "rtol": 4e-3}
-    torch.testing.assert_close(query.float(), exp_q, **tol)
+    torch.testing.assert_close(got_q.float(), exp_q, **tol)
     if key is not None:
-        torch.testing.assert_close(key.float(), exp_k, **tol)
-    written = query.shape[1] + (0 if key is None else key.shape[1])
-    assert torch.equal(qkv[:, written:], before[:, written:]), "wrote outside query and key"
+        torch.testing.assert_close(got_k.float(), exp_k, **tol)
+    if in_place:
+        written = query.shape[1] + (0 if key is None else key.shape[1])
+        assert torch.equal(qkv[:, written:], before[:, written:]), "wrote outside query and key"
+    else:
+        assert torch.equal(qkv, before), "changed its inputs"
 
 
 def test_layouts_it_does_not_take():
@@ -96,16 +109,30 @@ def test_layouts_it_does_not_take():
     assert rotary_kernel.launch_of(positions, query.view(3, 4, 16), None, *args) is None
     assert rotary_kernel.launch_of(positions, query, query.half(), *args) is None  # mixed dtypes
     assert rotary_kernel.launch_of(positions, query, None, *args) is not None
+    out = torch.empty(3, 64)
+    assert rotary_kernel.launch_of(positions, query, None, *args, out, None) is not None
+    assert rotary_kernel.launch_of(positions, query, None, *args, out[:, :32], None) is None
+    assert rotary_kernel.launch_of(positions, query, query, *args, out, None) is None  # no key out
 
 
 @needs_nvidia_compiler
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_compiles_for_an_h100(neox, dtype):
-    signature = {name: f"*{dtype}" for name in ("q_ptr", "k_ptr", "cos_ptr", "sin_ptr")}
-    signature.update(pos_ptr="*i64", q_row="i32", k_row="i32", pos_stride="i32", cache_row="i32")
+@pytest.mark.parametrize("rest", [0, 64], ids=["in-place", "partial-new-tensors"])
+def test_compiles_for_an_h100(neox, dtype, rest):
+    pointers = ("q_ptr", "k_ptr", "q_out_ptr", "k_out_ptr", "cos_ptr", "sin_ptr")
+    signature = {name: f"*{dtype}" for name in pointers}
+    signature.update(pos_ptr="*i64", pos_stride="i32", cache_row="i32")
+    signature.update({name: "i32" for name in ("q_row", "k_row", "q_out_row", "k_out_row")})
     constexprs = dict(
-        Q_HEADS=32, K_HEADS=8, HEAD_SIZE=128, ROT_HALF=64, HALF_BLOCK=64, BLOCK_H=8, NEOX=neox
+        Q_HEADS=32,
+        K_HEADS=8,
+        HEAD_SIZE=128,
+        ROT_HALF=32,
+        HALF_BLOCK=32,
+        REST_BLOCK=rest,
+        BLOCK_H=8,
+        NEOX=neox,
     )
-    kernel = rotary_kernel.rotary_inplace_kernel
+    kernel = rotary_kernel.rotary_kernel
     assert compile_for_h100(kernel, signature, constexprs, rotary_kernel.NUM_WARPS)

@@ -1,4 +1,4 @@
-"""In-place rotary embedding with a token's heads spread over programs.
+"""Rotary embedding with a token's heads spread over programs, in place or into new tensors.
 
 FlagGems' rotary kernels run one program per token that loops over all of its heads: at decode
 batch sizes a few programs do all the work, and the kernel takes 8 µs where vLLM's CUDA kernel,
@@ -6,6 +6,9 @@ which spreads a token's heads over its threads, takes 3 (``benchmarks/results/h1
 in a CUDA graph). This kernel, in FlagGems' Triton and with its float32 arithmetic, gives each
 program ``BLOCK_H`` heads of one token, query heads first, then key heads, and rotates only the
 first ``rotary_dim`` features of each head (vLLM's partial rotary), in GPT-NeoX or GPT-J layout.
+Out of place (the functional op, which torch.compile graphs call) it writes whole new query and
+key tensors in the same one launch, where FlagGems' functional kernel takes as long as its
+in-place one.
 
 ``launch_of`` derives the launch (grid, arguments, constexprs and the layout key the compiled
 kernel is specialised on) from vLLM's tensors; it needs Triton but no GPU, so the CPU tests run
@@ -26,14 +29,18 @@ NUM_WARPS = 4
 
 
 @triton.jit
-def rotary_inplace_kernel(
+def rotary_kernel(
     q_ptr,  # [tokens, q_heads * head_size], heads packed, any row stride
     k_ptr,  # [tokens, k_heads * head_size] (q_ptr where there is no key: K_HEADS is 0)
+    q_out_ptr,  # where the rotated query goes: q_ptr (in place) or a new tensor
+    k_out_ptr,  # likewise for the key
     cos_ptr,  # [max_positions, rotary_dim // 2], any row stride
     sin_ptr,  # like cos_ptr
     pos_ptr,  # [tokens]
     q_row,
     k_row,
+    q_out_row,
+    k_out_row,
     pos_stride,
     cache_row,
     Q_HEADS: tl.constexpr,
@@ -41,6 +48,7 @@ def rotary_inplace_kernel(
     HEAD_SIZE: tl.constexpr,
     ROT_HALF: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
+    REST_BLOCK: tl.constexpr,  # out of place with rotary_dim < head_size: features copied
     BLOCK_H: tl.constexpr,
     NEOX: tl.constexpr,
 ):
@@ -48,10 +56,13 @@ def rotary_inplace_kernel(
     block = tl.program_id(1)
     q_blocks: tl.constexpr = (Q_HEADS + BLOCK_H - 1) // BLOCK_H
     is_query = block < q_blocks
+    row = token.to(tl.int64)
     if is_query:
-        base = q_ptr + token.to(tl.int64) * q_row
+        base = q_ptr + row * q_row
+        out = q_out_ptr + row * q_out_row
     else:
-        base = k_ptr + token.to(tl.int64) * k_row
+        base = k_ptr + row * k_row
+        out = k_out_ptr + row * k_out_row
     first = tl.where(is_query, block, block - q_blocks) * BLOCK_H
     heads = tl.where(is_query, Q_HEADS, K_HEADS)
     position = tl.load(pos_ptr + token * pos_stride).to(tl.int64)
@@ -62,7 +73,8 @@ def rotary_inplace_kernel(
     cos = cos.to(tl.float32)[None, :]
     sin = sin.to(tl.float32)[None, :]
     h = first + tl.arange(0, BLOCK_H)
-    mask = (h < heads)[:, None] & feature_mask[None, :]
+    head_mask = (h < heads)[:, None]
+    mask = head_mask & feature_mask[None, :]
     if NEOX:
         x1_offsets = h[:, None] * HEAD_SIZE + i[None, :]
         x2_offsets = x1_offsets + ROT_HALF
@@ -73,8 +85,13 @@ def rotary_inplace_kernel(
     x2 = tl.load(base + x2_offsets, mask=mask, other=0.0)
     x1_f = x1.to(tl.float32)
     x2_f = x2.to(tl.float32)
-    tl.store(base + x1_offsets, (x1_f * cos - x2_f * sin).to(x1.dtype), mask=mask)
-    tl.store(base + x2_offsets, (x2_f * cos + x1_f * sin).to(x2.dtype), mask=mask)
+    tl.store(out + x1_offsets, (x1_f * cos - x2_f * sin).to(x1.dtype), mask=mask)
+    tl.store(out + x2_offsets, (x2_f * cos + x1_f * sin).to(x2.dtype), mask=mask)
+    if REST_BLOCK > 0:
+        j = tl.arange(0, REST_BLOCK)
+        rest = h[:, None] * HEAD_SIZE + 2 * ROT_HALF + j[None, :]
+        rest_mask = head_mask & (j < HEAD_SIZE - 2 * ROT_HALF)[None, :]
+        tl.store(out + rest, tl.load(base + rest, mask=rest_mask), mask=rest_mask)
 
 
 def _packed_heads(x: torch.Tensor, head_size: int) -> bool:
@@ -91,10 +108,14 @@ def launch_of(
     head_size: int,
     rotary_dim: int,
     is_neox_style: bool,
+    query_out: torch.Tensor | None = None,
+    key_out: torch.Tensor | None = None,
 ) -> Launch | None:
-    """The launch that rotates ``query`` and ``key`` in place, or None for a layout the kernel
-    does not take (no tokens, heads not packed, dtypes that differ). ``cos``/``sin`` are the
-    halves of vLLM's cos/sin cache in the query's dtype, [max_positions, rotary_dim // 2]."""
+    """The launch that writes the rotated ``query`` and ``key`` to ``query_out`` and
+    ``key_out`` (new tensors of their shapes), or in place where those are not given; None for
+    a layout the kernel does not take (no tokens, heads not packed, dtypes that differ).
+    ``cos``/``sin`` are the halves of vLLM's cos/sin cache in the query's dtype,
+    [max_positions, rotary_dim // 2]."""
     num_tokens = positions.numel()
     if (
         num_tokens == 0
@@ -109,24 +130,36 @@ def launch_of(
         or rotary_dim > head_size
     ):
         return None
+    in_place = query_out is None
+    q_out = query if in_place else query_out
+    k_out = key if in_place else key_out
+    if not in_place and (
+        (key is None) != (k_out is None)
+        or any(
+            out is not None and (out.shape != x.shape or not _packed_heads(out, head_size))
+            for x, out in ((query, q_out), (key, k_out))
+        )
+    ):
+        return None
     q_heads = query.shape[1] // head_size
     k_heads = 0 if key is None else key.shape[1] // head_size
     k_tensor = query if key is None else key
+    k_out = q_out if k_out is None else k_out
     rot_half = rotary_dim // 2
-    grid = (num_tokens, triton.cdiv(q_heads, BLOCK_H) + triton.cdiv(k_heads, BLOCK_H))
-    q_row, k_row, pos_stride, cache_row = (
-        query.stride(0),
-        k_tensor.stride(0),
-        positions.stride(0),
-        cos.stride(0),
+    rest = (
+        0 if in_place or rotary_dim == head_size else triton.next_power_of_2(head_size - rotary_dim)
     )
-    args = (query, k_tensor, cos, sin, positions, q_row, k_row, pos_stride, cache_row)
+    grid = (num_tokens, triton.cdiv(q_heads, BLOCK_H) + triton.cdiv(k_heads, BLOCK_H))
+    rows = (query.stride(0), k_tensor.stride(0), q_out.stride(0), k_out.stride(0))
+    pos_stride, cache_row = positions.stride(0), cos.stride(0)
+    args = (query, k_tensor, q_out, k_out, cos, sin, positions, *rows, pos_stride, cache_row)
     kwargs = {
         "Q_HEADS": q_heads,
         "K_HEADS": k_heads,
         "HEAD_SIZE": head_size,
         "ROT_HALF": rot_half,
         "HALF_BLOCK": triton.next_power_of_2(rot_half),
+        "REST_BLOCK": rest,
         "BLOCK_H": BLOCK_H,
         "NEOX": bool(is_neox_style),
         "num_warps": NUM_WARPS,
@@ -136,8 +169,8 @@ def launch_of(
     layout = (
         query.dtype,
         positions.dtype,
-        q_row,
-        k_row,
+        in_place,
+        *rows,
         pos_stride,
         cache_row,
         q_heads,

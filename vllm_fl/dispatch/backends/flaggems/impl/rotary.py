@@ -7,6 +7,8 @@ contiguous, any row stride) and per-token positions, and by default writes new t
 not passed). ``rotary_interleaved`` is GPT-J style, i.e. ``not is_neox_style``. It computes in
 float32 and rounds once.
 
+``rotary_embedding`` writes new tensors with the backend's rotary kernel (``rotary_kernel.py``)
+in one launch, FlagGems' function for layouts that kernel does not take.
 ``rotary_embedding_inplace`` (the op's eager variant, used outside torch.compile) rotates
 query and key in their own storage, as vLLM's kernel does, with the backend's rotary kernel
 (``rotary_kernel.py``), launched through a launch plan (``launch.py``) with the cos/sin halves of
@@ -56,7 +58,48 @@ def _cos_sin(cache: torch.Tensor, dtype: torch.dtype, device: torch.device, rota
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rotate query and key; the cos/sin cache is cast to the query's dtype, as in vLLM."""
+    """Rotate query and key into new tensors; the cos/sin cache is cast to the query's dtype,
+    as in vLLM. The backend's rotary kernel writes both in one launch; layouts it does not take
+    go through ``flag_gems.apply_rotary_pos_emb``."""
+    if launch.on_current_gpu(query):
+        query_out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        key_out = (
+            None if key is None else torch.empty(key.shape, dtype=key.dtype, device=key.device)
+        )
+        if _own_kernel(self, positions, query, key, query_out, key_out):
+            return query_out, key_out
+    return _through_flag_gems(self, positions, query, key)
+
+
+def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bool:
+    """Launch the backend's rotary kernel (into ``query_out``/``key_out``, or in place);
+    False, launching nothing, for a layout it does not take."""
+    from vllm_fl.dispatch.backends.flaggems import rotary_kernel
+
+    rotary_dim = self.rotary_dim
+    cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
+    planned = rotary_kernel.launch_of(
+        positions,
+        query,
+        key,
+        cos,
+        sin,
+        self.head_size,
+        rotary_dim,
+        self.is_neox_style,
+        query_out,
+        key_out,
+    )
+    if planned is None or not launch.aligned(*planned.args[:7]):
+        return False
+    launch.own_plans("rotary_kernel", "rotary_kernel").run(planned)
+    return True
+
+
+def _through_flag_gems(
+    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``flag_gems.apply_rotary_pos_emb`` into new tensors."""
     import flag_gems
 
     head_size, rotary_dim = self.head_size, self.rotary_dim
@@ -83,18 +126,8 @@ def rotary_embedding_inplace(
     """The eager variant: query and key rotated in their own storage by the backend's rotary
     kernel (``rotary_kernel.py``: a token's heads over several programs), launched through a
     launch plan; layouts it does not take go through FlagGems' in-place rotary."""
-    if launch.on_current_gpu(query):
-        from vllm_fl.dispatch.backends.flaggems import rotary_kernel
-
-        rotary_dim = self.rotary_dim
-        cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
-        planned = rotary_kernel.launch_of(
-            positions, query, key, cos, sin, self.head_size, rotary_dim, self.is_neox_style
-        )
-        if planned is not None and launch.aligned(*planned.args[:5]):
-            plans = launch.own_plans("rotary_kernel", "rotary_inplace_kernel")
-            plans.run(planned)
-            return query, key
+    if launch.on_current_gpu(query) and _own_kernel(self, positions, query, key):
+        return query, key
     return _inplace_through_flag_gems(self, positions, query, key)
 
 
@@ -105,7 +138,7 @@ def _inplace_through_flag_gems(self, positions, query, key):
     rope = flag_gems.apply_rotary_pos_emb
     head_size = self.head_size
     if key is None or self.rotary_dim != head_size or not _has_inplace(rope):
-        return rotary_embedding(self, positions, query, key)
+        return _through_flag_gems(self, positions, query, key)
     cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, head_size)
     positions = positions.flatten()
     num_tokens = positions.shape[0]
