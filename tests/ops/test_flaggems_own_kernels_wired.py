@@ -217,3 +217,27 @@ def test_fused_experts_leaves_other_kernels_to_flag_gems():
     ids, weights = torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 2)
     no_steps = dict(align=None, activate=None, reduce=None)
     assert experts.fused_experts(other, x, w1, w2, weights, ids, False, -1, **no_steps) is None
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "gemma_rms_norm"])
+@pytest.mark.parametrize("shape", [(5, 96), (2, 3, 64)], ids=["2d", "3d"])
+def test_functional_norm_with_residual_is_one_launch(own_kernels, monkeypatch, op, shape):
+    """Gemma's takes it where FlagGems has no gemma_rms_norm (5.0.2 has none)."""
+    import sys
+
+    from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
+    from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
+
+    monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
+    hidden = shape[-1]
+    layer = types.SimpleNamespace(
+        weight=torch.nn.Parameter(torch.randn(hidden) * 0.1 + 1.0), variance_epsilon=1e-6
+    )
+    x, residual = torch.randn(shape), torch.randn(shape)
+    before = (x.clone(), residual.clone())
+    out, total = getattr(flagos_norm, op)(layer, x, residual)
+    assert own_kernels["add_rms_norm_kernel"].launches == 1
+    assert torch.equal(x, before[0]) and torch.equal(residual, before[1])
+    expected_out, expected_total = getattr(ref_norm, op)(layer, x, residual)
+    torch.testing.assert_close(total, expected_total)
+    torch.testing.assert_close(out, expected_out, atol=1e-5, rtol=1e-5)

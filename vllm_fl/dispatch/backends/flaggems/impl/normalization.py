@@ -2,14 +2,16 @@
 
 With a residual, FlagGems' ``fused_add_rms_norm`` writes both results into its inputs. Our
 impls are functional, so instead of cloning x and residual for it (two extra copies: 8
-passes over the activations in all) we add first and normalise the sum with the out-of-place
-kernel (5 passes, one launch fewer). The sum is rounded to x's dtype before it is normalised,
-as vLLM's own CUDA kernel does; vLLM's native path normalises the float32 sum (the difference
-is within the parity tolerances). Outside torch.compile, ``rms_norm_inplace`` (the op's eager
+passes over the activations in all) the backend's add-and-normalise kernel writes both results
+into new tensors (4 passes, one launch); where it does not apply, torch adds and FlagGems'
+out-of-place kernel normalises the sum. The sum is rounded to x's dtype before it is
+normalised, as vLLM's own CUDA kernel does; vLLM's native path normalises the float32 sum (the
+difference is within the parity tolerances). Outside torch.compile, ``rms_norm_inplace`` (the op's eager
 variant) calls ``fused_add_rms_norm`` in place instead, as vLLM does: one launch, 4 passes.
 
-The kernels are FlagGems' ``rms_norm`` and ``fused_add_rms_norm`` kernels, launched through the
-backend's launch plans (``launch.py``) with the arguments FlagGems' own functions pass them.
+FlagGems' ``rms_norm`` and ``fused_add_rms_norm`` kernels are launched through the backend's
+launch plans (``launch.py``) with the arguments FlagGems' own functions pass them; the
+add-and-normalise kernel (``norm_kernel.py``) has the arithmetic of FlagGems' rms_norm kernel.
 """
 
 import torch
@@ -53,15 +55,36 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     return out
 
 
+def _add_and_normalize(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual) as new tensors: the backend's one-launch kernel
+    (``norm_kernel.py``), or torch's add and FlagGems' rms_norm kernel where it does not apply."""
+    if launch.on_current_gpu(x) and x.is_contiguous() and residual.is_contiguous():
+        from vllm_fl.dispatch.backends.flaggems import norm_kernel
+
+        n = x.shape[-1]
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        total = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        planned = norm_kernel.add_rms_norm_launch(
+            x.view(-1, n), residual.view(-1, n), weight, eps, out.view(-1, n), total.view(-1, n)
+        )
+        if planned is not None and launch.aligned(x, residual, weight):
+            launch.own_plans("norm_kernel", "add_rms_norm_kernel").run(planned)
+            return out, total
+    total = x + residual
+    return _normalize(total, weight, eps), total
+
+
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FlagGems' rms_norm kernel (out of place); with a residual, on x + residual."""
+    """FlagGems' rms_norm kernel (out of place); with a residual, on x + residual in one launch
+    (``norm_kernel.py``)."""
     weight = self.weight.data
     if residual is None:
         return _normalize(x, weight, self.variance_epsilon)
-    total = x + residual
-    return _normalize(total, weight, self.variance_epsilon), total
+    return _add_and_normalize(x, residual, weight, self.variance_epsilon)
 
 
 def rms_norm_inplace(
@@ -114,8 +137,10 @@ def gemma_rms_norm(
     """
     import flag_gems
 
-    total = x if residual is None else x + residual
     gemma = getattr(flag_gems, "gemma_rms_norm", None)
+    if gemma is None and residual is not None:
+        return _add_and_normalize(x, residual, _gemma_weight(self.weight), self.variance_epsilon)
+    total = x if residual is None else x + residual
     if gemma is not None:
         out = gemma(self, total)
     else:

@@ -1,0 +1,90 @@
+"""Residual add and RMS normalisation into new tensors, in one launch.
+
+The functional rms_norm with a residual (the op torch.compile graphs call: they may not write
+into their inputs) returns ``(rms_norm(x + residual), x + residual)``. FlagGems' fused kernel
+writes both into its inputs, so the backend used to add with torch and normalise the sum with
+FlagGems' out-of-place kernel: two launches where Inductor, compiling vLLM's native formula,
+makes one. This kernel reads x and the residual once and writes both results, one program per
+row, with the arithmetic of FlagGems' rms_norm kernel: the sum rounded to x's dtype (as torch's
+add and vLLM's CUDA kernel round it), its mean square in float32, then
+``sum * rrms * weight`` in float32, rounded once.
+
+``add_rms_norm_launch`` needs Triton but no GPU, so the CPU tests run the kernel in Triton's
+interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_fl.dispatch.backends.flaggems.launch import Launch
+
+#: the widest row one program holds (Llama-3-8B's hidden size is 4096)
+MAX_ROW = 16384
+
+
+@triton.jit
+def add_rms_norm_kernel(
+    x_ptr,  # [rows, n]
+    residual_ptr,  # [rows, n]
+    weight_ptr,  # [n]
+    out_ptr,  # [rows, n], new
+    total_ptr,  # [rows, n], new: x + residual
+    n,
+    eps,
+    x_row,
+    residual_row,
+    out_row,
+    total_row,
+    BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n
+    x = tl.load(x_ptr + row * x_row + cols, mask=mask, other=0.0)
+    residual = tl.load(residual_ptr + row * residual_row + cols, mask=mask, other=0.0)
+    total = (x.to(tl.float32) + residual.to(tl.float32)).to(x.dtype)
+    tl.store(total_ptr + row * total_row + cols, total, mask=mask)
+    total_f = total.to(tl.float32)
+    rrms = 1.0 / tl.sqrt(tl.sum(total_f * total_f, axis=0) / n + eps)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * out_row + cols, (total_f * rrms * weight).to(x.dtype), mask=mask)
+
+
+def _rows(t: torch.Tensor, n: int) -> bool:
+    """[rows, n] with contiguous features (a 2-D view of vLLM's hidden states)."""
+    return t.dim() == 2 and t.shape[1] == n and t.stride(1) == 1
+
+
+def add_rms_norm_launch(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    total: torch.Tensor,
+) -> Launch | None:
+    """The launch writing ``out`` and ``total`` (new tensors of x's shape), or None for what
+    the kernel does not take (rows wider than ``MAX_ROW``, dtypes that differ, no rows)."""
+    n = x.shape[-1] if x.dim() else 0
+    if (
+        x.dim() != 2
+        or not 0 < n <= MAX_ROW
+        or x.shape[0] == 0
+        or residual.shape != x.shape
+        or residual.dtype != x.dtype
+        or weight.shape != (n,)
+        or not weight.is_contiguous()
+        or not all(_rows(t, n) for t in (x, residual, out, total))
+        or out.dtype != x.dtype
+        or total.dtype != x.dtype
+    ):
+        return None
+    strides = (x.stride(0), residual.stride(0), out.stride(0), total.stride(0))
+    block = triton.next_power_of_2(n)
+    kwargs = {"BLOCK_N": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
+    args = (x, residual, weight, out, total, n, float(eps), *strides)
+    layout = (x.dtype, weight.dtype, n, *strides, x.device.index)
+    return Launch((x.shape[0],), args, kwargs, layout)
