@@ -3,8 +3,10 @@
 #
 #   benchmarks/gpu_round.sh STAGE OUT_DIR
 #
-#   tests        gpu-marked tests of the flagos impls, and the generated parity tests
-#   ops          profile_flagos (host µs per call, split by origin) and bench_ops, 1 token, bf16
+#   tests        gpu-marked tests of the flagos impls, the generated parity tests, and the tests
+#                of the backend's own kernels
+#   ops          profile_flagos (host µs per call, split by origin; the top functions of two
+#                ops) and bench_ops, 1 token, bf16
 #   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
@@ -23,10 +25,13 @@ e2e=(benchmarks/bench_e2e.py --configs vanilla,prefer=flagos,flagos-deny-cuda)
 case $stage in
 tests)
     "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/integration/test_compile_safety.py
-    "$py" -m pytest -q tests/generated tests/ops
+    "$py" -m pytest -q tests/generated tests/ops/test_flaggems_rotary_kernel.py \
+        tests/ops/test_flaggems_norm_kernel.py tests/ops/test_flaggems_routing_kernels.py \
+        tests/ops/test_flaggems_own_kernels_wired.py
     ;;
 ops)
     "$py" benchmarks/profile_flagos.py --tokens 1 --json "$out/h100_flagos_profile.json"
+    "$py" benchmarks/profile_flagos.py --tokens 1 --detail --ops rotary_embedding,grouped_topk
     "$py" benchmarks/bench_ops.py --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"
     ;;
 e2e-eager)

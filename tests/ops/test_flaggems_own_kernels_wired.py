@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from triton_helpers import interpret  # noqa: E402
+from triton_helpers import needs_interpreter_loops, interpret  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary  # noqa: E402
@@ -71,6 +71,7 @@ def test_grouped_topk_of_no_tokens(own_kernels):
     assert "grouped_topk_kernel" not in own_kernels
 
 
+@needs_interpreter_loops
 def test_alignment_of_a_decode_step_runs_the_one_program_kernel(own_kernels):
     topk_ids = torch.randint(0, 128, (4, 8), dtype=torch.int32)
     n_sorted = topk_ids.numel() + 128 * 15
@@ -160,6 +161,7 @@ def _fused_moe_kernel(folder):
 CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}
 
 
+@needs_interpreter_loops
 @pytest.mark.parametrize(
     ("tokens", "on_input"),
     [(1, False), (5, False), (5, True)],

@@ -10,7 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from triton_helpers import compile_for_h100, interpret, needs_nvidia_compiler  # noqa: E402
+from triton_helpers import (
+    needs_interpreter_loops,
+    compile_for_h100,
+    interpret,
+    needs_nvidia_compiler,
+)  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import routing_kernels as rk  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import moe as ref  # noqa: E402
 
@@ -72,6 +77,7 @@ ALIGNS = [
 ]
 
 
+@needs_interpreter_loops
 @pytest.mark.parametrize("ids_dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("case", ALIGNS, ids=lambda c: "p{}x{}-e{}-b{}".format(*c[0], *c[1:3]))
 def test_alignment_matches_the_reference_exactly(case, ids_dtype):

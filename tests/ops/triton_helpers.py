@@ -4,6 +4,7 @@ driver)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -32,6 +33,29 @@ def interpret(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict[str,
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(JITFunction, "__call__", device_call)
         InterpretedFunction(kernel.fn)[grid](*args, **constexprs)
+
+
+@functools.cache
+def _interpreter_takes_runtime_loop_bounds() -> bool:
+    """Whether this Triton's interpreter runs ``for i in range(0, n, BLOCK)`` with ``n`` an
+    argument (3.6's converts it with ``int()`` of a one-element array, which numpy 2 refuses)."""
+    import torch
+    from triton.runtime.errors import InterpreterError
+
+    from loop_probe import count_up
+
+    out = torch.zeros(2, dtype=torch.int32)
+    try:
+        interpret(count_up, (1,), (out, 2), {})
+    except InterpreterError:
+        return False
+    return out.tolist() == [0, 1]
+
+
+needs_interpreter_loops = pytest.mark.skipif(
+    "not __import__('triton_helpers')._interpreter_takes_runtime_loop_bounds()",
+    reason="this Triton's interpreter cannot loop to a runtime bound (fixed in later releases)",
+)
 
 
 def _nvidia_backend() -> bool:
