@@ -49,6 +49,8 @@ def test_calls_it_does_not_take():
     assert take(x[:0], x[:0], w, 1e-6, outs[0][:0], outs[1][:0]) is None
     wide = torch.randn(2, norm_kernel.MAX_ROW + 1)
     assert take(wide, wide, torch.ones(wide.shape[1]), 1e-6, wide, wide) is None
+    strided = torch.randn(4, 128)[:, ::2]
+    assert take(strided, x, w, 1e-6, *outs) is None
 
 
 @needs_nvidia_compiler

@@ -90,7 +90,6 @@ def gemm_launch(
 ) -> launch.Launch:
     """``fused_moe_kernel``'s launch as FlagGems' ``invoke_fused_moe_triton_kernel`` makes it for
     unquantised weights without a bias: C[token, slot] = A[token] @ B[expert].T, per pair."""
-    import triton
     import triton.language as tl
 
     m = a.size(0)
@@ -149,7 +148,7 @@ def gemm_launch(
         **tuned,
         **options,
     }
-    grid = (triton.cdiv(em, block_m) * triton.cdiv(n, tuned["BLOCK_SIZE_N"]),)
+    grid = (launch.cdiv(em, block_m) * launch.cdiv(n, tuned["BLOCK_SIZE_N"]),)
     # Triton specialises integers on == 1 and divisibility by 16; the others are fixed per model
     layout = (
         a.dtype,

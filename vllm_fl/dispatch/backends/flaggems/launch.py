@@ -61,6 +61,17 @@ def _has_pre_hooks(kernel: Any) -> bool:
     return False
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b). Plain Python: ``triton.cdiv`` called from the host costs microseconds."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two that is at least ``n`` (1 for ``n`` <= 1); plain Python, as
+    ``triton.next_power_of_2`` called from the host costs microseconds."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def pad_grid(grid: Sequence[int]) -> tuple[int, int, int]:
     """A launch grid as the three dimensions a compiled kernel takes."""
     return (*grid, 1, 1)[:3]  # type: ignore[return-value]
@@ -274,9 +285,9 @@ class PointwisePlans:
             tile_size *= size
         num_tiles = 1
         for size, tile in zip(shape, tile_sizes):
-            num_tiles *= triton.cdiv(size, tile)
+            num_tiles *= cdiv(size, tile)
         num_ctas = min(config.max_grid_size[0], num_tiles)
-        tiles_per_cta = triton.cdiv(num_tiles, num_ctas)
+        tiles_per_cta = cdiv(num_tiles, num_ctas)
         tail: list[Any] = []
         for tensor_strides in strides:
             tail.extend(tensor_strides)

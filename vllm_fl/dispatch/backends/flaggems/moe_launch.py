@@ -37,10 +37,6 @@ def align_stages() -> dict[str, launch.KernelPlans] | None:
     return {name: launch.KernelPlans(kernel) for name, kernel in kernels.items()}
 
 
-def pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length() if n > 1 else 1
-
-
 def align_in_stages(
     stages, topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad
 ) -> None:
@@ -48,7 +44,7 @@ def align_in_stages(
     zeroed scratch buffer for its two counters."""
     numel = topk_ids.numel()
     n_sorted, n_experts_ids = sorted_ids.numel(), expert_ids.numel()
-    tokens_per_thread = pow2(-(-numel // num_experts))
+    tokens_per_thread = launch.next_pow2(-(-numel // num_experts))
     counts = (num_experts + 1) * num_experts
     offset = -(-counts // 4) * 4  # cumsum starts 16-byte aligned, as its own allocation would
     scratch = torch.zeros(offset + num_experts + 1, dtype=torch.int32, device=topk_ids.device)
@@ -77,17 +73,24 @@ def align_in_stages(
             expert_ids,
             n_sorted,
             n_experts_ids,
-            pow2(-(-n_sorted // num_experts)),
-            pow2(-(-n_experts_ids // num_experts)),
+            launch.next_pow2(-(-n_sorted // num_experts)),
+            launch.next_pow2(-(-n_experts_ids // num_experts)),
         ),
         {},
     )
-    stage2 = stages["stage2_vec" if num_experts == pow2(num_experts) else "stage2"]
+    stage2 = stages["stage2_vec" if num_experts == launch.next_pow2(num_experts) else "stage2"]
     stage2.launch(layout, grid, (tokens_cnts, num_experts), {})
     stages["stage3"].launch(
         layout,
         (1,),
-        (num_tokens_post_pad, tokens_cnts, cumsum, num_experts, pow2(num_experts), block_size),
+        (
+            num_tokens_post_pad,
+            tokens_cnts,
+            cumsum,
+            num_experts,
+            launch.next_pow2(num_experts),
+            block_size,
+        ),
         {},
     )
     stages["stage4"].launch(

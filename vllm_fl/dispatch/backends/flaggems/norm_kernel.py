@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch
+from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
 
 #: the widest row one program holds (Llama-3-8B's hidden size is 4096)
 MAX_ROW = 16384
@@ -53,11 +53,6 @@ def add_rms_norm_kernel(
     tl.store(out_ptr + row * out_row + cols, (total_f * rrms * weight).to(x.dtype), mask=mask)
 
 
-def _rows(t: torch.Tensor, n: int) -> bool:
-    """[rows, n] with contiguous features (a 2-D view of vLLM's hidden states)."""
-    return t.dim() == 2 and t.shape[1] == n and t.stride(1) == 1
-
-
 def add_rms_norm_launch(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -66,25 +61,27 @@ def add_rms_norm_launch(
     out: torch.Tensor,
     total: torch.Tensor,
 ) -> Launch | None:
-    """The launch writing ``out`` and ``total`` (new tensors of x's shape), or None for what
-    the kernel does not take (rows wider than ``MAX_ROW``, dtypes that differ, no rows)."""
-    n = x.shape[-1] if x.dim() else 0
+    """The launch writing ``out`` and ``total`` (new contiguous tensors of x's shape), or None
+    for what the kernel does not take (not 2-D, strided features, rows wider than ``MAX_ROW``,
+    dtypes that differ, no rows). Called per op call: kept to few tensor queries."""
+    if x.dim() != 2 or residual.dim() != 2:
+        return None
+    rows, n = x.shape
+    x_row, x_col = x.stride()
+    residual_row, residual_col = residual.stride()
     if (
-        x.dim() != 2
-        or not 0 < n <= MAX_ROW
-        or x.shape[0] == 0
+        not 0 < n <= MAX_ROW
+        or rows == 0
+        or x_col != 1
+        or residual_col != 1
         or residual.shape != x.shape
         or residual.dtype != x.dtype
         or weight.shape != (n,)
-        or not weight.is_contiguous()
-        or not all(_rows(t, n) for t in (x, residual, out, total))
-        or out.dtype != x.dtype
-        or total.dtype != x.dtype
+        or weight.stride(0) != 1
     ):
         return None
-    strides = (x.stride(0), residual.stride(0), out.stride(0), total.stride(0))
-    block = triton.next_power_of_2(n)
+    block = next_pow2(n)
     kwargs = {"BLOCK_N": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
-    args = (x, residual, weight, out, total, n, float(eps), *strides)
-    layout = (x.dtype, weight.dtype, n, *strides, x.device.index)
-    return Launch((x.shape[0],), args, kwargs, layout)
+    args = (x, residual, weight, out, total, n, float(eps), x_row, residual_row, n, n)
+    layout = (x.dtype, weight.dtype, n, x_row, residual_row, x.device.index)
+    return Launch((rows,), args, kwargs, layout)

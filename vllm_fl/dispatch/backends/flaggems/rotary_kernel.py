@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch
+from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
 
 #: heads per program; 8 heads of Llama's 128 features are 1024 elements, four warps' worth
 BLOCK_H = 8
@@ -94,9 +94,16 @@ def rotary_kernel(
         tl.store(out + rest, tl.load(base + rest, mask=rest_mask), mask=rest_mask)
 
 
-def _packed_heads(x: torch.Tensor, head_size: int) -> bool:
-    """[tokens, heads * head_size] with contiguous features (a slice of vLLM's qkv output)."""
-    return x.dim() == 2 and x.stride(-1) == 1 and x.shape[1] % head_size == 0
+def _rows_of(x: torch.Tensor, head_size: int, tokens: int) -> int | None:
+    """The row stride of x as [tokens, heads * head_size] with contiguous features (a slice of
+    vLLM's qkv output), or None where it is not laid out so."""
+    if x.dim() != 2:
+        return None
+    rows, cols = x.shape
+    row_stride, col_stride = x.stride()
+    if rows != tokens or col_stride != 1 or cols % head_size:
+        return None
+    return row_stride
 
 
 def launch_of(
@@ -115,50 +122,43 @@ def launch_of(
     ``key_out`` (new tensors of their shapes), or in place where those are not given; None for
     a layout the kernel does not take (no tokens, heads not packed, dtypes that differ).
     ``cos``/``sin`` are the halves of vLLM's cos/sin cache in the query's dtype,
-    [max_positions, rotary_dim // 2]."""
-    num_tokens = positions.numel()
-    if (
-        num_tokens == 0
-        or positions.dim() != 1
-        or not _packed_heads(query, head_size)
-        or query.shape[0] != num_tokens
-        or (key is not None and not _packed_heads(key, head_size))
-        or (key is not None and (key.shape[0] != num_tokens or key.dtype != query.dtype))
-        or cos.stride(-1) != 1
-        or cos.stride(0) != sin.stride(0)
-        or rotary_dim % 2
-        or rotary_dim > head_size
-    ):
+    [max_positions, rotary_dim // 2]. Called per op call: kept to few tensor queries."""
+    if positions.dim() != 1 or rotary_dim % 2 or rotary_dim > head_size:
+        return None
+    num_tokens = positions.shape[0]
+    cache_row, cache_col = cos.stride()
+    q_row = _rows_of(query, head_size, num_tokens)
+    if num_tokens == 0 or q_row is None or cache_col != 1 or sin.stride(0) != cache_row:
+        return None
+    k_tensor = query if key is None else key
+    k_row = q_row if key is None else _rows_of(key, head_size, num_tokens)
+    if k_row is None or k_tensor.dtype != query.dtype:
         return None
     in_place = query_out is None
-    q_out = query if in_place else query_out
-    k_out = key if in_place else key_out
-    if not in_place and (
-        (key is None) != (k_out is None)
-        or any(
-            out is not None and (out.shape != x.shape or not _packed_heads(out, head_size))
-            for x, out in ((query, q_out), (key, k_out))
-        )
-    ):
-        return None
+    if in_place:
+        q_out, k_out, q_out_row, k_out_row = query, k_tensor, q_row, k_row
+    else:
+        if (key is None) != (key_out is None) or query_out.shape != query.shape:
+            return None
+        q_out, k_out = query_out, (query_out if key_out is None else key_out)
+        q_out_row = _rows_of(q_out, head_size, num_tokens)
+        k_out_row = _rows_of(k_out, head_size, num_tokens)
+        if q_out_row is None or k_out_row is None or k_out.shape != k_tensor.shape:
+            return None
     q_heads = query.shape[1] // head_size
     k_heads = 0 if key is None else key.shape[1] // head_size
-    k_tensor = query if key is None else key
-    k_out = q_out if k_out is None else k_out
     rot_half = rotary_dim // 2
-    rest = (
-        0 if in_place or rotary_dim == head_size else triton.next_power_of_2(head_size - rotary_dim)
-    )
-    grid = (num_tokens, triton.cdiv(q_heads, BLOCK_H) + triton.cdiv(k_heads, BLOCK_H))
-    rows = (query.stride(0), k_tensor.stride(0), q_out.stride(0), k_out.stride(0))
-    pos_stride, cache_row = positions.stride(0), cos.stride(0)
+    rest = 0 if in_place or rotary_dim == head_size else next_pow2(head_size - rotary_dim)
+    grid = (num_tokens, cdiv(q_heads, BLOCK_H) + cdiv(k_heads, BLOCK_H))
+    rows = (q_row, k_row, q_out_row, k_out_row)
+    pos_stride = positions.stride(0)
     args = (query, k_tensor, q_out, k_out, cos, sin, positions, *rows, pos_stride, cache_row)
     kwargs = {
         "Q_HEADS": q_heads,
         "K_HEADS": k_heads,
         "HEAD_SIZE": head_size,
         "ROT_HALF": rot_half,
-        "HALF_BLOCK": triton.next_power_of_2(rot_half),
+        "HALF_BLOCK": next_pow2(rot_half),
         "REST_BLOCK": rest,
         "BLOCK_H": BLOCK_H,
         "NEOX": bool(is_neox_style),

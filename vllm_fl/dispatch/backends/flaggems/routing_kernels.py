@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch
+from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
@@ -133,9 +133,9 @@ def grouped_topk_launch(
         "PER_GROUP": per_group,
         "TOPK_GROUP": topk_group,
         "TOPK": topk,
-        "BLOCK_G": triton.next_power_of_2(num_expert_group),
-        "BLOCK_P": triton.next_power_of_2(per_group),
-        "BLOCK_K": triton.next_power_of_2(topk),
+        "BLOCK_G": next_pow2(num_expert_group),
+        "BLOCK_P": next_pow2(per_group),
+        "BLOCK_K": next_pow2(topk),
         "SIGMOID": scoring_func == 1,
         "RENORMALIZE": bool(renormalize),
         "num_warps": 4,
@@ -226,12 +226,12 @@ def align_launch(
     ):
         return None
     n_sorted, n_blocks = sorted_token_ids.numel(), experts_ids.numel()
-    block_n = triton.next_power_of_2(pairs)
-    block_e = triton.next_power_of_2(num_experts)
+    block_n = next_pow2(pairs)
+    block_e = next_pow2(num_experts)
     if block_n * block_e > _ALIGN_MAX_TILE:
         return None
-    fill = min(_FILL_BLOCK, max(triton.next_power_of_2(n_sorted), 16))
-    blocks_per_step = min(max(triton.next_power_of_2(n_blocks), 16), _ALIGN_MAX_TILE // block_e)
+    fill = min(_FILL_BLOCK, max(next_pow2(n_sorted), 16))
+    blocks_per_step = min(max(next_pow2(n_blocks), 16), _ALIGN_MAX_TILE // block_e)
     kwargs = {
         "EXPERTS": num_experts,
         "BLOCK_SIZE": block_size,

@@ -14,6 +14,8 @@ launch plans (``launch.py``) with the arguments FlagGems' own functions pass the
 add-and-normalise kernel (``norm_kernel.py``) has the arithmetic of FlagGems' rms_norm kernel.
 """
 
+import functools
+
 import torch
 
 from vllm_fl.dispatch.backends.flaggems import launch
@@ -55,20 +57,37 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     return out
 
 
+@functools.cache
+def _norm_kernel():
+    """``norm_kernel`` (imported on first use: it needs Triton, this module does not)."""
+    from vllm_fl.dispatch.backends.flaggems import norm_kernel
+
+    return norm_kernel
+
+
 def _add_and_normalize(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual) as new tensors: the backend's one-launch kernel
     (``norm_kernel.py``), or torch's add and FlagGems' rms_norm kernel where it does not apply."""
-    if launch.on_current_gpu(x) and x.is_contiguous() and residual.is_contiguous():
-        from vllm_fl.dispatch.backends.flaggems import norm_kernel
-
-        n = x.shape[-1]
+    if launch.on_current_gpu(x):
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         total = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        planned = norm_kernel.add_rms_norm_launch(
-            x.view(-1, n), residual.view(-1, n), weight, eps, out.view(-1, n), total.view(-1, n)
-        )
+        if x.dim() == 2:
+            flat = (x, residual, weight, eps, out, total)
+        elif x.is_contiguous() and residual.is_contiguous():
+            n = x.shape[-1]
+            flat = (
+                x.view(-1, n),
+                residual.view(-1, n),
+                weight,
+                eps,
+                out.view(-1, n),
+                total.view(-1, n),
+            )
+        else:
+            flat = None
+        planned = None if flat is None else _norm_kernel().add_rms_norm_launch(*flat)
         if planned is not None and launch.aligned(x, residual, weight):
             launch.own_plans("norm_kernel", "add_rms_norm_kernel").run(planned)
             return out, total
