@@ -5,6 +5,8 @@
 #
 #   tests        gpu-marked tests of the flagos impls, the generated parity tests, and the tests
 #                of the backend's own kernels
+#   vllm         real vLLM with and without the plugin (tiny Llama): the engine tests and a user's
+#                script without a main guard (TP 2 where two GPUs are present)
 #   ops          profile_flagos (host µs per call, split by origin; the top functions of two
 #                ops) and bench_ops, 1 token, bf16
 #   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds
@@ -15,7 +17,7 @@
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|ops|e2e-eager|e2e-compile|moe-eager OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|ops|e2e-eager|e2e-compile|moe-eager OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -28,6 +30,10 @@ tests)
     "$py" -m pytest -q tests/generated tests/ops/test_flaggems_rotary_kernel.py \
         tests/ops/test_flaggems_norm_kernel.py tests/ops/test_flaggems_routing_kernels.py \
         tests/ops/test_flaggems_own_kernels_wired.py
+    ;;
+vllm)
+    "$py" -m pytest -q -m gpu tests/integration/test_vllm_gpu.py \
+        tests/integration/test_vllm_gpu_user_script.py
     ;;
 ops)
     "$py" benchmarks/profile_flagos.py --tokens 1 --json "$out/h100_flagos_profile.json"
@@ -46,7 +52,7 @@ moe-eager)
         --output-len 64 --modes eager --repeat 1 --json "$out/h100_moe_e2e_flagos_eager.json"
     ;;
 *)
-    echo "unknown stage '$stage' (tests, ops, e2e-eager, e2e-compile, moe-eager)" >&2
+    echo "unknown stage '$stage' (tests, vllm, ops, e2e-eager, e2e-compile, moe-eager)" >&2
     exit 2
     ;;
 esac
