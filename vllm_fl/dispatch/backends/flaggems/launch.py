@@ -226,12 +226,7 @@ class PointwisePlans:
     def __call__(self, *inputs: Any) -> torch.Tensor:
         tensors = [inputs[i] for i in self._tensor_positions]
         first = tensors[0]
-        if (
-            not self._usable
-            or not first.is_cuda
-            or not first.dtype.is_floating_point
-            or first.device.index != torch.cuda.current_device()
-        ):
+        if not self._usable or not first.dtype.is_floating_point or not on_current_gpu(first):
             return self.function(*inputs)
         shape, dtype = first.shape, first.dtype
         pointers = 0

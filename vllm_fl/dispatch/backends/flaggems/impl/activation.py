@@ -32,7 +32,7 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     if (
         plans is None
         or not x.is_contiguous()
-        or x.device.index != torch.cuda.current_device()
+        or not launch.on_current_gpu(x)
         or not launch.aligned(x)
     ):
         import flag_gems

@@ -81,11 +81,7 @@ def moe_sum(
     """FlagGems' ``moe_sum`` kernel: output[t] = sum over k of input[t, k]."""
     _unsupported("moe_sum", expert_map=expert_map)
     plans = launch.plans_of("moe_sum", "moe_sum_kernel")
-    if (
-        plans is None
-        or input.device.index != torch.cuda.current_device()
-        or not launch.aligned(input, output)
-    ):
+    if plans is None or not launch.on_current_gpu(input) or not launch.aligned(input, output):
         from flag_gems.fused import moe_sum as gems_moe_sum
 
         gems_moe_sum(input, output)

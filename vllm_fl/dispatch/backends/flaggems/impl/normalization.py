@@ -31,9 +31,7 @@ def _rows(x: torch.Tensor) -> tuple[int, int]:
 
 def _usable(*tensors: torch.Tensor) -> bool:
     first = tensors[0]
-    return first.device.index == torch.cuda.current_device() and all(
-        t.is_contiguous() for t in tensors
-    )
+    return launch.on_current_gpu(first) and all(t.is_contiguous() for t in tensors)
 
 
 def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
