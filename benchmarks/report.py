@@ -291,6 +291,21 @@ class Renderer:
     load: Callable[[Path], object] = read_json
 
 
+def host_cpu(result: dict) -> str:
+    from bench_host_launch import format_table
+
+    return "\n".join(
+        [
+            f"`--repeat {result['repeat']} --number {result['number']}`, {result['machine']}, "
+            f"Python {result['python']}, torch {result['torch']}, {result['date']}:",
+            "",
+            "```",
+            format_table(result["rows"]),
+            "```",
+        ]
+    )
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -298,6 +313,7 @@ RENDERERS = {
     "e2e-summary": Renderer(e2e_summary, ()),
     "e2e-rounds": Renderer(e2e_rounds, ()),
     "dispatch": Renderer(dispatch, ()),
+    "host-cpu": Renderer(host_cpu, ()),
     "host-launch": Renderer(host_launch, ("before", "tokens")),
 }
 

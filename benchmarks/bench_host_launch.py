@@ -1,0 +1,159 @@
+"""Host work of the flagos backend's launch code per call, on the CPU, with the launches stubbed.
+
+In eager mode a decode step is bound by the host, and the flagos impls' host time is theirs and
+the kernel launch's. This times the first part without a GPU or FlagGems: every impl is called on
+CPU tensors with "on the current GPU" answered yes and every launch plan replaced by one that
+launches nothing, so what is timed is the Python and torch work our code does per call
+(checks, plan keys, output allocations). A per-call cost that creeps in (as Triton's
+``cdiv``/``next_power_of_2``, which cost microseconds when called from the host, once did) shows
+here before anyone has a GPU to see it.
+
+    python benchmarks/bench_host_launch.py [--json F] [--repeat 5] [--number 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import sys
+import timeit
+import types
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vllm_fl.dispatch.backends.flaggems import experts, launch  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
+    activation,
+    moe,
+    normalization,
+    rotary,
+)
+
+
+class _NoLaunch:
+    """Launch plans that launch nothing."""
+
+    def launch(self, *args) -> None:
+        pass
+
+    def run(self, planned) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def stubbed_launches():
+    """Within: every tensor is "on the current GPU" and every launch plan launches nothing."""
+    nothing = _NoLaunch()
+    config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    kernels = experts.ExpertKernels(
+        nothing, experts.GEMM_RUNTIME_PARAMS, lambda *shape: (config, tuple(config.items()))
+    )
+    stubs = [
+        (launch, "on_current_gpu", lambda t: True),
+        (launch, "own_plans", lambda module, kernel: nothing),
+        (launch, "plans_of", lambda public, kernel: nothing),
+        (experts, "flag_gems_kernels", lambda: kernels),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
+    try:
+        for owner, name, stub in stubs:
+            setattr(owner, name, stub)
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def cases() -> dict[str, Callable[[], object]]:
+    """One decode token at Llama-3-8B's sizes (Qwen3-MoE's for the MoE ops): op -> call."""
+    head, q_heads, kv_heads, hidden = 128, 32, 8, 4096
+    rope = types.SimpleNamespace(
+        cos_sin_cache=torch.randn(8192, head), head_size=head, rotary_dim=head, is_neox_style=True
+    )
+    qkv = torch.randn(1, (q_heads + 2 * kv_heads) * head, dtype=torch.bfloat16)
+    query, key, _ = qkv.split([q_heads * head, kv_heads * head, kv_heads * head], dim=-1)
+    positions = torch.tensor([17])
+    norm = types.SimpleNamespace(
+        weight=torch.nn.Parameter(torch.ones(hidden, dtype=torch.bfloat16)), variance_epsilon=1e-6
+    )
+    x, residual = (torch.randn(1, hidden, dtype=torch.bfloat16) for _ in range(2))
+    gate_up = torch.randn(1, 2 * 14336, dtype=torch.bfloat16)
+    experts_n, moe_hidden, inter, top_k = 128, 2048, 768, 8
+    topk_ids = torch.randperm(experts_n)[:top_k].view(1, top_k).to(torch.int32)
+    topk_weights = torch.rand(1, top_k)
+    padded = top_k + experts_n * 15
+    aligned = [torch.empty(n, dtype=torch.int32) for n in (padded, -(-padded // 16), 1)]
+    per_slot = torch.randn(1, top_k, moe_hidden, dtype=torch.bfloat16)
+    summed = torch.empty(1, moe_hidden, dtype=torch.bfloat16)
+    w1 = torch.empty(experts_n, 2 * inter, moe_hidden, dtype=torch.bfloat16)
+    w2 = torch.empty(experts_n, moe_hidden, inter, dtype=torch.bfloat16)
+    hidden_states = torch.randn(1, moe_hidden, dtype=torch.bfloat16)
+    scores, bias = torch.randn(1, 256), torch.randn(256)
+    return {
+        "rotary_embedding (eager variant)": lambda: rotary.rotary_embedding_inplace(
+            rope, positions, query, key
+        ),
+        "rotary_embedding": lambda: rotary.rotary_embedding(rope, positions, query, key),
+        "rms_norm+residual (eager variant)": lambda: normalization.rms_norm_inplace(
+            norm, x, residual
+        ),
+        "rms_norm+residual": lambda: normalization.rms_norm(norm, x, residual),
+        "rms_norm": lambda: normalization.rms_norm(norm, x),
+        "silu_and_mul": lambda: activation.silu_and_mul(None, gate_up),
+        "grouped_topk": lambda: moe.grouped_topk(scores, 8, 4, 8, True, 2.5, bias, 1),
+        "moe_align_block_size": lambda: moe.moe_align_block_size(topk_ids, experts_n, 16, *aligned),
+        "moe_sum": lambda: moe.moe_sum(per_slot, summed),
+        "fused_experts": lambda: moe.fused_experts(
+            hidden_states, w1, w2, topk_weights, topk_ids, global_num_experts=experts_n
+        ),
+    }
+
+
+def measure(repeat: int, number: int) -> list[dict]:
+    rows = []
+    with stubbed_launches():
+        for name, call in cases().items():
+            call()
+            samples = timeit.repeat(call, repeat=repeat, number=number)
+            rows.append({"op": name, "us": round(sorted(samples)[repeat // 2] / number * 1e6, 2)})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    width = max(len(row["op"]) for row in rows)
+    lines = [f"{'op (1 token)':<{width}}  host µs"]
+    lines += [f"{row['op']:<{width}}  {row['us']:7.2f}" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    rows = measure(args.repeat, args.number)
+    print(format_table(rows))
+    if args.json:
+        result = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+            "date": date.today().isoformat(),
+            "repeat": args.repeat,
+            "number": args.number,
+            "rows": rows,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
