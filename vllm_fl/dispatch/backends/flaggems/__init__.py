@@ -1,7 +1,13 @@
 """FlagGems backend (``flagos``): operators backed by ``flag_gems`` Triton kernels.
 
 ``flag_gems`` probes the GPU when imported, so the impl modules import it inside function
-bodies only; this package imports on any machine. Importing it subscribes ``oplist``, which keeps
+bodies only; this package imports on any machine.
+
+Besides ``impl/``: ``launch`` (launch plans: FlagGems' compiled kernels launched directly, keyed
+by input layout), ``memo`` (per-tensor constants), ``kernels`` (a ``pointwise_dynamic`` kernel
+FlagGems lacks), ``moe_launch`` (FlagGems' staged MoE alignment through plans), and the backend's
+own Triton kernels where FlagGems' launch shape is the cost: ``rotary_kernel``, ``norm_kernel``,
+``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans. Importing it subscribes ``oplist``, which keeps
 ``FLAGGEMS_ENABLE_OPLIST_PATH`` listing the ops the default manager runs on FlagGems.
 """
 
