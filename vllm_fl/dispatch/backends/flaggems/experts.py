@@ -17,7 +17,7 @@ buffers are 16-byte aligned (the caching allocator's blocks), so only the inputs
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

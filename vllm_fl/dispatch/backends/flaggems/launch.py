@@ -259,7 +259,6 @@ class PointwisePlans:
 
     def _partition(self, tensors, out, contiguous: bool) -> tuple:
         """The generated wrapper's launch parameters for this layout (FlagGems' heuristics)."""
-        import triton
         from flag_gems.utils.shape_utils import (
             heuristics_for_num_warps,
             heuristics_for_tile_size,

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
+from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
 
 #: the widest row one program holds (Llama-3-8B's hidden size is 4096)
 MAX_ROW = 16384

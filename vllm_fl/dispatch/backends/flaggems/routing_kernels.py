@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
+from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
