@@ -26,7 +26,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=
 e2e=(benchmarks/bench_e2e.py --configs vanilla,prefer=flagos,flagos-deny-cuda)
 case $stage in
 tests)
-    "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/integration/test_compile_safety.py
+    "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/ops/test_flagos_own_launches_on_gpu.py \
+        tests/integration/test_compile_safety.py
     "$py" -m pytest -q tests/generated tests/ops/test_flaggems_rotary_kernel.py \
         tests/ops/test_flaggems_norm_kernel.py tests/ops/test_flaggems_routing_kernels.py \
         tests/ops/test_flaggems_own_kernels_wired.py

@@ -1,0 +1,110 @@
+"""The flagos backend's own launches on a GPU with the real FlagGems, at model sizes and at the
+edges of what each takes, beyond the generated parity tests' small cases: the rotary eager
+variant on Llama-3-8B's qkv views, the one-program alignment at its pair limit and one pair past
+it (FlagGems' staged kernels), grouped top-k with DeepSeek-V3's routing, and fused experts at
+Qwen3-MoE's sizes on both of its alignment paths, each against the reference impl with the
+manifest's tolerances.
+
+Marked ``gpu``: skipped without an NVIDIA GPU or flag_gems; `make test-gpu` runs it.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from ops_helpers import cos_sin_cache, manifest
+
+from vllm_fl.dispatch.backends.flaggems import routing_kernels
+from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
+from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary
+from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe
+from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+
+pytestmark = pytest.mark.gpu("flag_gems")
+
+DEVICE = "cuda"
+
+
+def _tolerance(op: str, dtype: torch.dtype) -> dict[str, float]:
+    found = next(o for o in manifest().ops if o.name == op)
+    tolerances = dict(found.tests.tolerances) or dict(manifest().tolerances)
+    tol = tolerances[str(dtype).rsplit(".", 1)[-1]]
+    return {"atol": tol.atol, "rtol": tol.rtol}
+
+
+@pytest.mark.parametrize("tokens", [1, 300])
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+def test_rotary_eager_variant_on_llama_qkv_views(tokens, neox):
+    head, q_heads, kv_heads = 128, 32, 8
+    layer = SimpleNamespace(
+        cos_sin_cache=cos_sin_cache(8192, head).to(DEVICE),
+        head_size=head,
+        rotary_dim=head,
+        is_neox_style=neox,
+    )
+    qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head, dtype=torch.bfloat16, device=DEVICE)
+    query, key, value = qkv.split([q_heads * head, kv_heads * head, kv_heads * head], dim=-1)
+    positions = torch.randint(0, 8192, (tokens,), device=DEVICE)
+    expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
+    value_before = value.clone()
+    for _ in range(2):  # the second call runs on the launch plan
+        rotated = [t.clone() for t in (query, key)]
+        got = flagos_rotary.rotary_embedding_inplace(layer, positions, *rotated)
+        assert got[0] is rotated[0] and got[1] is rotated[1]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, **_tolerance("rotary_embedding", torch.bfloat16))
+    assert torch.equal(value, value_before)
+
+
+@pytest.mark.parametrize(
+    "pairs", [routing_kernels.ALIGN_MAX_PAIRS, routing_kernels.ALIGN_MAX_PAIRS + 8]
+)
+def test_alignment_at_and_past_the_one_program_limit(pairs):
+    experts, block = 128, 16
+    topk_ids = torch.randint(0, experts, (pairs // 8, 8), dtype=torch.int32, device=DEVICE)
+    padded = pairs + experts * (block - 1)
+    buffers = [
+        torch.empty(n, dtype=torch.int32, device=DEVICE) for n in (padded, -(-padded // block), 1)
+    ]
+    expected = [torch.empty_like(b) for b in buffers]
+    ref_moe.moe_align_block_size(topk_ids, experts, block, *expected)
+    for _ in range(2):
+        flagos_moe.moe_align_block_size(topk_ids, experts, block, *buffers)
+        got = ref_moe.moe_align_block_size_canonical(topk_ids, experts, block, *buffers)
+        want = ref_moe.moe_align_block_size_canonical(topk_ids, experts, block, *expected)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("tokens", [1, 2048])
+def test_grouped_topk_with_deepseek_routing(tokens):
+    scores = torch.randn(tokens, 256, device=DEVICE)
+    bias = torch.randn(256, device=DEVICE) * 0.1
+    args = (scores, 8, 4, 8, True, 2.5, bias, 1)
+    expected = ref_moe.grouped_topk_canonical(ref_moe.grouped_topk(*args), *args)
+    for _ in range(2):
+        got = ref_moe.grouped_topk_canonical(flagos_moe.grouped_topk(*args), *args)
+        assert torch.equal(got[1], expected[1])
+        torch.testing.assert_close(got[0], expected[0], **_tolerance("grouped_topk", torch.float32))
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 64])
+def test_fused_experts_at_qwen3_moe_sizes(tokens):
+    """1 token takes the sparse path (no alignment), 8 the one-program alignment, 64 the staged."""
+    experts, hidden, inter, top_k = 128, 2048, 768, 8
+    gen = torch.Generator(device=DEVICE).manual_seed(tokens)
+    x = torch.randn(tokens, hidden, device=DEVICE, generator=gen, dtype=torch.bfloat16)
+    w1 = torch.randn(experts, 2 * inter, hidden, device=DEVICE, generator=gen) / hidden**0.5
+    w2 = torch.randn(experts, hidden, inter, device=DEVICE, generator=gen) / inter**0.5
+    w1, w2 = w1.to(torch.bfloat16), w2.to(torch.bfloat16)
+    topk_ids = torch.stack(
+        [torch.randperm(experts, device=DEVICE, generator=gen)[:top_k] for _ in range(tokens)]
+    ).to(torch.int32)
+    topk_weights = torch.rand(tokens, top_k, device=DEVICE, generator=gen)
+    args = (x, w1, w2, topk_weights, topk_ids)
+    expected = ref_moe.fused_experts(*args)
+    for _ in range(2):
+        got = flagos_moe.fused_experts(*args)
+        torch.testing.assert_close(got, expected, **_tolerance("fused_experts", torch.bfloat16))
