@@ -6,7 +6,6 @@ against the reference impl; calls the kernels do not take are left to FlagGems' 
 
 from __future__ import annotations
 
-import importlib
 import types
 
 import pytest
@@ -42,8 +41,7 @@ def own_kernels(monkeypatch) -> dict[str, _Interpreted]:
 
     def own_plans(module: str, kernel: str) -> _Interpreted:
         if kernel not in made:
-            found = importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
-            made[kernel] = _Interpreted(getattr(found, kernel))
+            made[kernel] = _Interpreted(getattr(launch.own(module), kernel))
         return made[kernel]
 
     monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)

@@ -7,7 +7,9 @@ Besides ``impl/``: ``launch`` (launch plans: FlagGems' compiled kernels launched
 by input layout), ``memo`` (per-tensor constants), ``kernels`` (a ``pointwise_dynamic`` kernel
 FlagGems lacks), ``moe_launch`` (FlagGems' staged MoE alignment through plans), and the backend's
 own Triton kernels where FlagGems' launch shape is the cost: ``rotary_kernel``, ``norm_kernel``,
-``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans. Importing it subscribes ``oplist``, which keeps
+``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans.
+
+Importing this package subscribes ``oplist``, which keeps
 ``FLAGGEMS_ENABLE_OPLIST_PATH`` listing the ops the default manager runs on FlagGems.
 """
 

@@ -74,6 +74,11 @@ class ExpertKernels:
     gemm_params: tuple[str, ...]
     config: Callable[[torch.Tensor, torch.Tensor, int, torch.dtype, int], tuple[dict, tuple]]
 
+    @functools.cached_property
+    def takes_our_arguments(self) -> bool:
+        """Whether the GEMM kernel's leading parameters are the ones ``gemm_launch`` passes."""
+        return self.gemm_params[: len(GEMM_RUNTIME_PARAMS)] == GEMM_RUNTIME_PARAMS
+
 
 def gemm_launch(
     a: torch.Tensor,
@@ -195,7 +200,7 @@ def fused_experts(
     impls of those ops."""
     tokens = hidden_states.size(0)
     if (
-        tuple(kernels.gemm_params[: len(GEMM_RUNTIME_PARAMS)]) != GEMM_RUNTIME_PARAMS
+        not kernels.takes_our_arguments
         or hidden_states.dim() != 2
         or hidden_states.dtype not in _TL_DTYPES
         or w1.dtype != hidden_states.dtype
@@ -226,7 +231,7 @@ def fused_experts(
     else:
         padded = pairs + global_num_experts * (block_m - 1)
         sorted_ids = torch.empty(padded, dtype=torch.int32, device=device)
-        expert_ids = torch.empty(-(-padded // block_m), dtype=torch.int32, device=device)
+        expert_ids = torch.empty(launch.cdiv(padded, block_m), dtype=torch.int32, device=device)
         total = torch.empty(1, dtype=torch.int32, device=device)
         align(topk_ids, global_num_experts, block_m, sorted_ids, expert_ids, total)
     shared = torch.empty(tokens * top_k * max(n, hidden), dtype=hidden_states.dtype, device=device)

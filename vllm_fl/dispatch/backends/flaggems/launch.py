@@ -326,10 +326,16 @@ def plans_of(public: str, kernel: str) -> KernelPlans | None:
 
 
 @functools.cache
-def own_plans(module: str, kernel: str) -> KernelPlans:
-    """Launch plans of one of this backend's own Triton kernels, ``kernel`` of the module
-    ``vllm_fl.dispatch.backends.flaggems.<module>``, one table per process."""
+def own(module: str) -> Any:
+    """The backend's own module ``vllm_fl.dispatch.backends.flaggems.<module>``, imported on first
+    use: its kernels need Triton, the impl modules that call them do not."""
     import importlib
 
-    found = importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
-    return KernelPlans(getattr(found, kernel))
+    return importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
+
+
+@functools.cache
+def own_plans(module: str, kernel: str) -> KernelPlans:
+    """Launch plans of one of this backend's own Triton kernels, ``kernel`` of ``own(module)``,
+    one table per process."""
+    return KernelPlans(getattr(own(module), kernel))

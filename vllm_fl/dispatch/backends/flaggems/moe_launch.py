@@ -44,9 +44,11 @@ def align_in_stages(
     zeroed scratch buffer for its two counters."""
     numel = topk_ids.numel()
     n_sorted, n_experts_ids = sorted_ids.numel(), expert_ids.numel()
-    tokens_per_thread = launch.next_pow2(-(-numel // num_experts))
+    tokens_per_thread = launch.next_pow2(launch.cdiv(numel, num_experts))
     counts = (num_experts + 1) * num_experts
-    offset = -(-counts // 4) * 4  # cumsum starts 16-byte aligned, as its own allocation would
+    offset = (
+        launch.cdiv(counts, 4) * 4
+    )  # cumsum starts 16-byte aligned, as its own allocation would
     scratch = torch.zeros(offset + num_experts + 1, dtype=torch.int32, device=topk_ids.device)
     tokens_cnts = scratch[:counts].view(num_experts + 1, num_experts)
     cumsum = scratch[offset:]
@@ -73,8 +75,8 @@ def align_in_stages(
             expert_ids,
             n_sorted,
             n_experts_ids,
-            launch.next_pow2(-(-n_sorted // num_experts)),
-            launch.next_pow2(-(-n_experts_ids // num_experts)),
+            launch.next_pow2(launch.cdiv(n_sorted, num_experts)),
+            launch.next_pow2(launch.cdiv(n_experts_ids, num_experts)),
         ),
         {},
     )

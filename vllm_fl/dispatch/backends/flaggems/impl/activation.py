@@ -44,7 +44,7 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     if out.numel() == 0:
         return out
     key = (x.dtype, rows == 1, rows % 16 == 0, d, x.device.index)
-    grid = (-(-rows // _SWIGLU_BLOCK), -(-d // _SWIGLU_BLOCK))
+    grid = (launch.cdiv(rows, _SWIGLU_BLOCK), launch.cdiv(d, _SWIGLU_BLOCK))
     args = (x, out, rows, d, 2 * d, 1, d, 1)
     plans.launch(key, grid, args, {"BLOCK_SIZE_M": _SWIGLU_BLOCK, "BLOCK_SIZE_H": _SWIGLU_BLOCK})
     return out

@@ -14,7 +14,7 @@ Calls the backend's kernels do not take go to FlagGems' functions.
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch, moe_launch
+from vllm_fl.dispatch.backends.flaggems import experts, launch, moe_launch
 
 
 def _unsupported(op: str, **given: object) -> None:
@@ -56,9 +56,9 @@ def moe_align_block_size(
     _unsupported("moe_align_block_size", expert_map=expert_map, scatter_idx=scatter_idx)
     outputs = (sorted_token_ids, experts_ids, num_tokens_post_pad)
     if topk_ids.numel() and launch.on_current_gpu(topk_ids) and launch.aligned(topk_ids, *outputs):
-        from vllm_fl.dispatch.backends.flaggems import routing_kernels
-
-        planned = routing_kernels.align_launch(topk_ids, num_experts, block_size, *outputs)
+        planned = launch.own("routing_kernels").align_launch(
+            topk_ids, num_experts, block_size, *outputs
+        )
         if planned is not None:
             plans = launch.own_plans("routing_kernels", "align_pairs_kernel")
             plans.run(planned)
@@ -101,7 +101,7 @@ def moe_sum(
         input.device.index,
     )
     args = (input, output, tokens, topk, hidden, *input.stride(), *output.stride())
-    plans.launch(layout, lambda meta: (tokens, -(-hidden // meta["BLOCK_SIZE"])), args, {})
+    plans.launch(layout, lambda meta: (tokens, launch.cdiv(hidden, meta["BLOCK_SIZE"])), args, {})
 
 
 def fused_experts(
@@ -121,8 +121,6 @@ def fused_experts(
     if activation != "silu":
         raise NotImplementedError(f"flag_gems fused_experts: activation {activation!r}")
     if expert_map is None and launch.on_current_gpu(hidden_states):
-        from vllm_fl.dispatch.backends.flaggems import experts
-
         kernels = experts.flag_gems_kernels()
         if kernels is not None:
             out = experts.fused_experts(
@@ -186,14 +184,12 @@ def grouped_topk(
         scoring_func,
     )
     if scores.dim() == 2 and launch.on_current_gpu(scores):
-        from vllm_fl.dispatch.backends.flaggems import routing_kernels
-
         tokens = scores.shape[0]
         weights = torch.empty((tokens, topk), dtype=torch.float32, device=scores.device)
         ids = torch.empty((tokens, topk), dtype=torch.int32, device=scores.device)
         if tokens == 0:
             return weights, ids
-        planned = routing_kernels.grouped_topk_launch(*args, weights, ids)
+        planned = launch.own("routing_kernels").grouped_topk_launch(*args, weights, ids)
         if planned is not None and launch.aligned(scores, bias, weights, ids):
             plans = launch.own_plans("routing_kernels", "grouped_topk_kernel")
             plans.run(planned)

@@ -14,8 +14,6 @@ launch plans (``launch.py``) with the arguments FlagGems' own functions pass the
 add-and-normalise kernel (``norm_kernel.py``) has the arithmetic of FlagGems' rms_norm kernel.
 """
 
-import functools
-
 import torch
 
 from vllm_fl.dispatch.backends.flaggems import launch
@@ -55,14 +53,6 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     return out
 
 
-@functools.cache
-def _norm_kernel():
-    """``norm_kernel`` (imported on first use: it needs Triton, this module does not)."""
-    from vllm_fl.dispatch.backends.flaggems import norm_kernel
-
-    return norm_kernel
-
-
 def _add_and_normalize(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +75,7 @@ def _add_and_normalize(
             )
         else:
             flat = None
-        planned = None if flat is None else _norm_kernel().add_rms_norm_launch(*flat)
+        planned = None if flat is None else launch.own("norm_kernel").add_rms_norm_launch(*flat)
         if planned is not None and launch.aligned(x, residual, weight):
             launch.own_plans("norm_kernel", "add_rms_norm_kernel").run(planned)
             return out, total

@@ -19,7 +19,6 @@ the flag, and the functional path otherwise (FlagGems needs a key: without one, 
 impl borrows a head of q, which must not be rotated in place; and with rotary_dim < head_size).
 """
 
-import functools
 import inspect
 
 import torch
@@ -72,20 +71,12 @@ def rotary_embedding(
     return _through_flag_gems(self, positions, query, key)
 
 
-@functools.cache
-def _rotary_kernel():
-    """``rotary_kernel`` (imported on first use: it needs Triton, this module does not)."""
-    from vllm_fl.dispatch.backends.flaggems import rotary_kernel
-
-    return rotary_kernel
-
-
 def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bool:
     """Launch the backend's rotary kernel (into ``query_out``/``key_out``, or in place);
     False, launching nothing, for a layout it does not take."""
     rotary_dim = self.rotary_dim
     cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
-    planned = _rotary_kernel().launch_of(
+    planned = launch.own("rotary_kernel").launch_of(
         positions,
         query,
         key,
