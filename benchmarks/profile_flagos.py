@@ -55,33 +55,32 @@ def host_us(call, calls: int = 300) -> float:
     return sorted(samples)[2]
 
 
-def split_by_origin(call, calls: int = 200) -> dict[str, float]:
-    """Share (percent) of the profiled host time per origin."""
+PROFILED_CALLS = 200
+
+
+def profiled(call, calls: int = PROFILED_CALLS) -> dict:
+    """cProfile's statistics of ``calls`` calls: (file, line, function) -> (..., tottime, ...)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
         call()
     profiler.disable()
     torch.cuda.synchronize()
+    return pstats.Stats(profiler).stats
+
+
+def split_by_origin(stats: dict) -> dict[str, float]:
+    """Share (percent) of the profiled host time per origin."""
     totals = dict.fromkeys(ORIGINS, 0.0)
-    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in pstats.Stats(
-        profiler
-    ).stats.items():
+    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
         totals[_origin(filename, name)] += tottime
     whole = sum(totals.values()) or 1.0
     return {k: round(100.0 * v / whole, 1) for k, v in totals.items()}
 
 
-def top_functions(call, calls: int = 200, limit: int = 8) -> list[str]:
-    """The functions with the most own time, for reading where a wrapper spends it."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        call()
-    profiler.disable()
-    torch.cuda.synchronize()
-    stats = pstats.Stats(profiler).stats.items()
-    ranked = sorted(stats, key=lambda item: item[1][2], reverse=True)[:limit]
+def top_functions(stats: dict, calls: int = PROFILED_CALLS, limit: int = 8) -> list[str]:
+    """The functions with the most own time per call, for reading where a wrapper spends it."""
+    ranked = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:limit]
     return [
         f"{tottime / calls * 1e6:7.2f} us  {Path(f).name}:{line} {name}"
         for (f, line, name), (_cc, _nc, tottime, _ct, _callers) in ranked
@@ -123,9 +122,10 @@ def profile(ops: list[str], tokens: list[int], dtype_name: str, detail: bool) ->
                             call()
                         row["host_us"] = round(host_us(call), 2)
                         if label.startswith("flagos"):
-                            row["origin_pct"] = split_by_origin(call)
+                            stats = profiled(call)
+                            row["origin_pct"] = split_by_origin(stats)
                             if detail:
-                                row["top"] = top_functions(call)
+                                row["top"] = top_functions(stats)
                     except Exception as exc:  # one failing impl is a result, not a crash
                         row["error"] = f"{type(exc).__name__}: {exc}"[:200]
                     rows.append(row)
