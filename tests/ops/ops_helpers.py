@@ -35,6 +35,14 @@ TOLERANCES = {
 DTYPES = list(TOLERANCES)
 
 
+def op_tolerance(op_name: str, dtype: torch.dtype) -> dict[str, float]:
+    """The parity tolerance of one op of ops.yaml at ``dtype`` (its own table, resolved by the
+    manifest for every dtype the op's tests run in)."""
+    op = next(o for o in manifest().ops if o.name == op_name)
+    tol = dict(op.tests.tolerances)[str(dtype).rsplit(".", 1)[-1]]
+    return {"atol": tol.atol, "rtol": tol.rtol}
+
+
 def reference_fn(op: m.Op) -> Callable:
     """The reference backend's impl function of ``op``."""
     backend, impl = manifest().reference, manifest().reference_impl(op)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from ops_helpers import cos_sin_cache, manifest
+from ops_helpers import cos_sin_cache, op_tolerance
 
 from vllm_fl.dispatch.backends.flaggems import routing_kernels
 from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
@@ -25,13 +25,6 @@ from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
 pytestmark = pytest.mark.gpu("flag_gems")
 
 DEVICE = "cuda"
-
-
-def _tolerance(op: str, dtype: torch.dtype) -> dict[str, float]:
-    found = next(o for o in manifest().ops if o.name == op)
-    tolerances = dict(found.tests.tolerances) or dict(manifest().tolerances)
-    tol = tolerances[str(dtype).rsplit(".", 1)[-1]]
-    return {"atol": tol.atol, "rtol": tol.rtol}
 
 
 @pytest.mark.parametrize("tokens", [1, 300])
@@ -54,7 +47,7 @@ def test_rotary_eager_variant_on_llama_qkv_views(tokens, neox):
         got = flagos_rotary.rotary_embedding_inplace(layer, positions, *rotated)
         assert got[0] is rotated[0] and got[1] is rotated[1]
         for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e, **_tolerance("rotary_embedding", torch.bfloat16))
+            torch.testing.assert_close(g, e, **op_tolerance("rotary_embedding", torch.bfloat16))
     assert torch.equal(value, value_before)
 
 
@@ -87,7 +80,9 @@ def test_grouped_topk_with_deepseek_routing(tokens):
     for _ in range(2):
         got = ref_moe.grouped_topk_canonical(flagos_moe.grouped_topk(*args), *args)
         assert torch.equal(got[1], expected[1])
-        torch.testing.assert_close(got[0], expected[0], **_tolerance("grouped_topk", torch.float32))
+        torch.testing.assert_close(
+            got[0], expected[0], **op_tolerance("grouped_topk", torch.float32)
+        )
 
 
 @pytest.mark.parametrize("tokens", [1, 8, 64])
@@ -107,4 +102,4 @@ def test_fused_experts_at_qwen3_moe_sizes(tokens):
     expected = ref_moe.fused_experts(*args)
     for _ in range(2):
         got = flagos_moe.fused_experts(*args)
-        torch.testing.assert_close(got, expected, **_tolerance("fused_experts", torch.bfloat16))
+        torch.testing.assert_close(got, expected, **op_tolerance("fused_experts", torch.bfloat16))
