@@ -19,13 +19,13 @@ from pathlib import Path
 
 import torch
 
+from vllm_fl.dispatch.backends.flaggems import launch
+
 HIDDEN, INTERMEDIATE = 4096, 14336
 
 
 def _kernels():
     """FlagGems' rms_norm and swiglu Triton kernels (the JIT functions under libentry)."""
-    from vllm_fl.dispatch.backends.flaggems import launch
-
     rms = launch._jit_function(launch.kernel_of("rms_norm", "rms_norm_kernel"))
     swiglu = launch._jit_function(launch.kernel_of("swiglu", "swiglu_kernel"))
     return rms, swiglu
@@ -41,7 +41,7 @@ def _define_ops():
         m, n = x.shape
         out = torch.empty_like(x)
         inv = torch.empty(m, dtype=torch.float32, device=x.device)
-        block = 1 << (n - 1).bit_length()
+        block = launch.next_pow2(n)
         launcher(rms_kernel)[(m,)](out, inv, x, w, n, 1, n, 1, n, eps, BLOCK_SIZE=block)
         return out
 

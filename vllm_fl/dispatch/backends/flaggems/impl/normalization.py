@@ -47,7 +47,7 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     if wide:
         plans.launch(key, (m,), (out, inv_rms, x, weight, n, eps), {})
     else:
-        block = 1 << (n - 1).bit_length()
+        block = launch.next_pow2(n)
         args = (out, inv_rms, x, weight, n, 1, n, 1, n, eps)
         plans.launch(key, (m,), args, {"BLOCK_SIZE": block})
     return out
@@ -120,7 +120,7 @@ def rms_norm_inplace(
         flag_gems.fused_add_rms_norm(x, residual, [n], weight, eps)
         return x, residual
     key = (x.dtype, residual.dtype, weight.dtype, n, x.device.index)
-    block = 1 << (n - 1).bit_length()
+    block = launch.next_pow2(n)
     plans.launch(key, (m,), (x, residual, weight, n, 1, n, 1, n, eps), {"BLOCK_SIZE": block})
     return x, residual
 
