@@ -84,3 +84,32 @@ def test_aligned():
     base = torch.zeros(64, dtype=torch.uint8)
     assert launch.aligned(base)
     assert not launch.aligned(base, base[1:])
+
+
+def test_the_module_defining_a_flag_gems_function_top_level_or_below(monkeypatch):
+    """FlagGems' vendor overrides live in other modules than the generic function: the kernels
+    are looked up where the function FlagGems exports is defined."""
+    import sys
+    import types
+
+    defining = types.ModuleType("flag_gems.runtime.backend._vendor.fused_moe")
+    defining.fused_moe_kernel = object()
+    defining.rms_norm_kernel = object()
+
+    def function():
+        pass
+
+    function.__module__ = defining.__name__
+    top, fused = types.ModuleType("flag_gems"), types.ModuleType("flag_gems.fused")
+    top.rms_norm = fused.fused_experts_impl = function
+    top.fused = fused
+    for module in (top, fused, defining):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert launch.defining_module("fused.fused_experts_impl") is defining
+    assert launch.kernel_of("rms_norm", "rms_norm_kernel") is defining.rms_norm_kernel
+    assert (
+        launch.kernel_of("fused.fused_experts_impl", "fused_moe_kernel")
+        is defining.fused_moe_kernel
+    )
+    assert launch.kernel_of("rms_norm", "no_such_kernel") is None
+    assert launch.defining_module("fused.no_such_function") is None

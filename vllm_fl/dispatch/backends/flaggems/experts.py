@@ -251,12 +251,7 @@ def fused_experts(
 @functools.cache
 def flag_gems_kernels() -> ExpertKernels | None:
     """FlagGems' ``fused_moe_kernel`` and config lookup, where its fused-experts module has them."""
-    import sys
-
-    import flag_gems.fused
-
-    impl = getattr(flag_gems.fused, "fused_experts_impl", None)
-    module = sys.modules.get(getattr(impl, "__module__", None) or "")
+    module = launch.defining_module("fused.fused_experts_impl")
     kernel = getattr(module, "fused_moe_kernel", None)
     optimal = getattr(module, "try_get_optimal_moe_config", None)
     dtype_str = getattr(module, "_get_config_dtype_str", None)

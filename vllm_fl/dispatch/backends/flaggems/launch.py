@@ -305,16 +305,21 @@ class PointwisePlans:
         return plans
 
 
-def kernel_of(public: str, kernel: str) -> Any | None:
-    """The kernel ``kernel`` of the module that defines ``flag_gems.<public>`` in this FlagGems
-    (which may be a vendor override of the generic one), or None where it has no such kernel."""
+def defining_module(public: str) -> Any | None:
+    """The module that defines ``flag_gems.<public>`` in this FlagGems (``public`` a dotted path
+    below ``flag_gems``, e.g. ``fused.fused_experts_impl``), which may be a vendor override of
+    the generic one; None where FlagGems has no such function."""
+    import importlib
     import sys
 
-    import flag_gems
+    owner, _, name = f"flag_gems.{public}".rpartition(".")
+    function = getattr(importlib.import_module(owner), name, None)
+    return sys.modules.get(getattr(function, "__module__", None) or "")
 
-    function = getattr(flag_gems, public, None)
-    module = sys.modules.get(getattr(function, "__module__", None) or "")
-    return getattr(module, kernel, None)
+
+def kernel_of(public: str, kernel: str) -> Any | None:
+    """The kernel ``kernel`` of ``defining_module(public)``, or None where it has no such kernel."""
+    return getattr(defining_module(public), kernel, None)
 
 
 @functools.cache

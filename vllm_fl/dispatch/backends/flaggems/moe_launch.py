@@ -21,12 +21,7 @@ _ALIGN_STAGES = ("stage1", "stage2_vec", "stage2", "stage3", "stage4")
 def align_stages() -> dict[str, launch.KernelPlans] | None:
     """FlagGems' four-stage Triton moe_align_block_size kernels, where FlagGems runs them (its
     TLE variants, on FlagTree builds, go through FlagGems' own function)."""
-    import sys
-
-    import flag_gems.fused  # noqa: F401  (loads the module that defines the stages)
-
-    function = getattr(flag_gems.fused, "moe_align_block_size_triton", None)
-    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    module = launch.defining_module("fused.moe_align_block_size_triton")
     if module is None or getattr(module, "HAS_TLE", True):
         return None
     kernels = {
