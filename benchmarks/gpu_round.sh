@@ -9,8 +9,9 @@
 #                script without a main guard (TP 2 where two GPUs are present)
 #   ops          profile_flagos (host µs per call, split by origin; the top functions of two
 #                ops) and bench_ops, 1 token, bf16
-#   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds
-#   e2e-compile  the same configs but the last under torch.compile, 128 prompts
+#   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds of
+#                2 timed batches per engine
+#   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
@@ -42,11 +43,12 @@ ops)
     "$py" benchmarks/bench_ops.py --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"
     ;;
 e2e-eager)
-    "$py" "${e2e[@]}" --modes eager --repeat 2 --json "$out/h100_e2e_flagos_eager.json"
+    "$py" "${e2e[@]}" --modes eager --repeat 2 --timed-repeats 2 \
+        --json "$out/h100_e2e_flagos_eager.json"
     ;;
 e2e-compile)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes compile --repeat 2 \
-        --prompts 128 --json "$out/h100_e2e_flagos_compile.json"
+        --timed-repeats 3 --prompts 128 --json "$out/h100_e2e_flagos_compile.json"
     ;;
 moe-eager)
     "$py" "${e2e[@]}" --shape qwen3-moe --layers 16 --prompts 128 --input-len 256 \

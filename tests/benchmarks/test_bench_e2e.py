@@ -17,6 +17,7 @@ ARGS = argparse.Namespace(
     input_len=256,
     output_len=64,
     decode_input_len=16,
+    timed_repeats=3,
     in_process=False,
     timeout=30,
     log_dir=None,
@@ -27,6 +28,7 @@ def test_workload_is_the_dummy_weight_token_prompt_run():
     w = bench_e2e.workload("compile", ARGS)
     assert (w.mode, w.num_prompts, w.prompt_len, w.max_tokens) == ("compile", 128, 256, 64)
     assert w.decode_prompt_len == 16 and w.host_probe and not w.detokenize
+    assert w.timed_repeats == 3
     assert w.llm_args["load_format"] == "dummy" and w.llm_args["max_model_len"] == 320
 
 
@@ -44,10 +46,13 @@ RAW = {
 
 
 def test_a_runner_report_becomes_throughputs():
-    result = bench_e2e.e2e_result({**RAW, "used_impls": {"rms_norm": "vendor.cuda"}})
+    result = bench_e2e.e2e_result(
+        {**RAW, "generate_s_all": [2.5, 2.0], "used_impls": {"rms_norm": "vendor.cuda"}}
+    )
     assert result == {
         "startup_s": 12.0,
         "generate_s": 2.0,
+        "generate_s_all": [2.5, 2.0],
         "output_tok_s": 50.0,
         "total_tok_s": 200.0,
         "decode_tok_s": 100.0,

@@ -18,6 +18,8 @@ def test_bad_workloads_are_refused():
         Workload(mode="fast")
     with pytest.raises(ValueError, match="decode_prompt_len needs token-id prompts"):
         Workload(decode_prompt_len=4)
+    with pytest.raises(ValueError, match="timed_repeats is 0; allowed: 1 or more"):
+        Workload(timed_repeats=0)
 
 
 def test_prompts_are_text_or_seeded_token_ids():
@@ -34,3 +36,27 @@ def test_the_tests_small_model_settings_are_the_default():
     w = Workload()
     assert w.llm_args == vllm_runner.SMALL_MODEL_ARGS and w.detokenize
     assert Workload(llm_args={"skip_tokenizer_init": True}).detokenize is False
+
+
+def test_each_timed_repeat_has_prompts_of_its_own():
+    w = Workload(num_prompts=3, prompt_len=7, timed_repeats=2)
+    first, second = vllm_runner.prompts(w, 0), vllm_runner.prompts(w, 1)
+    assert first == vllm_runner.prompts(w) and not set(map(str, first)) & set(map(str, second))
+
+
+class _ClockedLLM:
+    """Generates each batch in the given number of (fake) seconds, echoing its prompts."""
+
+    def __init__(self, seconds, monkeypatch):
+        self.seconds, self.clock = iter(seconds), [0.0]
+        monkeypatch.setattr(vllm_runner.time, "perf_counter", lambda: self.clock[0])
+
+    def generate(self, batch, params, use_tqdm):
+        self.clock[0] += next(self.seconds)
+        return list(batch)
+
+
+def test_the_first_batch_is_returned_and_every_batch_timed(monkeypatch):
+    llm = _ClockedLLM([3.0, 1.0, 2.0], monkeypatch)
+    outputs, times = vllm_runner._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
+    assert outputs == ["a"] and times == [3.0, 1.0, 2.0]
