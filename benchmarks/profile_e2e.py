@@ -1,0 +1,194 @@
+"""Where an eager decode step's time goes in real vLLM, per configuration.
+
+bench_e2e.py says how fast a configuration is; this says why. For each configuration it starts a
+fresh Python process with the engine in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so
+the model's work can be profiled; the throughput figures belong to bench_e2e.py), builds the
+model in eager mode with dummy weights, and generates a decode-heavy batch (short prompts) three
+ways after a warm-up:
+
+- timed: wall seconds, and milliseconds per engine step;
+- under ``torch.profiler``: the GPU's kernel time per step (the rest of a step is the GPU
+  waiting for the host) and the kernels that take most of it;
+- under cProfile: the host time per step split by origin (as profile_flagos.py splits it:
+  ``vllm_fl``, ``flag_gems``, ``triton``, ``torch``, C calls; vLLM's own Python is ``vllm``) and
+  the functions with the most time of their own.
+
+    python benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json profile_e2e.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_e2e import CONFIGS  # noqa: E402
+from harness import name_list, write_json  # noqa: E402
+from profile_flagos import _origin  # noqa: E402
+from shapes import MODELS, model_config  # noqa: E402
+from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
+
+RESULT_PREFIX = "PROFILE_E2E "
+TOP = 12
+
+
+def origin(filename: str, name: str) -> str:
+    """profile_flagos's origin buckets, with vLLM's own Python told apart from torch's."""
+    if "/vllm/" in filename and "/vllm_fl/" not in filename:
+        return "vllm"
+    return _origin(filename, name)
+
+
+def host_split(stats: dict, steps: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Host ms per step by origin, and the functions with the most own time (ms per step)."""
+    by_origin: dict[str, float] = {}
+    own = []
+    for (filename, line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        bucket = origin(filename, name)
+        by_origin[bucket] = by_origin.get(bucket, 0.0) + tottime
+        where = f"{Path(filename).name}:{line}({name})" if filename != "~" else name
+        own.append((where, tottime))
+    own.sort(key=lambda item: -item[1])
+    per_step = {k: round(v / steps * 1e3, 3) for k, v in sorted(by_origin.items())}
+    return per_step, [(where, round(t / steps * 1e3, 3)) for where, t in own[:TOP]]
+
+
+def kernel_split(profiler, steps: int) -> tuple[float, list[tuple[str, float]]]:
+    """GPU kernel ms per step, and the kernels with the most time (ms per step)."""
+    import torch
+
+    kernels = []
+    for event in profiler.key_averages():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        kernels.append((event.key[:80], event.self_device_time_total / 1e3 / steps))
+    kernels.sort(key=lambda item: -item[1])
+    total = sum(ms for _key, ms in kernels)
+    return round(total, 3), [(key, round(ms, 3)) for key, ms in kernels[:TOP]]
+
+
+def profile_config(model_dir: str, args) -> dict:
+    """In this process: the engine, a warm-up, then the timed and the two profiled batches."""
+    import torch
+
+    workload = Workload(
+        mode="eager",
+        max_tokens=args.output_len,
+        num_prompts=args.prompts,
+        prompt_len=args.input_len,
+        llm_args={
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "dtype": "bfloat16",
+            "max_model_len": args.input_len + args.output_len,
+            "gpu_memory_utilization": 0.85,
+        },
+    )
+    llm = build_llm(model_dir, "eager", workload.llm_args)
+    params = sampling_params(workload.max_tokens, detokenize=False)
+    batches = [prompts(workload, seed) for seed in range(4)]  # no prefix-cache hits
+    llm.generate(batches[0], params, use_tqdm=False)  # warm-up: plans, autotuning
+    steps = args.output_len  # one prefill step, then a decode step per further token
+
+    start = time.perf_counter()
+    llm.generate(batches[1], params, use_tqdm=False)
+    wall_ms = (time.perf_counter() - start) * 1e3
+
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as profiler:
+        llm.generate(batches[2], params, use_tqdm=False)
+    torch.cuda.synchronize()
+    gpu_ms, top_kernels = kernel_split(profiler, steps)
+
+    host = cProfile.Profile()
+    host.enable()
+    llm.generate(batches[3], params, use_tqdm=False)
+    host.disable()
+    by_origin, top_functions = host_split(pstats.Stats(host).stats, steps)
+    return {
+        "step_ms": round(wall_ms / steps, 3),
+        "gpu_kernel_ms_per_step": gpu_ms,
+        "host_ms_per_step_profiled": by_origin,
+        "top_kernels_ms_per_step": top_kernels,
+        "top_functions_ms_per_step": top_functions,
+    }
+
+
+def run_config(name: str, model_dir: str, args) -> dict:
+    env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return {"config": name, **json.loads(line[len(RESULT_PREFIX) :])}
+    tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+    return {"config": name, "error": " | ".join(tail)[-400:]}
+
+
+def _shared_argv(args) -> list[str]:
+    return [
+        f"--prompts={args.prompts}",
+        f"--input-len={args.input_len}",
+        f"--output-len={args.output_len}",
+    ]
+
+
+def print_report(result: dict) -> None:
+    if "error" in result:
+        print(f"{result['config']}: error: {result['error']}")
+        return
+    host = result["host_ms_per_step_profiled"]
+    print(
+        f"{result['config']}: {result['step_ms']} ms per step, GPU kernels "
+        f"{result['gpu_kernel_ms_per_step']} ms; host under cProfile "
+        f"{sum(host.values()):.2f} ms: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(host.items(), key=lambda kv: -kv[1]))
+    )
+    for key, ms in result["top_kernels_ms_per_step"]:
+        print(f"    kernel {ms:8.3f}  {key}")
+    for where, ms in result["top_functions_ms_per_step"]:
+        print(f"    host   {ms:8.3f}  {where}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=name_list, default="vanilla,prefer=flagos")
+    parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
+    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=16)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--timeout", type=int, default=400)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        print(RESULT_PREFIX + json.dumps(profile_config(args.worker, args)), flush=True)
+        return 0
+    unknown = [c for c in args.configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
+    model_dir = tempfile.mkdtemp(prefix=f"{args.shape}-shape-")
+    write_json(Path(model_dir, "config.json"), model_config(args.shape, args.layers))
+    results = []
+    for name in args.configs:
+        results.append(run_config(name, model_dir, args))
+        print_report(results[-1])
+        if args.json:
+            write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

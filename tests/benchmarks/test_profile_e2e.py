@@ -1,0 +1,23 @@
+"""profile_e2e's accounting: host time by origin and the heaviest functions, per engine step."""
+
+from __future__ import annotations
+
+import profile_e2e
+
+
+def test_vllms_own_python_is_told_apart_from_ours_and_torchs():
+    assert profile_e2e.origin("/site/vllm/v1/engine/core.py", "step") == "vllm"
+    assert profile_e2e.origin("/site/vllm_fl/dispatch/manager.py", "call") == "vllm_fl"
+    assert profile_e2e.origin("/site/torch/nn/modules/module.py", "_call_impl") == "torch"
+    assert profile_e2e.origin("~", "<built-in method rms_norm of PyCapsule>") == "C: other"
+
+
+def test_host_time_is_summed_by_origin_and_divided_by_steps():
+    stats = {
+        ("/site/vllm/worker.py", 10, "execute"): (1, 1, 0.004, 0.01, {}),
+        ("/site/vllm/worker.py", 20, "prepare"): (1, 1, 0.002, 0.002, {}),
+        ("/site/vllm_fl/impl/norm.py", 5, "rms_norm"): (1, 1, 0.008, 0.008, {}),
+    }
+    by_origin, top = profile_e2e.host_split(stats, steps=2)
+    assert by_origin == {"vllm": 3.0, "vllm_fl": 4.0}
+    assert top[0] == ("norm.py:5(rms_norm)", 4.0) and top[-1] == ("worker.py:20(prepare)", 1.0)
