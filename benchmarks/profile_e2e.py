@@ -10,8 +10,9 @@ ways after a warm-up:
 - under ``torch.profiler``: the GPU's kernel time per step (the rest of a step is the GPU
   waiting for the host) and the kernels that take most of it;
 - under cProfile: the host time per step split by origin (as profile_flagos.py splits it:
-  ``vllm_fl``, ``flag_gems``, ``triton``, ``torch``, C calls; vLLM's own Python is ``vllm``) and
-  the functions with the most time of their own.
+  ``vllm_fl``, ``flag_gems``, ``triton``, ``torch``, C calls; vLLM's own Python is ``vllm``),
+  the functions with the most time of their own, and ours with the most time in all (with
+  their calls per step: a launch plan that misses shows as FlagGems' entry being called).
 
     python benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json profile_e2e.json
 """
@@ -37,7 +38,7 @@ from shapes import MODELS, model_config  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
 RESULT_PREFIX = "PROFILE_E2E "
-TOP = 12
+TOP = 30
 
 
 def origin(filename: str, name: str) -> str:
@@ -47,18 +48,30 @@ def origin(filename: str, name: str) -> str:
     return _origin(filename, name)
 
 
-def host_split(stats: dict, steps: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    """Host ms per step by origin, and the functions with the most own time (ms per step)."""
+def host_split(stats: dict, steps: int) -> tuple[dict[str, float], list[list], list[list]]:
+    """Host ms per step by origin; the functions with the most own time and our functions with
+    the most time in all, as [function, own ms, cumulative ms, calls] per step."""
     by_origin: dict[str, float] = {}
-    own = []
-    for (filename, line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+    rows = []
+    for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.items():
         bucket = origin(filename, name)
         by_origin[bucket] = by_origin.get(bucket, 0.0) + tottime
         where = f"{Path(filename).name}:{line}({name})" if filename != "~" else name
-        own.append((where, tottime))
-    own.sort(key=lambda item: -item[1])
+        rows.append((bucket, [where, tottime, cumtime, calls]))
     per_step = {k: round(v / steps * 1e3, 3) for k, v in sorted(by_origin.items())}
-    return per_step, [(where, round(t / steps * 1e3, 3)) for where, t in own[:TOP]]
+
+    def scaled(row: list) -> list:
+        where, own, cumulative, calls = row
+        return [
+            where,
+            round(own / steps * 1e3, 3),
+            round(cumulative / steps * 1e3, 3),
+            round(calls / steps, 1),
+        ]
+
+    by_own = sorted((row for _b, row in rows), key=lambda row: -row[1])[:TOP]
+    ours = sorted((row for b, row in rows if b == "vllm_fl"), key=lambda row: -row[2])[:TOP]
+    return per_step, [scaled(r) for r in by_own], [scaled(r) for r in ours]
 
 
 def kernel_split(profiler, steps: int) -> tuple[float, list[tuple[str, float]]]:
@@ -113,13 +126,14 @@ def profile_config(model_dir: str, args) -> dict:
     host.enable()
     llm.generate(batches[3], params, use_tqdm=False)
     host.disable()
-    by_origin, top_functions = host_split(pstats.Stats(host).stats, steps)
+    by_origin, top_functions, our_functions = host_split(pstats.Stats(host).stats, steps)
     return {
         "step_ms": round(wall_ms / steps, 3),
         "gpu_kernel_ms_per_step": gpu_ms,
         "host_ms_per_step_profiled": by_origin,
         "top_kernels_ms_per_step": top_kernels,
         "top_functions_ms_per_step": top_functions,
+        "our_functions_ms_per_step": our_functions,
     }
 
 
@@ -156,8 +170,10 @@ def print_report(result: dict) -> None:
     )
     for key, ms in result["top_kernels_ms_per_step"]:
         print(f"    kernel {ms:8.3f}  {key}")
-    for where, ms in result["top_functions_ms_per_step"]:
-        print(f"    host   {ms:8.3f}  {where}")
+    print("    host ms per step: own, cumulative, calls")
+    for title, key in (("", "top_functions_ms_per_step"), ("ours ", "our_functions_ms_per_step")):
+        for where, own, cumulative, calls in result[key]:
+            print(f"    {title}host {own:8.3f} {cumulative:8.3f} {calls:7.1f}  {where}")
 
 
 def main(argv: list[str] | None = None) -> int:

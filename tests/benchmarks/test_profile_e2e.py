@@ -18,6 +18,8 @@ def test_host_time_is_summed_by_origin_and_divided_by_steps():
         ("/site/vllm/worker.py", 20, "prepare"): (1, 1, 0.002, 0.002, {}),
         ("/site/vllm_fl/impl/norm.py", 5, "rms_norm"): (1, 1, 0.008, 0.008, {}),
     }
-    by_origin, top = profile_e2e.host_split(stats, steps=2)
+    by_origin, top, ours = profile_e2e.host_split(stats, steps=2)
     assert by_origin == {"vllm": 3.0, "vllm_fl": 4.0}
-    assert top[0] == ("norm.py:5(rms_norm)", 4.0) and top[-1] == ("worker.py:20(prepare)", 1.0)
+    assert top[0] == ["norm.py:5(rms_norm)", 4.0, 4.0, 0.5]
+    assert top[-1] == ["worker.py:20(prepare)", 1.0, 1.0, 0.5]
+    assert ours == [["norm.py:5(rms_norm)", 4.0, 4.0, 0.5]]
