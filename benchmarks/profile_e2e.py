@@ -15,6 +15,12 @@ ways after a warm-up:
   their calls per step: a launch plan that misses shows as FlagGems' entry being called).
 
     python benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json profile_e2e.json
+
+Engines started apart differ in host speed by more than the configurations do. With --ab the
+comparison happens inside one engine with the plugin loaded: each policy of AB_POLICIES
+(prefer=vendor, prefer=flagos, FlagGems for one op only) in turn, in interleaved rounds:
+
+    python benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 3
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS  # noqa: E402
-from harness import name_list, write_json  # noqa: E402
+from harness import median, name_list, write_json  # noqa: E402
 from profile_flagos import _origin  # noqa: E402
 from shapes import MODELS, model_config  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
@@ -88,10 +94,20 @@ def kernel_split(profiler, steps: int) -> tuple[float, list[tuple[str, float]]]:
     return round(total, 3), [(key, round(ms, 3)) for key, ms in kernels[:TOP]]
 
 
-def profile_config(model_dir: str, args) -> dict:
-    """In this process: the engine, a warm-up, then the timed and the two profiled batches."""
-    import torch
+#: ``--ab``: policies compared inside one engine (the plugin's layers dispatch to each in turn)
+AB_POLICIES = {
+    "prefer=vendor": {"prefer": "vendor"},
+    "prefer=flagos": {"prefer": "flagos"},
+    **{
+        f"flagos only {op}": {"prefer": "flagos", "flagos_whitelist": op}
+        for op in ("rms_norm", "rotary_embedding", "silu_and_mul")
+    },
+}
 
+
+def _engine(model_dir: str, args):
+    """The eager engine of this process, greedy sampling params, and a source of batches of
+    fresh prompts (a prompt seen before would come from vLLM's prefix cache)."""
     workload = Workload(
         mode="eager",
         max_tokens=args.output_len,
@@ -107,13 +123,26 @@ def profile_config(model_dir: str, args) -> dict:
     )
     llm = build_llm(model_dir, "eager", workload.llm_args)
     params = sampling_params(workload.max_tokens, detokenize=False)
-    batches = [prompts(workload, seed) for seed in range(4)]  # no prefix-cache hits
+    seeds = iter(range(1_000_000))
+    return llm, params, lambda: prompts(workload, next(seeds))
+
+
+def _step_ms(llm, batch, params, steps: int) -> float:
+    start = time.perf_counter()
+    llm.generate(batch, params, use_tqdm=False)
+    return (time.perf_counter() - start) * 1e3 / steps
+
+
+def profile_config(model_dir: str, args) -> dict:
+    """In this process: the engine, a warm-up, then the timed and the two profiled batches."""
+    import torch
+
+    llm, params, fresh = _engine(model_dir, args)
+    batches = [fresh() for _ in range(4)]
     llm.generate(batches[0], params, use_tqdm=False)  # warm-up: plans, autotuning
     steps = args.output_len  # one prefill step, then a decode step per further token
 
-    start = time.perf_counter()
-    llm.generate(batches[1], params, use_tqdm=False)
-    wall_ms = (time.perf_counter() - start) * 1e3
+    step_ms = _step_ms(llm, batches[1], params, steps)
 
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -128,7 +157,7 @@ def profile_config(model_dir: str, args) -> dict:
     host.disable()
     by_origin, top_functions, our_functions = host_split(pstats.Stats(host).stats, steps)
     return {
-        "step_ms": round(wall_ms / steps, 3),
+        "step_ms": round(step_ms, 3),
         "gpu_kernel_ms_per_step": gpu_ms,
         "host_ms_per_step_profiled": by_origin,
         "top_kernels_ms_per_step": top_kernels,
@@ -137,10 +166,31 @@ def profile_config(model_dir: str, args) -> dict:
     }
 
 
+def ab_config(model_dir: str, args) -> dict:
+    """In this process, with the plugin loaded: ms per engine step under each of AB_POLICIES,
+    in interleaved rounds (median), so that every policy sees the same host."""
+    from vllm_fl.dispatch.policy import policy_context
+
+    llm, params, fresh = _engine(model_dir, args)
+    samples: dict[str, list[float]] = {name: [] for name in AB_POLICIES}
+    for round_no in range(args.ab_rounds + 1):  # round 0 warms every policy up
+        for name, changes in AB_POLICIES.items():
+            with policy_context(**changes):
+                ms = _step_ms(llm, fresh(), params, args.output_len)
+            if round_no:
+                samples[name].append(round(ms, 3))
+    return {
+        "step_ms": {name: median(values) for name, values in samples.items()},
+        "samples": samples,
+    }
+
+
 def run_config(name: str, model_dir: str, args) -> dict:
     env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
+    if args.ab:
+        argv += ["--ab", f"--ab-rounds={args.ab_rounds}"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -160,6 +210,12 @@ def _shared_argv(args) -> list[str]:
 def print_report(result: dict) -> None:
     if "error" in result:
         print(f"{result['config']}: error: {result['error']}")
+        return
+    if "samples" in result:
+        base = result["step_ms"]["prefer=vendor"]
+        print(f"{result['config']}, one engine, ms per step (median; ratio to prefer=vendor):")
+        for name, ms in result["step_ms"].items():
+            print(f"    {name:28} {ms:8.3f}  {ms / base:6.3f}x  {result['samples'][name]}")
         return
     host = result["host_ms_per_step_profiled"]
     print(
@@ -186,11 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--timeout", type=int, default=400)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--ab",
+        action="store_true",
+        help="instead: each config's engine times every policy of AB_POLICIES in turn",
+    )
+    parser.add_argument("--ab-rounds", type=int, default=3)
     parser.add_argument("--worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
-        print(RESULT_PREFIX + json.dumps(profile_config(args.worker, args)), flush=True)
+        work = ab_config if args.ab else profile_config
+        print(RESULT_PREFIX + json.dumps(work(args.worker, args)), flush=True)
         return 0
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:

@@ -23,3 +23,11 @@ def test_host_time_is_summed_by_origin_and_divided_by_steps():
     assert top[0] == ["norm.py:5(rms_norm)", 4.0, 4.0, 0.5]
     assert top[-1] == ["worker.py:20(prepare)", 1.0, 1.0, 0.5]
     assert ours == [["norm.py:5(rms_norm)", 4.0, 4.0, 0.5]]
+
+
+def test_every_ab_policy_is_a_valid_policy_change():
+    from vllm_fl.dispatch.policy import policy_context
+
+    for name, changes in profile_e2e.AB_POLICIES.items():
+        with policy_context(**changes) as policy:
+            assert policy.prefer == changes["prefer"], name
