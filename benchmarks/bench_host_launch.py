@@ -38,13 +38,21 @@ from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
 
 
 class _NoLaunch:
-    """Launch plans that launch nothing."""
+    """Launch plans that launch nothing; what ``run`` binds to a call signature is found by
+    ``launch_bound`` (the steady state of an eager op, as on the GPU)."""
+
+    def __init__(self) -> None:
+        self._bound: set = set()
 
     def launch(self, *args) -> None:
         pass
 
-    def run(self, planned) -> None:
-        pass
+    def run(self, planned, signature=None, dynamic=0) -> None:
+        if signature is not None:
+            self._bound.add(signature)
+
+    def launch_bound(self, signature, dynamic_args) -> bool:
+        return signature in self._bound
 
 
 @contextlib.contextmanager

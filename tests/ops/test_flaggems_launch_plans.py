@@ -113,3 +113,28 @@ def test_the_module_defining_a_flag_gems_function_top_level_or_below(monkeypatch
     )
     assert launch.kernel_of("rms_norm", "no_such_kernel") is None
     assert launch.defining_module("fused.no_such_function") is None
+
+
+def test_a_bound_launch_takes_new_leading_arguments_and_keeps_the_rest(plans):
+    plans, compiled, first = plans
+    planned = launch.Launch((4,), ("x", "out", 7), {"BLOCK": 128}, "layout")
+    assert not plans.launch_bound("sig", ("x", "out"))  # nothing bound yet
+    plans.run(planned, "sig", dynamic=2)  # through the entry, which makes the plan
+    assert len(first) == 1 and compiled.launches == []
+    assert plans.launch_bound("sig", ("x2", "out2"))
+    assert compiled.launches == [((4, 1, 1), ("x2", "out2", 7, 128, False))]
+    assert not plans.launch_bound("other", ("x2", "out2")) and len(first) == 1
+
+
+def test_a_grid_function_is_never_bound(plans):
+    plans, compiled, _ = plans
+    grid = lambda meta: (3,)  # noqa: E731
+    plans.run(launch.Launch(grid, ("x", "out", 7), {"BLOCK": 128}, "k"), "sig", dynamic=2)
+    assert not plans.launch_bound("sig", ("x", "out"))
+
+
+def test_a_kernel_without_a_plan_is_never_bound(plans):
+    plans, _, _ = plans
+    plans._plannable = False  # e.g. autotune pre-hooks: always through FlagGems' entry
+    plans.run(launch.Launch((4,), ("x", "out", 7), {"BLOCK": 128}, "k"), "sig", dynamic=2)
+    assert not plans.launch_bound("sig", ("x", "out"))

@@ -22,15 +22,29 @@ from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary  # noq
 
 
 class _Interpreted:
-    """Launch plans that run the kernel in Triton's interpreter, counting launches."""
+    """Launch plans that run the kernel in Triton's interpreter, counting launches; launches
+    bound to a call signature (``KernelPlans.launch_bound``) replay with the new tensors."""
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.launches = 0
+        self.bound_launches = 0
+        self._bound = {}
 
-    def run(self, planned):
+    def run(self, planned, signature=None, dynamic=0):
         interpret(self.kernel, planned.grid, planned.args, planned.kwargs)
         self.launches += 1
+        if signature is not None:
+            self._bound[signature] = (planned.grid, planned.args[dynamic:], planned.kwargs)
+
+    def launch_bound(self, signature, dynamic_args):
+        if signature not in self._bound:
+            return False
+        grid, fixed, kwargs = self._bound[signature]
+        interpret(self.kernel, grid, (*dynamic_args, *fixed), kwargs)
+        self.launches += 1
+        self.bound_launches += 1
+        return True
 
 
 @pytest.fixture
@@ -109,6 +123,25 @@ def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, n
     torch.testing.assert_close(query, expected[0])
     torch.testing.assert_close(key, expected[1])
     assert torch.equal(value, value_before)
+
+
+def test_rotary_calls_of_one_layout_launch_what_the_first_bound(own_kernels):
+    layer = _rope_layer(64, 32, True)
+    calls = []
+    for tokens in (5, 5, 3):  # the third has a layout of its own
+        qkv = torch.randn(tokens, (4 + 2 + 2) * 64)
+        query, key, _ = qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)
+        positions = torch.randint(0, 512, (tokens,))
+        expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
+        flagos_rotary.rotary_embedding_inplace(layer, positions, query, key)
+        calls.append(own_kernels["rotary_kernel"].bound_launches)
+        torch.testing.assert_close(query, expected[0])
+        torch.testing.assert_close(key, expected[1])
+    assert calls == [0, 1, 1]
+    got = flagos_rotary.rotary_embedding(layer, positions, query, key)  # functional: its own
+    assert own_kernels["rotary_kernel"].bound_launches == 1
+    expected = ref_rotary.rotary_embedding(layer, positions, query, key)
+    torch.testing.assert_close(got[0], expected[0])
 
 
 @pytest.mark.parametrize("with_key", [True, False], ids=["key", "no-key"])

@@ -104,6 +104,7 @@ class KernelPlans:
         self._params = _jit_function(kernel).params
         self._plannable = _triton_supported() and not _has_pre_hooks(kernel)
         self._plans: dict[Hashable, tuple[Any, tuple, dict[str, Any]]] = {}
+        self._bound: dict[Hashable, tuple[Callable[..., Any], tuple]] = {}
 
     def launch(
         self,
@@ -129,9 +130,35 @@ class KernelPlans:
                 self._plans.clear()
             self._plans[key] = (compiled, tail, constexprs)
 
-    def run(self, planned: Launch) -> None:
-        """``launch`` of a :class:`Launch`."""
+    def run(self, planned: Launch, signature: Hashable = None, dynamic: int = 0) -> None:
+        """``launch`` of a :class:`Launch`. With a ``signature``, the launch is also bound to
+        it for ``launch_bound``: the compiled kernel with its grid, and every argument after
+        the first ``dynamic`` ones."""
         self.launch(planned.layout, planned.grid, planned.args, planned.kwargs)
+        if signature is None or callable(planned.grid):
+            return
+        plan = self._plans.get(planned.layout)
+        if plan is not None:
+            compiled, tail, _constexprs = plan
+            if len(self._bound) >= MAX_PLANS:
+                self._bound.clear()
+            fixed = (*planned.args[dynamic:], *tail)
+            self._bound[signature] = (compiled[pad_grid(planned.grid)], fixed)
+
+    def launch_bound(self, signature: Hashable, dynamic_args: Sequence[Any]) -> bool:
+        """Launch what ``run`` bound to ``signature``, with ``dynamic_args`` first; False,
+        launching nothing, where nothing is bound to it.
+
+        The per-call path of an eager op, where deriving the launch again (grid, strides,
+        constexprs, plan key) would cost more host time than the launch itself. The caller's
+        signature must determine everything ``run``'s launch derived from the call except the
+        dynamic arguments themselves, whose alignment it checks per call."""
+        bound = self._bound.get(signature)
+        if bound is None:
+            return False
+        runner, fixed = bound
+        runner(*dynamic_args, *fixed)
+        return True
 
     def _first_launch(self, grid, args, kwargs) -> tuple[Any, dict[str, Any]]:
         """Launch through FlagGems' entry; returns the compiled kernel and constexpr values."""

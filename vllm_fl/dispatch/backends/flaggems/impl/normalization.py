@@ -107,21 +107,23 @@ def rms_norm_inplace(
         return rms_norm(self, x, residual)
     weight = self.weight.data
     eps = self.variance_epsilon
-    m, n = _rows(x)
     plans = launch.plans_of("fused_add_rms_norm", "fused_add_rms_norm_kernel")
-    if (
-        plans is None
-        or x.numel() == 0
-        or not _usable(x, residual, weight)
-        or not launch.aligned(x, residual, weight)
-    ):
-        import flag_gems
+    usable = plans is not None and _usable(x, residual, weight)
+    if usable and launch.aligned(x, residual, weight):
+        # a layer's calls share all but the tensors (see KernelPlans.launch_bound)
+        signature = (x.shape, x.dtype, residual.dtype, weight.dtype, x.device, eps)
+        if plans.launch_bound(signature, (x, residual, weight)):
+            return x, residual
+        m, n = _rows(x)
+        if m:
+            key = (x.dtype, residual.dtype, weight.dtype, n, x.device.index)
+            args = (x, residual, weight, n, 1, n, 1, n, eps)
+            kwargs = {"BLOCK_SIZE": launch.next_pow2(n)}
+            plans.run(launch.Launch((m,), args, kwargs, key), signature, dynamic=3)
+            return x, residual
+    import flag_gems
 
-        flag_gems.fused_add_rms_norm(x, residual, [n], weight, eps)
-        return x, residual
-    key = (x.dtype, residual.dtype, weight.dtype, n, x.device.index)
-    block = launch.next_pow2(n)
-    plans.launch(key, (m,), (x, residual, weight, n, 1, n, 1, n, eps), {"BLOCK_SIZE": block})
+    flag_gems.fused_add_rms_norm(x, residual, [x.shape[-1]], weight, eps)
     return x, residual
 
 

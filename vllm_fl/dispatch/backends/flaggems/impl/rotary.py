@@ -73,9 +73,41 @@ def rotary_embedding(
 
 def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bool:
     """Launch the backend's rotary kernel (into ``query_out``/``key_out``, or in place);
-    False, launching nothing, for a layout it does not take."""
+    False, launching nothing, for a layout it does not take.
+
+    A layer calls with the same layout step after step: the launch is bound to the call's
+    signature (everything ``launch_of`` derives it from, less the tensors themselves), and
+    later calls with that signature only check alignment and launch."""
     rotary_dim = self.rotary_dim
     cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
+    k = query if key is None else key
+    q_out = query if query_out is None else query_out
+    k_out = k if query_out is None else (q_out if key_out is None else key_out)
+    tensors = (query, k, q_out, k_out, cos, sin, positions)
+    if not launch.aligned(*tensors):
+        return False
+    signature = (
+        query.shape,
+        query.stride(),
+        key is None,
+        k.shape,
+        k.stride(),
+        query_out is None,
+        positions.shape,
+        positions.stride(),
+        cos.stride(),
+        sin.stride(),
+        query.dtype,
+        k.dtype,
+        positions.dtype,
+        query.device,
+        self.head_size,
+        rotary_dim,
+        self.is_neox_style,
+    )
+    plans = launch.own_plans("rotary_kernel", "rotary_kernel")
+    if plans.launch_bound(signature, tensors):
+        return True
     planned = launch.own("rotary_kernel").launch_of(
         positions,
         query,
@@ -88,9 +120,9 @@ def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bo
         query_out,
         key_out,
     )
-    if planned is None or not launch.aligned(*planned.args[:7]):
+    if planned is None:
         return False
-    launch.own_plans("rotary_kernel", "rotary_kernel").run(planned)
+    plans.run(planned, signature, dynamic=len(tensors))
     return True
 
 
