@@ -13,12 +13,14 @@
 #                2 timed batches per engine
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
+#   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
+#                compared inside one engine (profile_e2e.py --ab)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|ops|e2e-eager|e2e-compile|moe-eager OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|ops|e2e-eager|e2e-compile|moe-eager|profile-e2e OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -54,8 +56,13 @@ moe-eager)
     "$py" "${e2e[@]}" --shape qwen3-moe --layers 16 --prompts 128 --input-len 256 \
         --output-len 64 --modes eager --repeat 1 --json "$out/h100_moe_e2e_flagos_eager.json"
     ;;
+profile-e2e)
+    "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
+    "$py" benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 5 --output-len 64 \
+        --json "$out/h100_profile_e2e_ab.json"
+    ;;
 *)
-    echo "unknown stage '$stage' (tests, vllm, ops, e2e-eager, e2e-compile, moe-eager)" >&2
+    echo "unknown stage '$stage' (tests, vllm, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e)" >&2
     exit 2
     ;;
 esac

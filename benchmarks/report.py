@@ -18,6 +18,7 @@ Renderers (options in brackets):
   e2e-rounds    bench_e2e results round by round, with the greedy tokens compared to vanilla's
   dispatch      bench_dispatch results and what the dispatch adds to a call
   host-launch   profile_flagos results: flagos host time per call before/after [before, tokens]
+  profile-e2e   profile_e2e results: an engine step's time, GPU and host, per config or policy
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 from bench_e2e import format_table as e2e_table
 from bench_e2e import summarize
 from bench_ops import Report, Row, load_report, policy_token
-from report_flagos import host_launch
+from report_flagos import host_launch, profile_e2e
 from harness import DECODE_MAX_TOKENS, Column, int_list, markdown_table, median, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,6 +316,7 @@ RENDERERS = {
     "dispatch": Renderer(dispatch, ()),
     "host-cpu": Renderer(host_cpu, ()),
     "host-launch": Renderer(host_launch, ("before", "tokens")),
+    "profile-e2e": Renderer(profile_e2e, ()),
 }
 
 

@@ -71,3 +71,57 @@ def host_launch(after: dict, before: str = "", tokens: str = "1") -> str:
         "`triton`: Triton's Python launcher; `C:`: C calls, torch ops and Triton's C launcher)."
     )
     return textwrap.fill(head, width=100) + "\n\n" + markdown_table(columns, table)
+
+
+def profile_e2e(results: list[dict]) -> str:
+    """``profile_e2e.py`` results: per configuration, ms per engine step, the GPU's kernel time
+    in it and the cProfile'd host time by origin; or, for ``--ab`` results, ms per step of each
+    policy inside one engine with its ratio to prefer=vendor and the rounds' samples."""
+    blocks = []
+    for result in results:
+        if "error" in result:
+            blocks.append(f"{result['config']}: failed ({result['error']})")
+        elif "samples" in result:
+            blocks.append(_ab_table(result))
+    steps = [r for r in results if "gpu_kernel_ms_per_step" in r]
+    if steps:
+        origins = sorted(
+            {o for r in steps for o in r["host_ms_per_step_profiled"]},
+            key=lambda o: -max(r["host_ms_per_step_profiled"].get(o, 0.0) for r in steps),
+        )
+        columns = [
+            Column("config", align="<"),
+            Column("ms per step"),
+            Column("GPU kernels ms"),
+            Column("host ms (cProfile)"),
+        ]
+        columns += [Column(origin) for origin in origins]
+        table = []
+        for r in steps:
+            host = r["host_ms_per_step_profiled"]
+            cells = [r["config"], f"{r['step_ms']:.2f}", f"{r['gpu_kernel_ms_per_step']:.2f}"]
+            cells.append(f"{sum(host.values()):.2f}")
+            cells += [f"{host[o]:.2f}" if o in host else DASH for o in origins]
+            table.append(cells)
+        blocks.insert(0, markdown_table(columns, table))
+    return "\n\n".join(blocks)
+
+
+def _ab_table(result: dict) -> str:
+    base = result["step_ms"]["prefer=vendor"]
+    columns = [
+        Column("policy (one engine)", align="<"),
+        Column("ms per step"),
+        Column("÷ prefer=vendor"),
+        Column("rounds", align="<"),
+    ]
+    table = [
+        [
+            name,
+            f"{ms:.2f}",
+            f"{ms / base:.3f}×",
+            ", ".join(f"{s:.1f}" for s in result["samples"][name]),
+        ]
+        for name, ms in result["step_ms"].items()
+    ]
+    return markdown_table(columns, table)

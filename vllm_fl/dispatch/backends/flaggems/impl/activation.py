@@ -38,15 +38,20 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         import flag_gems
 
         return flag_gems.swiglu(x)
-    d = x.shape[-1] // 2
+    shape = x.shape
+    d = shape[-1] // 2
+    out = torch.empty((*shape[:-1], d), dtype=x.dtype, device=x.device)
+    signature = (shape, x.dtype, x.device)  # a layer's calls share all but the tensors
+    if plans.launch_bound(signature, (x, out)):
+        return out
     rows = x.numel() // (2 * d) if d else 0
-    out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     key = (x.dtype, rows == 1, rows % 16 == 0, d, x.device.index)
     grid = (launch.cdiv(rows, _SWIGLU_BLOCK), launch.cdiv(d, _SWIGLU_BLOCK))
     args = (x, out, rows, d, 2 * d, 1, d, 1)
-    plans.launch(key, grid, args, {"BLOCK_SIZE_M": _SWIGLU_BLOCK, "BLOCK_SIZE_H": _SWIGLU_BLOCK})
+    kwargs = {"BLOCK_SIZE_M": _SWIGLU_BLOCK, "BLOCK_SIZE_H": _SWIGLU_BLOCK}
+    plans.run(launch.Launch(grid, args, kwargs, key), signature, dynamic=2)
     return out
 
 

@@ -1,0 +1,39 @@
+"""The README renderer of profile_e2e results: engine steps per configuration, and the policies
+compared inside one engine."""
+
+from __future__ import annotations
+
+from report_flagos import profile_e2e
+
+STEPS = {
+    "step_ms": 30.0,
+    "gpu_kernel_ms_per_step": 12.5,
+    "host_ms_per_step_profiled": {"vllm": 20.0, "vllm_fl": 3.0},
+}
+
+
+def test_each_config_is_a_row_with_its_host_time_by_origin():
+    text = profile_e2e(
+        [
+            {"config": "vanilla", **STEPS, "host_ms_per_step_profiled": {"vllm": 22.0}},
+            {"config": "prefer=flagos", **STEPS},
+        ]
+    )
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "| config | ms per step | GPU kernels ms | host ms (cProfile) | vllm | vllm_fl |"
+    )
+    assert lines[2] == "| vanilla | 30.00 | 12.50 | 22.00 | 22.00 | – |"
+    assert lines[3] == "| prefer=flagos | 30.00 | 12.50 | 23.00 | 20.00 | 3.00 |"
+
+
+def test_ab_policies_are_compared_with_prefer_vendor():
+    result = {
+        "config": "plugin",
+        "step_ms": {"prefer=vendor": 20.0, "prefer=flagos": 22.0},
+        "samples": {"prefer=vendor": [20.0, 21.0], "prefer=flagos": [22.0, 23.5]},
+    }
+    lines = profile_e2e([result, {"config": "other", "error": "engine died"}]).splitlines()
+    assert lines[3] == "| prefer=flagos | 22.00 | 1.100× | 22.0, 23.5 |"
+    assert lines[-1] == "other: failed (engine died)"
