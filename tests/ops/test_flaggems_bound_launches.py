@@ -1,0 +1,114 @@
+"""The eager impls that launch FlagGems' kernels through launches bound to a call signature:
+the first call of a layout launches through the plan, later calls with the same signature
+launch the same compiled kernel with the new tensors and the first call's other arguments, and
+a new layout is bound anew. FlagGems is not needed: the kernels are stand-ins with FlagGems'
+parameters and the compiled kernel a recorder (no GPU here); the GPU parity tests run the real
+ones, twice per layout.
+"""
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems.impl import activation, normalization  # noqa: E402
+
+
+@triton.jit
+def swiglu_kernel(  # FlagGems' parameters (flag_gems/fused/swiglu.py)
+    input_ptr,
+    output_ptr,
+    M,
+    H,
+    stride_in_m,
+    stride_in_h,
+    stride_out_m,
+    stride_out_h,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_H: tl.constexpr,
+):
+    pass
+
+
+@triton.jit
+def fused_add_rms_norm_kernel(  # FlagGems' parameters (flag_gems/fused/fused_add_rms_norm.py)
+    input_ptr,
+    residual_ptr,
+    w_ptr,
+    in_stride_r,
+    in_stride_c,
+    r_stride_r,
+    r_stride_c,
+    N,
+    eps,
+    BLOCK_SIZE: tl.constexpr,
+):
+    pass
+
+
+class _Recorder:
+    """A compiled kernel that records its launches: (grid, arguments)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args: self.launches.append((grid, args))
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """plans_of(public, kernel) answers plans of the stand-ins; returns (entry, compiled): the
+    launches that went through the entry (compiling) and the compiled kernel's recorder."""
+    compiled, entry, made = _Recorder(), [], {}
+
+    def plans_of(public, kernel):
+        if kernel not in made:
+            plans = launch.KernelPlans(globals()[kernel])
+            plans._plannable = True  # the calling convention of this Triton is not the point
+
+            def first_launch(grid, args, kwargs):
+                entry.append((grid, args))
+                return compiled, {}
+
+            plans._first_launch = first_launch
+            made[kernel] = plans
+        return made[kernel]
+
+    monkeypatch.setattr(launch, "plans_of", plans_of)
+    monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)
+    return entry, compiled
+
+
+def test_silu_and_mul_launches_the_bound_kernel_with_its_new_tensors(plans):
+    entry, compiled = plans
+    first, second = torch.randn(3, 2 * 96), torch.randn(3, 2 * 96)
+    out1 = activation.silu_and_mul(None, first)
+    out2 = activation.silu_and_mul(None, second)
+    assert len(entry) == 1 and entry[0][1][:2] == (first, out1)
+    grid, args = compiled.launches[0]
+    assert grid == (1, 2, 1) and args[0] is second and args[1] is out2
+    assert args[2:] == (3, 96, 192, 1, 96, 1, 64, 64) and out2.shape == (3, 96)
+    for _ in range(2):  # another layout: launched with its own arguments, then bound to them
+        activation.silu_and_mul(None, torch.randn(5, 2 * 96))
+    assert len(entry) == 1 and [args[2] for _grid, args in compiled.launches] == [3, 5, 5]
+
+
+def test_add_and_normalise_in_place_launches_the_bound_kernel(plans):
+    entry, compiled = plans
+    layer = types.SimpleNamespace(weight=torch.nn.Parameter(torch.ones(64)), variance_epsilon=1e-5)
+    x, residual = torch.randn(4, 64), torch.randn(4, 64)
+    normalization.rms_norm_inplace(layer, x, residual)
+    x2, residual2 = torch.randn(4, 64), torch.randn(4, 64)
+    assert normalization.rms_norm_inplace(layer, x2, residual2) == (x2, residual2)
+    assert len(entry) == 1
+    grid, args = compiled.launches[0]
+    assert grid == (4, 1, 1) and args[0] is x2 and args[1] is residual2
+    assert args[3:] == (64, 1, 64, 1, 64, 1e-5, 64)
+    layer.variance_epsilon = 1e-6  # another layer's constant: not the bound launch's
+    normalization.rms_norm_inplace(layer, x2, residual2)
+    assert len(entry) == 1 and compiled.launches[-1][1][8] == 1e-6
