@@ -68,6 +68,25 @@ COMPARED_PROMPTS = 4
 DETAIL_KEYS = ("dispatch_log", "used_impls", "used_impls_traced", "replaced", "tokens")
 
 
+def shape_model_dir(shape: str, layers: int | None) -> str:
+    """A temporary model directory holding only the config.json of `shape` (dummy weights)."""
+    model_dir = tempfile.mkdtemp(prefix=f"{shape}-shape-")
+    write_json(Path(model_dir, "config.json"), model_config(shape, layers))
+    return model_dir
+
+
+def dummy_model_args(input_len: int, output_len: int) -> dict:
+    """vllm.LLM's keyword arguments for the shape's model with dummy weights in bf16, no
+    tokenizer, room for one prompt of `input_len` and `output_len` tokens."""
+    return {
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "dtype": "bfloat16",
+        "max_model_len": input_len + output_len,
+        "gpu_memory_utilization": 0.85,
+    }
+
+
 def workload(mode: str, args) -> Workload:
     """One run: the model with dummy weights in bf16, random token-id prompts, a decode batch."""
     return Workload(
@@ -79,13 +98,7 @@ def workload(mode: str, args) -> Workload:
         warmup_prompts=COMPARED_PROMPTS,
         timed_repeats=args.timed_repeats,
         host_probe=True,
-        llm_args={
-            "load_format": "dummy",
-            "skip_tokenizer_init": True,
-            "dtype": "bfloat16",
-            "max_model_len": args.input_len + args.output_len,
-            "gpu_memory_utilization": 0.85,
-        },
+        llm_args=dummy_model_args(args.input_len, args.output_len),
     )
 
 
@@ -307,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [c for c in given if c not in allowed]
         if unknown:
             parser.error(f"{flag}: unknown {', '.join(unknown)}; allowed: {', '.join(allowed)}")
-    model_dir = tempfile.mkdtemp(prefix=f"{args.shape}-shape-")
-    write_json(Path(model_dir, "config.json"), model_config(args.shape, args.layers))
+    model_dir = shape_model_dir(args.shape, args.layers)
     runs = []
     for mode in args.modes:
         for round_no in range(1, args.repeat + 1):

@@ -32,15 +32,14 @@ import os
 import pstats
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import CONFIGS  # noqa: E402
+from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import median, name_list, write_json  # noqa: E402
 from profile_flagos import _origin  # noqa: E402
-from shapes import MODELS, model_config  # noqa: E402
+from shapes import MODELS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
 RESULT_PREFIX = "PROFILE_E2E "
@@ -113,13 +112,7 @@ def _engine(model_dir: str, args):
         max_tokens=args.output_len,
         num_prompts=args.prompts,
         prompt_len=args.input_len,
-        llm_args={
-            "load_format": "dummy",
-            "skip_tokenizer_init": True,
-            "dtype": "bfloat16",
-            "max_model_len": args.input_len + args.output_len,
-            "gpu_memory_utilization": 0.85,
-        },
+        llm_args=dummy_model_args(args.input_len, args.output_len),
     )
     llm = build_llm(model_dir, "eager", workload.llm_args)
     params = sampling_params(workload.max_tokens, detokenize=False)
@@ -258,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
-    model_dir = tempfile.mkdtemp(prefix=f"{args.shape}-shape-")
-    write_json(Path(model_dir, "config.json"), model_config(args.shape, args.layers))
+    model_dir = shape_model_dir(args.shape, args.layers)
     results = []
     for name in args.configs:
         results.append(run_config(name, model_dir, args))

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
+from recorded_plans import recorded_plans  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems.impl import activation, normalization  # noqa: E402
 
@@ -50,45 +51,27 @@ def fused_add_rms_norm_kernel(  # FlagGems' parameters (flag_gems/fused/fused_ad
     pass
 
 
-class _Recorder:
-    """A compiled kernel that records its launches: (grid, arguments)."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append((grid, args))
-
-
 @pytest.fixture
-def plans(monkeypatch):
-    """plans_of(public, kernel) answers plans of the stand-ins; returns (entry, compiled): the
-    launches that went through the entry (compiling) and the compiled kernel's recorder."""
-    compiled, entry, made = _Recorder(), [], {}
+def recorded(monkeypatch):
+    """plans_of(public, kernel) answers recorded plans of the stand-in ``kernel``; returns
+    kernel name -> (plans, compiled, entry) as ``recorded_plans`` makes them."""
+    made = {}
 
     def plans_of(public, kernel):
         if kernel not in made:
-            plans = launch.KernelPlans(globals()[kernel])
-            plans._plannable = True  # the calling convention of this Triton is not the point
-
-            def first_launch(grid, args, kwargs):
-                entry.append((grid, args))
-                return compiled, {}
-
-            plans._first_launch = first_launch
-            made[kernel] = plans
-        return made[kernel]
+            made[kernel] = recorded_plans(globals()[kernel])
+        return made[kernel][0]
 
     monkeypatch.setattr(launch, "plans_of", plans_of)
     monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)
-    return entry, compiled
+    return made
 
 
-def test_silu_and_mul_launches_the_bound_kernel_with_its_new_tensors(plans):
-    entry, compiled = plans
+def test_silu_and_mul_launches_the_bound_kernel_with_its_new_tensors(recorded):
     first, second = torch.randn(3, 2 * 96), torch.randn(3, 2 * 96)
     out1 = activation.silu_and_mul(None, first)
     out2 = activation.silu_and_mul(None, second)
+    _, compiled, entry = recorded["swiglu_kernel"]
     assert len(entry) == 1 and entry[0][1][:2] == (first, out1)
     grid, args = compiled.launches[0]
     assert grid == (1, 2, 1) and args[0] is second and args[1] is out2
@@ -98,13 +81,13 @@ def test_silu_and_mul_launches_the_bound_kernel_with_its_new_tensors(plans):
     assert len(entry) == 1 and [args[2] for _grid, args in compiled.launches] == [3, 5, 5]
 
 
-def test_add_and_normalise_in_place_launches_the_bound_kernel(plans):
-    entry, compiled = plans
+def test_add_and_normalise_in_place_launches_the_bound_kernel(recorded):
     layer = types.SimpleNamespace(weight=torch.nn.Parameter(torch.ones(64)), variance_epsilon=1e-5)
     x, residual = torch.randn(4, 64), torch.randn(4, 64)
     normalization.rms_norm_inplace(layer, x, residual)
     x2, residual2 = torch.randn(4, 64), torch.randn(4, 64)
     assert normalization.rms_norm_inplace(layer, x2, residual2) == (x2, residual2)
+    _, compiled, entry = recorded["fused_add_rms_norm_kernel"]
     assert len(entry) == 1
     grid, args = compiled.launches[0]
     assert grid == (4, 1, 1) and args[0] is x2 and args[1] is residual2

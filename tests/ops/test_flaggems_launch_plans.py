@@ -10,6 +10,7 @@ import pytest
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
+from recorded_plans import recorded_plans  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
 
 
@@ -18,27 +19,9 @@ def _kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr = True):
     pass
 
 
-class _Compiled:
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append((grid, args))
-
-
 @pytest.fixture
-def plans(monkeypatch):
-    plans = launch.KernelPlans(_kernel)
-    plans._plannable = True  # the calling convention of this Triton release is not the point
-    compiled = _Compiled()
-    first = []
-
-    def first_launch(grid, args, kwargs):
-        first.append((grid, args, kwargs))
-        return compiled, {"EVEN": False}
-
-    monkeypatch.setattr(plans, "_first_launch", first_launch)
-    return plans, compiled, first
+def plans():
+    return recorded_plans(_kernel, {"EVEN": False})
 
 
 def test_first_call_per_layout_goes_through_the_entry(plans):
