@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import json
 import os
 import pstats
@@ -116,7 +117,7 @@ def _engine(model_dir: str, args):
     )
     llm = build_llm(model_dir, "eager", workload.llm_args)
     params = sampling_params(workload.max_tokens, detokenize=False)
-    seeds = iter(range(1_000_000))
+    seeds = itertools.count()
     return llm, params, lambda: prompts(workload, next(seeds))
 
 

@@ -160,14 +160,12 @@ def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]
     """Generate each batch in turn; the first batch's outputs and the seconds of every batch.
     The fastest is the run's figure: a slower one was held up by something else on the host
     (eager generation is bound by the host's CPU)."""
-    times = []
-    outputs = None
+    times, generated = [], []
     for batch in batches:
         start = time.perf_counter()
-        generated = llm.generate(batch, params, use_tqdm=False)
+        generated.append(llm.generate(batch, params, use_tqdm=False))
         times.append(time.perf_counter() - start)
-        outputs = outputs or generated
-    return outputs, times
+    return generated[0], times
 
 
 def host_probe_us(calls: int = 20000) -> float:

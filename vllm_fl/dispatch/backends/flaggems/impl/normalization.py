@@ -108,8 +108,7 @@ def rms_norm_inplace(
     weight = self.weight.data
     eps = self.variance_epsilon
     plans = launch.plans_of("fused_add_rms_norm", "fused_add_rms_norm_kernel")
-    usable = plans is not None and _usable(x, residual, weight)
-    if usable and launch.aligned(x, residual, weight):
+    if plans is not None and _usable(x, residual, weight) and launch.aligned(x, residual, weight):
         # a layer's calls share all but the tensors (see KernelPlans.launch_bound)
         signature = (x.shape, x.dtype, residual.dtype, weight.dtype, x.device, eps)
         if plans.launch_bound(signature, (x, residual, weight)):
