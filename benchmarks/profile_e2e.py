@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import median, name_list, write_json  # noqa: E402
 from profile_flagos import _origin  # noqa: E402
+from report_flagos import ab_table  # noqa: E402
 from shapes import MODELS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
@@ -162,20 +163,33 @@ def profile_config(model_dir: str, args) -> dict:
 
 def ab_config(model_dir: str, args) -> dict:
     """In this process, with the plugin loaded: ms per engine step under each of AB_POLICIES,
-    in interleaved rounds (median), so that every policy sees the same host."""
+    in interleaved rounds, so that every policy sees the same host. The host's speed drifts
+    within a run, so each policy is also compared with prefer=vendor round by round (the
+    order reversed every other round, so that a drift within a round favours neither), and
+    the median of those paired ratios is reported beside the ratio of the medians."""
     from vllm_fl.dispatch.policy import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
-    samples: dict[str, list[float]] = {name: [] for name in AB_POLICIES}
+    names = list(AB_POLICIES)
+    samples: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(args.ab_rounds + 1):  # round 0 warms every policy up
-        for name, changes in AB_POLICIES.items():
-            with policy_context(**changes):
+        for name in names if round_no % 2 == 0 else reversed(names):
+            with policy_context(**AB_POLICIES[name]):
                 ms = _step_ms(llm, fresh(), params, args.output_len)
             if round_no:
                 samples[name].append(round(ms, 3))
+    base = samples["prefer=vendor"]
+    paired = {
+        name: sorted(ms / vendor for ms, vendor in zip(values, base))
+        for name, values in samples.items()
+    }
     return {
         "step_ms": {name: median(values) for name, values in samples.items()},
         "samples": samples,
+        "paired_ratio": {name: round(median(r), 4) for name, r in paired.items()},
+        "paired_ratio_range": {
+            name: [round(r[0], 4), round(r[-1], 4)] for name, r in paired.items()
+        },
     }
 
 
@@ -206,10 +220,8 @@ def print_report(result: dict) -> None:
         print(f"{result['config']}: error: {result['error']}")
         return
     if "samples" in result:
-        base = result["step_ms"]["prefer=vendor"]
-        print(f"{result['config']}, one engine, ms per step (median; ratio to prefer=vendor):")
-        for name, ms in result["step_ms"].items():
-            print(f"    {name:28} {ms:8.3f}  {ms / base:6.3f}x  {result['samples'][name]}")
+        print(f"{result['config']}, one engine, ms per step:")
+        print(ab_table(result))
         return
     host = result["host_ms_per_step_profiled"]
     print(

@@ -76,13 +76,13 @@ def host_launch(after: dict, before: str = "", tokens: str = "1") -> str:
 def profile_e2e(results: list[dict]) -> str:
     """``profile_e2e.py`` results: per configuration, ms per engine step, the GPU's kernel time
     in it and the cProfile'd host time by origin; or, for ``--ab`` results, ms per step of each
-    policy inside one engine with its ratio to prefer=vendor and the rounds' samples."""
+    policy inside one engine (:func:`ab_table`)."""
     blocks = []
     for result in results:
         if "error" in result:
             blocks.append(f"{result['config']}: failed ({result['error']})")
         elif "samples" in result:
-            blocks.append(_ab_table(result))
+            blocks.append(ab_table(result))
     steps = [r for r in results if "gpu_kernel_ms_per_step" in r]
     if steps:
         origins = sorted(
@@ -107,12 +107,17 @@ def profile_e2e(results: list[dict]) -> str:
     return "\n\n".join(blocks)
 
 
-def _ab_table(result: dict) -> str:
+def ab_table(result: dict) -> str:
+    """One ``--ab`` result: each policy's median ms per step and its ratio to prefer=vendor's,
+    the median of the round-by-round ratios (where recorded) and the rounds' samples."""
     base = result["step_ms"]["prefer=vendor"]
+    paired = result.get("paired_ratio", {})
+    spread = result.get("paired_ratio_range", {})
     columns = [
         Column("policy (one engine)", align="<"),
         Column("ms per step"),
         Column("÷ prefer=vendor"),
+        Column("paired ÷ (min-max)"),
         Column("rounds", align="<"),
     ]
     table = [
@@ -120,6 +125,11 @@ def _ab_table(result: dict) -> str:
             name,
             f"{ms:.2f}",
             f"{ms / base:.3f}×",
+            (
+                f"{paired[name]:.3f}× ({spread[name][0]:.3f}-{spread[name][1]:.3f})"
+                if name in paired
+                else DASH
+            ),
             ", ".join(f"{s:.1f}" for s in result["samples"][name]),
         ]
         for name, ms in result["step_ms"].items()

@@ -31,3 +31,30 @@ def test_every_ab_policy_is_a_valid_policy_change():
     for name, changes in profile_e2e.AB_POLICIES.items():
         with policy_context(**changes) as policy:
             assert policy.prefer == changes["prefer"], name
+
+
+def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeypatch):
+    """A host that halves its speed after the first round: the medians mislead, the ratios
+    taken round by round do not."""
+    from argparse import Namespace
+
+    from vllm_fl.dispatch.policy import get_policy
+
+    order: list[str] = []
+    host = iter([1.0] * 2 * len(profile_e2e.AB_POLICIES) + [2.0] * 99)
+
+    def step_ms(llm, batch, params, steps):
+        policy = get_policy()
+        order.append(repr(policy))
+        cost = 11.0 if policy.prefer == "flagos" else 10.0
+        return cost * next(host)
+
+    monkeypatch.setattr(profile_e2e, "_engine", lambda *a: (None, None, lambda: None))
+    monkeypatch.setattr(profile_e2e, "_step_ms", step_ms)
+    result = profile_e2e.ab_config("model", Namespace(ab_rounds=3, output_len=8))
+    assert result["samples"]["prefer=vendor"] == [10.0, 20.0, 20.0]
+    assert result["samples"]["prefer=flagos"] == [11.0, 22.0, 22.0]
+    assert result["paired_ratio"]["prefer=flagos"] == 1.1
+    assert result["paired_ratio_range"]["prefer=vendor"] == [1.0, 1.0]
+    n = len(profile_e2e.AB_POLICIES)
+    assert order[n : 2 * n] == order[2 * n : 3 * n][::-1]  # every other round reversed

@@ -35,5 +35,17 @@ def test_ab_policies_are_compared_with_prefer_vendor():
         "samples": {"prefer=vendor": [20.0, 21.0], "prefer=flagos": [22.0, 23.5]},
     }
     lines = profile_e2e([result, {"config": "other", "error": "engine died"}]).splitlines()
-    assert lines[3] == "| prefer=flagos | 22.00 | 1.100× | 22.0, 23.5 |"
+    assert lines[3] == "| prefer=flagos | 22.00 | 1.100× | – | 22.0, 23.5 |"
     assert lines[-1] == "other: failed (engine died)"
+
+
+def test_ab_round_paired_ratios_are_shown_with_their_range():
+    result = {
+        "config": "plugin",
+        "step_ms": {"prefer=vendor": 20.0, "prefer=flagos": 22.0},
+        "samples": {"prefer=vendor": [20.0, 30.0], "prefer=flagos": [22.0, 31.5]},
+        "paired_ratio": {"prefer=vendor": 1.0, "prefer=flagos": 1.075},
+        "paired_ratio_range": {"prefer=vendor": [1.0, 1.0], "prefer=flagos": [1.05, 1.1]},
+    }
+    lines = profile_e2e([result]).splitlines()
+    assert lines[3] == "| prefer=flagos | 22.00 | 1.100× | 1.075× (1.050-1.100) | 22.0, 31.5 |"
