@@ -21,12 +21,20 @@ comparison happens inside one engine with the plugin loaded: each policy of AB_P
 (prefer=vendor, prefer=flagos, FlagGems for one op only) in turn, in interleaved rounds:
 
     python benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 3
+
+``--ab-policies prefer=vendor,prefer=flagos`` compares fewer policies (more rounds in the same
+time); ``--ab-checks`` also counts, per policy and step, calls that reached FlagGems' own entry
+points, launch-plan misses and CUDA synchronisations.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import cProfile
+import functools
+import inspect
 import itertools
 import json
 import os
@@ -34,6 +42,7 @@ import pstats
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -162,15 +171,18 @@ def profile_config(model_dir: str, args) -> dict:
 
 
 def ab_config(model_dir: str, args) -> dict:
-    """In this process, with the plugin loaded: ms per engine step under each of AB_POLICIES,
-    in interleaved rounds, so that every policy sees the same host. The host's speed drifts
-    within a run, so each policy is also compared with prefer=vendor round by round (the
-    order reversed every other round, so that a drift within a round favours neither), and
-    the median of those paired ratios is reported beside the ratio of the medians."""
+    """In this process, with the plugin loaded: ms per engine step under each of AB_POLICIES
+    (or those ``args.ab_policies`` names), in interleaved rounds, so that every policy sees
+    the same host. The host's speed drifts within a run, so each policy is also compared with
+    prefer=vendor round by round (the order reversed every other round, so that a drift within
+    a round favours neither), and the median of those paired ratios is reported beside the
+    ratio of the medians. With ``args.ab_checks``, one more batch per policy counts what would
+    make a launch cost more than its plan: calls that reached FlagGems' own entry points or
+    missed a launch plan, and CUDA synchronisations (``torch.cuda.set_sync_debug_mode``)."""
     from vllm_fl.dispatch.policy import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
-    names = list(AB_POLICIES)
+    names = list(args.ab_policies or AB_POLICIES)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(args.ab_rounds + 1):  # round 0 warms every policy up
         for name in names if round_no % 2 == 0 else reversed(names):
@@ -183,7 +195,7 @@ def ab_config(model_dir: str, args) -> dict:
         name: sorted(ms / vendor for ms, vendor in zip(values, base))
         for name, values in samples.items()
     }
-    return {
+    result = {
         "step_ms": {name: median(values) for name, values in samples.items()},
         "samples": samples,
         "paired_ratio": {name: round(median(r), 4) for name, r in paired.items()},
@@ -191,6 +203,63 @@ def ab_config(model_dir: str, args) -> dict:
             name: [round(r[0], 4), round(r[-1], 4)] for name, r in paired.items()
         },
     }
+    if args.ab_checks:
+        checks = {}
+        for name in names:
+            with policy_context(**AB_POLICIES[name]), _slow_path_counter() as counts:
+                llm.generate(fresh(), params, use_tqdm=False)
+            checks[name] = {key: value / args.output_len for key, value in counts.items()}
+        result["slow_paths_per_step"] = checks
+    return result
+
+
+@contextlib.contextmanager
+def _slow_path_counter() -> Iterator[collections.Counter]:
+    """Counts, while inside: calls of FlagGems' public functions (our impls call them only
+    where no launch plan applies), launch-plan misses, and CUDA synchronisations."""
+    import warnings
+
+    import flag_gems
+    import torch
+
+    from vllm_fl.dispatch.backends.flaggems import launch
+
+    counts: collections.Counter = collections.Counter()
+
+    def counted(key: str, function):
+        @functools.wraps(function)
+        def call(*a, **kw):
+            counts[key] += 1
+            return function(*a, **kw)
+
+        return call
+
+    patched = [
+        (flag_gems, attr, getattr(flag_gems, attr))
+        for attr in dir(flag_gems)
+        if not attr.startswith("_") and inspect.isfunction(getattr(flag_gems, attr))
+    ]
+    patched.append((launch.KernelPlans, "_first_launch", launch.KernelPlans._first_launch))
+    for owner, attr, original in patched:
+        key = "plan miss" if attr == "_first_launch" else f"flag_gems.{attr}"
+        setattr(owner, attr, counted(key, original))
+    try:
+        sync_check = torch.cuda.is_available()  # the mode exists on CUDA builds only
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if sync_check:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield counts
+            finally:
+                if sync_check:
+                    torch.cuda.set_sync_debug_mode("default")
+        for warning in caught:
+            if "synchroniz" in str(warning.message):
+                counts[f"sync: {str(warning.message)[:80]}"] += 1
+    finally:
+        for owner, attr, original in patched:
+            setattr(owner, attr, original)
 
 
 def run_config(name: str, model_dir: str, args) -> dict:
@@ -199,6 +268,10 @@ def run_config(name: str, model_dir: str, args) -> dict:
     argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
     if args.ab:
         argv += ["--ab", f"--ab-rounds={args.ab_rounds}"]
+        if args.ab_policies:
+            argv.append(f"--ab-policies={','.join(args.ab_policies)}")
+        if args.ab_checks:
+            argv.append("--ab-checks")
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -222,6 +295,8 @@ def print_report(result: dict) -> None:
     if "samples" in result:
         print(f"{result['config']}, one engine, ms per step:")
         print(ab_table(result))
+        for name, counts in result.get("slow_paths_per_step", {}).items():
+            print(f"    {name}: per step {counts or 'no FlagGems entry, plan miss or sync'}")
         return
     host = result["host_ms_per_step_profiled"]
     print(
@@ -254,6 +329,16 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: each config's engine times every policy of AB_POLICIES in turn",
     )
     parser.add_argument("--ab-rounds", type=int, default=3)
+    parser.add_argument(
+        "--ab-policies",
+        type=name_list,
+        help=f"with --ab: these of {', '.join(AB_POLICIES)} (prefer=vendor among them)",
+    )
+    parser.add_argument(
+        "--ab-checks",
+        action="store_true",
+        help="with --ab: count FlagGems entry calls, plan misses and CUDA syncs per policy",
+    )
     parser.add_argument("--worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -261,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         work = ab_config if args.ab else profile_config
         print(RESULT_PREFIX + json.dumps(work(args.worker, args)), flush=True)
         return 0
+    if args.ab_policies is not None:
+        wrong = [p for p in args.ab_policies if p not in AB_POLICIES]
+        if wrong or "prefer=vendor" not in args.ab_policies:
+            parser.error(
+                f"--ab-policies: {', '.join(wrong) or 'prefer=vendor missing'}; allowed: "
+                f"{', '.join(AB_POLICIES)}, prefer=vendor among them"
+            )
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")

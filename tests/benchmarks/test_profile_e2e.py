@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import profile_e2e
 
 
@@ -51,10 +53,45 @@ def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeyp
 
     monkeypatch.setattr(profile_e2e, "_engine", lambda *a: (None, None, lambda: None))
     monkeypatch.setattr(profile_e2e, "_step_ms", step_ms)
-    result = profile_e2e.ab_config("model", Namespace(ab_rounds=3, output_len=8))
+    result = profile_e2e.ab_config(
+        "model", Namespace(ab_rounds=3, output_len=8, ab_policies=None, ab_checks=False)
+    )
     assert result["samples"]["prefer=vendor"] == [10.0, 20.0, 20.0]
     assert result["samples"]["prefer=flagos"] == [11.0, 22.0, 22.0]
     assert result["paired_ratio"]["prefer=flagos"] == 1.1
     assert result["paired_ratio_range"]["prefer=vendor"] == [1.0, 1.0]
     n = len(profile_e2e.AB_POLICIES)
     assert order[n : 2 * n] == order[2 * n : 3 * n][::-1]  # every other round reversed
+
+
+def test_ab_policies_name_a_subset_with_prefer_vendor(capsys):
+    with pytest.raises(SystemExit):
+        profile_e2e.main(["--ab", "--ab-policies", "prefer=flagos"])
+    assert "prefer=vendor missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        profile_e2e.main(["--ab", "--ab-policies", "prefer=vendor,prefer=nothing"])
+    assert "prefer=nothing" in capsys.readouterr().err
+
+
+def test_slow_path_counter_counts_flag_gems_entries_and_plan_misses(monkeypatch):
+    import sys
+    import types
+
+    from vllm_fl.dispatch.backends.flaggems import launch
+
+    fake = types.ModuleType("flag_gems")
+
+    def rms_norm(x):
+        return x + 1
+
+    fake.rms_norm = rms_norm
+    monkeypatch.setitem(sys.modules, "flag_gems", fake)
+    monkeypatch.setattr(launch.KernelPlans, "_first_launch", lambda self, *a: (None, {}))
+    first_launch = launch.KernelPlans._first_launch
+    with profile_e2e._slow_path_counter() as counts:
+        assert fake.rms_norm(1) == 2
+        assert fake.rms_norm(2) == 3
+        assert launch.KernelPlans._first_launch(None, (1,), (), {}) == (None, {})
+    assert counts == {"flag_gems.rms_norm": 2, "plan miss": 1}
+    assert fake.rms_norm is rms_norm  # restored
+    assert launch.KernelPlans._first_launch is first_launch
