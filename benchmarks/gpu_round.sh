@@ -16,7 +16,8 @@
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
-#                compared inside one engine (profile_e2e.py --ab)
+#                compared inside one engine, round by round, with the slow-path checks
+#                (profile_e2e.py --ab --ab-checks)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
@@ -62,8 +63,8 @@ moe-eager)
     ;;
 profile-e2e)
     "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
-    "$py" benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 5 --output-len 64 \
-        --json "$out/h100_profile_e2e_ab.json"
+    "$py" benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 20 --output-len 16 \
+        --ab-checks --json "$out/h100_profile_e2e_ab.json"
     ;;
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e)" >&2
