@@ -15,26 +15,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import median, write_json  # noqa: E402
 
 _PROBE = """
-import json, os, time, torch
-torch.empty(16, device="cuda"); torch.cuda.synchronize()
-t0 = time.perf_counter()
-for _ in range(20000):
-    torch.empty(16, device="cuda")
-empty_us = (time.perf_counter() - t0) / 20000 * 1e6
+import json, os, sys, time
+sys.path.insert(0, {benchmarks!r})
+from vllm_runner import host_probe_us
+empty_us = host_probe_us()
 t0 = time.perf_counter()
 total = 0
 for i in range(1_000_000):
     total += i
 loop_ns = (time.perf_counter() - t0) / 1_000_000 * 1e9
-print(json.dumps({"empty_us": round(empty_us, 3), "python_loop_ns": round(loop_ns, 2),
-                  "cpu": os.sched_getcpu() if hasattr(os, "sched_getcpu") else None}))
-"""
+print(json.dumps({{"empty_us": round(empty_us, 3), "python_loop_ns": round(loop_ns, 2),
+                  "cpu": os.sched_getcpu() if hasattr(os, "sched_getcpu") else None}}))
+""".format(
+    benchmarks=str(Path(__file__).resolve().parent)
+)
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -74,12 +77,11 @@ def main() -> None:
         results.append({"cpus": label, "runs": runs})
         print(
             f"{label:>10}: torch.empty µs {' '.join(f'{v:.2f}' for v in empty)}"
-            f" (median {statistics.median(empty):.2f}); python loop ns/iter"
+            f" (median {median(empty):.2f}); python loop ns/iter"
             f" {' '.join(f'{v:.1f}' for v in loop)}"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, f, indent=1)
+        write_json(args.json, {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results})
 
 
 if __name__ == "__main__":

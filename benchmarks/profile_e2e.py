@@ -235,13 +235,13 @@ def _slow_path_counter() -> Iterator[collections.Counter]:
         return call
 
     patched = [
-        (flag_gems, attr, getattr(flag_gems, attr))
+        (flag_gems, attr, f"flag_gems.{attr}")
         for attr in dir(flag_gems)
         if not attr.startswith("_") and inspect.isfunction(getattr(flag_gems, attr))
     ]
-    patched.append((launch.KernelPlans, "_first_launch", launch.KernelPlans._first_launch))
-    for owner, attr, original in patched:
-        key = "plan miss" if attr == "_first_launch" else f"flag_gems.{attr}"
+    patched.append((launch.KernelPlans, "_first_launch", "plan miss"))
+    originals = [getattr(owner, attr) for owner, attr, _key in patched]
+    for (owner, attr, key), original in zip(patched, originals):
         setattr(owner, attr, counted(key, original))
     try:
         sync_check = torch.cuda.is_available()  # the mode exists on CUDA builds only
@@ -258,7 +258,7 @@ def _slow_path_counter() -> Iterator[collections.Counter]:
             if "called a synchronizing" in str(warning.message):  # not the mode's own notice
                 counts[f"sync: {str(warning.message)[:80]}"] += 1
     finally:
-        for owner, attr, original in patched:
+        for (owner, attr, _key), original in zip(patched, originals):
             setattr(owner, attr, original)
 
 
