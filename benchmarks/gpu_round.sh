@@ -16,14 +16,14 @@
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
-#                compared inside one engine, round by round, with the slow-path checks
-#                (profile_e2e.py --ab --ab-checks)
+#                compared inside one engine, taking turns step by step (profile_e2e.py --ab-steps)
+#   ab-steps     only the latter (about 150 s on an H100)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-compile|moe-eager|profile-e2e OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-compile|moe-eager|profile-e2e|ab-steps OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -63,11 +63,15 @@ moe-eager)
     ;;
 profile-e2e)
     "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
-    "$py" benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 20 --output-len 16 \
-        --ab-checks --json "$out/h100_profile_e2e_ab.json"
+    "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
+        --json "$out/h100_profile_e2e_ab_steps.json"
+    ;;
+ab-steps)
+    "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
+        --json "$out/h100_profile_e2e_ab_steps.json"
     ;;
 *)
-    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e)" >&2
+    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e, ab-steps)" >&2
     exit 2
     ;;
 esac

@@ -25,6 +25,13 @@ comparison happens inside one engine with the plugin loaded: each policy of AB_P
 ``--ab-policies prefer=vendor,prefer=flagos`` compares fewer policies (more rounds in the same
 time); ``--ab-checks`` also counts, per policy and step, calls that reached FlagGems' own entry
 points, launch-plan misses and CUDA synchronisations.
+
+The host's speed also drifts within a round. With ``--ab-steps`` the policies take turns engine
+step by engine step instead (the policy switched between steps, outside the timed part), and each
+step of a policy is compared with the mean of the nearest prefer=vendor steps before and after it
+in the same batch, some tens of milliseconds apart:
+
+    python benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 20 --output-len 64
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import itertools
 import json
 import os
 import pstats
+import random
 import subprocess
 import sys
 import time
@@ -49,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import median, name_list, write_json  # noqa: E402
 from profile_flagos import _origin  # noqa: E402
-from report_flagos import ab_table  # noqa: E402
+from report_flagos import ab_steps_table, ab_table  # noqa: E402
 from shapes import MODELS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
@@ -213,6 +221,104 @@ def ab_config(model_dir: str, args) -> dict:
     return result
 
 
+#: ``--ab-steps``: steps left out at each end of a batch (the prefill, the first decode step
+#: and the pipeline's last, whose work differs from a decode step's)
+HEAD_STEPS, TAIL_STEPS = 2, 2
+
+
+def step_pairs(
+    batches: list[list[tuple[str, float]]], base: str = "prefer=vendor"
+) -> dict[str, list[float]]:
+    """Per policy, each of its steps' time divided by the mean time of the nearest ``base``
+    steps before and after it in the same batch; ``batches`` hold (policy, ms) per engine step,
+    and the ``HEAD_STEPS``/``TAIL_STEPS`` steps at each end of a batch are left out."""
+    ratios: dict[str, list[float]] = {}
+    for batch in batches:
+        kept = batch[HEAD_STEPS : len(batch) - TAIL_STEPS]
+        base_at = [i for i, (name, _ms) in enumerate(kept) if name == base]
+        for i, (name, ms) in enumerate(kept):
+            before = [j for j in base_at if j < i]
+            after = [j for j in base_at if j > i]
+            if name == base or not before or not after:
+                continue
+            neighbours = (kept[before[-1]][1] + kept[after[0]][1]) / 2
+            ratios.setdefault(name, []).append(ms / neighbours)
+    return ratios
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bootstrap_median_ci(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """95% interval of the median of ``values`` by resampling them (fixed seed)."""
+    rng = random.Random(0)
+    medians = sorted(median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return _quantile(medians, 0.025), _quantile(medians, 0.975)
+
+
+def ab_steps_config(model_dir: str, args) -> dict:
+    """In this process, with the plugin loaded: the policies of ``args.ab_policies`` (or all of
+    AB_POLICIES) take turns engine step by engine step, each batch starting with the next
+    policy; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
+    median with a bootstrap 95% interval, quartiles and the share of steps slower than their
+    neighbours."""
+    from vllm_fl.dispatch.policy import policy_context
+
+    llm, params, fresh = _engine(model_dir, args)
+    names = list(args.ab_policies or AB_POLICIES)
+    for name in names:  # launch plans, autotuning
+        with policy_context(**AB_POLICIES[name]):
+            llm.generate(fresh(), params, use_tqdm=False)
+    engine = llm.llm_engine
+    step = engine.step
+    batches: list[list[tuple[str, float]]] = []
+    for batch_no in range(args.ab_batches):
+        shift = batch_no % len(names)
+        turns = itertools.cycle(names[shift:] + names[:shift])
+        timeline: list[tuple[str, float]] = []
+
+        def alternating_step(timeline=timeline, turns=turns):
+            name = next(turns)
+            with policy_context(**AB_POLICIES[name]):  # re-selection happens here, untimed
+                start = time.perf_counter()
+                outputs = step()
+                timeline.append((name, (time.perf_counter() - start) * 1e3))
+            return outputs
+
+        engine.step = alternating_step
+        try:
+            llm.generate(fresh(), params, use_tqdm=False)
+        finally:
+            engine.step = step
+        batches.append(timeline)
+    pairs = step_pairs(batches)
+    kept = [step for batch in batches for step in batch[HEAD_STEPS : len(batch) - TAIL_STEPS]]
+    result: dict = {
+        "mode": "steps",
+        "batches": args.ab_batches,
+        "steps_per_batch": median([len(batch) for batch in batches]),
+        "step_ms": {name: round(median([ms for n, ms in kept if n == name]), 3) for name in names},
+        "pairs": {},
+        "paired_ratio": {},
+        "paired_ratio_ci95": {},
+        "paired_ratio_quartiles": {},
+        "slower_share": {},
+    }
+    for name, ratios in pairs.items():
+        ordered = sorted(ratios)
+        low, high = bootstrap_median_ci(ordered)
+        result["pairs"][name] = len(ordered)
+        result["paired_ratio"][name] = round(median(ordered), 4)
+        result["paired_ratio_ci95"][name] = [round(low, 4), round(high, 4)]
+        result["paired_ratio_quartiles"][name] = [
+            round(_quantile(ordered, 0.25), 4),
+            round(_quantile(ordered, 0.75), 4),
+        ]
+        result["slower_share"][name] = round(sum(r > 1 for r in ordered) / len(ordered), 3)
+    return result
+
+
 @contextlib.contextmanager
 def _slow_path_counter() -> Iterator[collections.Counter]:
     """Counts, while inside: calls of FlagGems' public functions (our impls call them only
@@ -266,7 +372,11 @@ def run_config(name: str, model_dir: str, args) -> dict:
     env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
-    if args.ab:
+    if args.ab_steps:
+        argv += ["--ab-steps", f"--ab-batches={args.ab_batches}"]
+        if args.ab_policies:
+            argv.append(f"--ab-policies={','.join(args.ab_policies)}")
+    elif args.ab:
         argv += ["--ab", f"--ab-rounds={args.ab_rounds}"]
         if args.ab_policies:
             argv.append(f"--ab-policies={','.join(args.ab_policies)}")
@@ -291,6 +401,10 @@ def _shared_argv(args) -> list[str]:
 def print_report(result: dict) -> None:
     if "error" in result:
         print(f"{result['config']}: error: {result['error']}")
+        return
+    if result.get("mode") == "steps":
+        print(f"{result['config']}, one engine, policies taking turns step by step:")
+        print(ab_steps_table(result))
         return
     if "samples" in result:
         print(f"{result['config']}, one engine, ms per step:")
@@ -332,18 +446,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ab-policies",
         type=name_list,
-        help=f"with --ab: these of {', '.join(AB_POLICIES)} (prefer=vendor among them)",
+        help=f"with --ab or --ab-steps: these of {', '.join(AB_POLICIES)} (prefer=vendor among them)",
     )
     parser.add_argument(
         "--ab-checks",
         action="store_true",
         help="with --ab: count FlagGems entry calls, plan misses and CUDA syncs per policy",
     )
+    parser.add_argument(
+        "--ab-steps",
+        action="store_true",
+        help="instead: the policies take turns step by step inside each config's engine",
+    )
+    parser.add_argument("--ab-batches", type=int, default=10, help="with --ab-steps")
     parser.add_argument("--worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
-        work = ab_config if args.ab else profile_config
+        work = ab_steps_config if args.ab_steps else ab_config if args.ab else profile_config
         print(RESULT_PREFIX + json.dumps(work(args.worker, args)), flush=True)
         return 0
     if args.ab_policies is not None:

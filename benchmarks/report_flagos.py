@@ -81,6 +81,8 @@ def profile_e2e(results: list[dict]) -> str:
     for result in results:
         if "error" in result:
             blocks.append(f"{result['config']}: failed ({result['error']})")
+        elif result.get("mode") == "steps":
+            blocks.append(ab_steps_table(result))
         elif "samples" in result:
             blocks.append(ab_table(result))
     steps = [r for r in results if "gpu_kernel_ms_per_step" in r]
@@ -134,4 +136,38 @@ def ab_table(result: dict) -> str:
         ]
         for name, ms in result["step_ms"].items()
     ]
+    return markdown_table(columns, table)
+
+
+def ab_steps_table(result: dict) -> str:
+    """One ``--ab-steps`` result: each policy's median ms per step, and the median of its steps'
+    ratios to their prefer=vendor neighbours with its 95% interval, quartiles, the share of
+    steps slower than their neighbours and the number of steps compared."""
+    columns = [
+        Column("policy (one engine, turns by step)", align="<"),
+        Column("ms per step"),
+        Column("÷ vendor neighbours"),
+        Column("95% interval"),
+        Column("quartiles"),
+        Column("steps slower"),
+        Column("steps"),
+    ]
+    table = []
+    for name, ms in result["step_ms"].items():
+        if name not in result["paired_ratio"]:
+            table.append([name, f"{ms:.2f}", DASH, DASH, DASH, DASH, DASH])
+            continue
+        low, high = result["paired_ratio_ci95"][name]
+        q1, q3 = result["paired_ratio_quartiles"][name]
+        table.append(
+            [
+                name,
+                f"{ms:.2f}",
+                f"{result['paired_ratio'][name]:.3f}×",
+                f"{low:.3f}-{high:.3f}",
+                f"{q1:.3f}-{q3:.3f}",
+                f"{result['slower_share'][name]:.0%}",
+                str(result["pairs"][name]),
+            ]
+        )
     return markdown_table(columns, table)

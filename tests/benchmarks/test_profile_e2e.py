@@ -95,3 +95,84 @@ def test_slow_path_counter_counts_flag_gems_entries_and_plan_misses(monkeypatch)
     assert counts == {"flag_gems.rms_norm": 2, "plan miss": 1}
     assert fake.rms_norm is rms_norm  # restored
     assert launch.KernelPlans._first_launch is first_launch
+
+
+def test_each_step_is_compared_with_its_vendor_neighbours_within_its_batch():
+    v, f = "prefer=vendor", "prefer=flagos"
+    # head and tail steps (prefill, pipeline end) are left out: their 99s never count
+    batch = [(v, 99.0), (f, 99.0), (v, 10.0), (f, 12.0), (v, 14.0), (f, 7.0), (v, 99.0), (f, 99.0)]
+    assert profile_e2e.step_pairs([batch]) == {f: [12.0 / 12.0]}
+    # a step with no vendor step after it in its batch is not compared
+    other = [(f, 1.0), (v, 1.0), (v, 10.0), (f, 11.0), (v, 12.0), (f, 30.0), (v, 1.0), (f, 1.0)]
+    assert profile_e2e.step_pairs([batch, other]) == {f: [1.0, 1.0]}
+
+
+def test_bootstrap_interval_holds_the_median_and_narrows_with_more_steps():
+    import random
+
+    rng = random.Random(1)
+    few = [1.03 + rng.gauss(0, 0.05) for _ in range(20)]
+    many = [1.03 + rng.gauss(0, 0.05) for _ in range(2000)]
+    low_few, high_few = profile_e2e.bootstrap_median_ci(few)
+    low, high = profile_e2e.bootstrap_median_ci(many, draws=300)
+    assert low_few <= sorted(few)[10] <= high_few
+    assert low < 1.03 < high and high - low < high_few - low_few
+
+
+def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
+    """A host that slows down step after step: the flagos steps, 10% dearer than their
+    vendor neighbours, read 1.1 whatever the drift; each batch starts with the next policy."""
+    from argparse import Namespace
+
+    from vllm_fl.dispatch.policy import get_policy
+
+    class Engine:
+        def __init__(self):
+            self.clock = 0.0
+            self.policies: list[str] = []
+
+        def step(self):
+            self.clock += 1.0  # drift: every step slower than the last
+            cost = 1.1 if get_policy().prefer == "flagos" else 1.0
+            self.policies.append(get_policy().prefer)
+            fake_time[0] += cost * (10.0 + self.clock) / 1e3
+            return []
+
+    fake_time = [0.0]
+    engine = Engine()
+
+    class LLM:
+        llm_engine = engine
+
+        def generate(self, batch, params, use_tqdm):
+            for _ in range(10):
+                self.llm_engine.step()
+
+    monkeypatch.setattr(profile_e2e, "_engine", lambda *a: (LLM(), None, lambda: None))
+    monkeypatch.setattr(profile_e2e.time, "perf_counter", lambda: fake_time[0])
+    args = Namespace(ab_batches=3, ab_policies=["prefer=vendor", "prefer=flagos"])
+    result = profile_e2e.ab_steps_config("model", args)
+    assert result["paired_ratio"]["prefer=flagos"] == pytest.approx(1.1, abs=1e-3)
+    assert result["slower_share"]["prefer=flagos"] == 1.0
+    assert result["pairs"]["prefer=flagos"] == 3 * 2  # 6 kept steps a batch, 2 with neighbours
+    warmup = 2 * 10
+    starts = [engine.policies[warmup + 10 * b] for b in range(3)]
+    assert starts == ["vendor", "flagos", "vendor"]
+    assert engine.step.__func__ is Engine.step  # the engine's own step again
+
+
+def test_ab_steps_table_renders_each_policy_with_its_interval():
+    from report_flagos import ab_steps_table
+
+    result = {
+        "mode": "steps",
+        "step_ms": {"prefer=vendor": 30.0, "prefer=flagos": 31.0},
+        "pairs": {"prefer=flagos": 300},
+        "paired_ratio": {"prefer=flagos": 1.021},
+        "paired_ratio_ci95": {"prefer=flagos": [1.012, 1.03]},
+        "paired_ratio_quartiles": {"prefer=flagos": [0.98, 1.06]},
+        "slower_share": {"prefer=flagos": 0.62},
+    }
+    rows = ab_steps_table(result).splitlines()
+    assert rows[2].split("|")[1:4] == [" prefer=vendor ", " 30.00 ", " – "]
+    assert "| 1.021× | 1.012-1.030 | 0.980-1.060 | 62% | 300 |" in rows[3]

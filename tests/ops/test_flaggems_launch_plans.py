@@ -121,3 +121,102 @@ def test_a_kernel_without_a_plan_is_never_bound(plans):
     plans._plannable = False  # e.g. autotune pre-hooks: always through FlagGems' entry
     plans.run(launch.Launch((4,), ("x", "out", 7), {"BLOCK": 128}, "k"), "sig", dynamic=2)
     assert not plans.launch_bound("sig", ("x", "out"))
+
+
+class _CLauncher:
+    """Stand-in for Triton 3.6's compiled C ``launch``: records its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, *args) -> None:
+        self.calls.append(args)
+
+
+class _CudaLauncher:
+    def __init__(self, global_scratch: int = 0) -> None:
+        self.launch = _CLauncher()
+        self.global_scratch_size = global_scratch
+        self.profile_scratch_size = 0
+        self.launch_cooperative_grid = False
+        self.launch_pdl = True
+
+
+class _Compiled:
+    """A compiled kernel as Triton 3.6 has it: ``run`` (its launcher), ``function``,
+    ``packed_metadata``, and the runner ``compiled[grid]``, which records."""
+
+    function = 0xF00
+    packed_metadata = (4, 1, 0)
+
+    def __init__(self, launcher: _CudaLauncher) -> None:
+        self.run = launcher
+        self.runner_launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        return lambda *args: self.runner_launches.append((grid, args))
+
+
+@pytest.fixture
+def triton_36(monkeypatch):
+    """Triton 3.6's calling convention, current device 0 with raw stream 0xABC."""
+    import torch
+
+    monkeypatch.setattr(launch, "_triton_version", lambda: (3, 6))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 0xABC + d, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def test_the_c_launcher_is_called_as_tritons_runner_calls_it(triton_36):
+    compiled = _Compiled(_CudaLauncher())
+    launch.launcher_of(compiled)((2, 3, 1), "x", "out", 7)
+    assert compiled.runner_launches == []
+    # grid, stream, function, cooperative, pdl, no scratch, metadata, no launch metadata or hooks
+    expected = (2, 3, 1, 0xABC, 0xF00, False, True, None, None, (4, 1, 0), None, None, None)
+    assert compiled.run.launch.calls == [(*expected, "x", "out", 7)]
+
+
+def test_a_registered_launch_hook_gets_tritons_runner(triton_36):
+    from triton import knobs
+
+    hook = knobs.runtime.launch_enter_hook
+    if not hasattr(hook, "add"):
+        pytest.skip("this Triton's launch hooks are not hook chains")
+    compiled = _Compiled(_CudaLauncher())
+    run = launch.launcher_of(compiled)
+    profiler = lambda metadata: None  # noqa: E731
+    hook.add(profiler)
+    try:
+        run((1, 1, 1), "x")
+    finally:
+        hook.remove(profiler)
+    run((1, 1, 1), "y")
+    assert compiled.runner_launches == [((1, 1, 1), ("x",))]
+    assert [call[-1] for call in compiled.run.launch.calls] == ["y"]
+
+
+def test_kernels_needing_scratch_or_wrapped_launchers_go_through_the_runner(triton_36):
+    scratch = _Compiled(_CudaLauncher(global_scratch=256))
+    wrapped = _Compiled(_CudaLauncher())
+    wrapped.run.launch = lambda *args: pytest.fail("a wrapped launcher is called directly")
+    for compiled in (scratch, wrapped):
+        launch.launcher_of(compiled)((1, 1, 1), "x")
+        assert compiled.runner_launches == [((1, 1, 1), ("x",))]
+
+
+def test_other_triton_releases_use_the_runner(triton_36, monkeypatch):
+    monkeypatch.setattr(launch, "_triton_version", lambda: (3, 5))
+    compiled = _Compiled(_CudaLauncher())
+    launch.launcher_of(compiled)((1, 1, 1), "x")
+    assert compiled.runner_launches == [((1, 1, 1), ("x",))]
+    assert compiled.run.launch.calls == []
+
+
+def test_a_bound_launch_calls_the_c_launcher_with_its_grid(triton_36):
+    plans, _, first = recorded_plans(_kernel, {"EVEN": False})
+    compiled = _Compiled(_CudaLauncher())
+    plans._first_launch = lambda grid, args, kwargs: (first.append(grid) or compiled, {})
+    plans.run(launch.Launch((4,), ("x", "out", 7), {"BLOCK": 128}, "k"), "sig", dynamic=2)
+    assert plans.launch_bound("sig", ("x2", "out2"))
+    (call,) = compiled.run.launch.calls
+    assert call[:3] == (4, 1, 1) and call[13:] == ("x2", "out2", 7, 128, True)

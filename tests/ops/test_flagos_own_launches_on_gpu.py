@@ -16,10 +16,12 @@ import pytest
 import torch
 from ops_helpers import cos_sin_cache, op_tolerance
 
-from vllm_fl.dispatch.backends.flaggems import routing_kernels
+from vllm_fl.dispatch.backends.flaggems import launch, routing_kernels
 from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
+from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary
 from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe
+from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
 from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
 
 pytestmark = pytest.mark.gpu("flag_gems")
@@ -103,3 +105,39 @@ def test_fused_experts_at_qwen3_moe_sizes(tokens):
     for _ in range(2):
         got = flagos_moe.fused_experts(*args)
         torch.testing.assert_close(got, expected, **op_tolerance("fused_experts", torch.bfloat16))
+
+
+def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_them():
+    """On the Triton release whose C launcher ``launch.py`` calls directly, the add-and-normalise
+    eager variant's bound launch is that direct call; with a launch hook registered (as a
+    profiler registers one) the launch goes through Triton's runner, which calls the hook."""
+    from triton import knobs
+
+    hidden = 4096
+    layer = SimpleNamespace(
+        weight=torch.nn.Parameter(torch.randn(hidden, dtype=torch.bfloat16, device=DEVICE)),
+        variance_epsilon=1e-6,
+    )
+    x, residual = (torch.randn(7, hidden, dtype=torch.bfloat16, device=DEVICE) for _ in range(2))
+    expected = ref_norm.rms_norm(layer, x.clone(), residual.clone())
+    tolerance = op_tolerance("rms_norm", torch.bfloat16)
+    seen: list[str] = []
+
+    def record(metadata) -> None:
+        seen.append(metadata["name"])
+
+    hook = knobs.runtime.launch_enter_hook
+    for call in range(3):
+        if call == 2:
+            hook.add(record)
+        try:
+            got = flagos_norm.rms_norm_inplace(layer, x.clone(), residual.clone())
+        finally:
+            hook.remove(record)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, **tolerance)
+    plans = launch.plans_of("fused_add_rms_norm", "fused_add_rms_norm_kernel")
+    (runner, _fixed), *_ = plans._bound.values()
+    direct = launch._triton_version() in launch._DIRECT_TRITON
+    assert (runner.func.__name__ == "launch") == direct
+    assert seen == ["fused_add_rms_norm_kernel"]

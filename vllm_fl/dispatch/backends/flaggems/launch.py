@@ -13,6 +13,14 @@ directly. Nothing in FlagGems is changed; only its kernels are reused.
 A plan is only made where it is exact: kernels whose autotune configs have launch pre-hooks, and
 Triton releases whose compiled-kernel calling convention this module does not know, always go
 through FlagGems' entry.
+
+A plan launches a compiled kernel as ``compiled[grid](*args)`` does. On Triton releases whose C
+launcher this module knows (``_DIRECT_TRITON``), it calls that launcher itself: Triton's runner
+looks up the current device and stream, builds launch metadata for the launch hooks and calls
+an empty hook chain before and after every launch, several microseconds of Python per launch
+that an eager decode step pays about 130 times. Where a hook is registered (a profiler), the
+kernel needs scratch memory, or its launcher is wrapped (tensor descriptors), the runner
+launches it as before.
 """
 
 from __future__ import annotations
@@ -29,12 +37,84 @@ MAX_PLANS = 1024  # per kernel; a workload with more distinct layouts starts ove
 
 _SUPPORTED_TRITON = ((3, 3), (3, 4), (3, 5), (3, 6))  # compiled[grid](*every_parameter)
 
+# CudaLauncher.launch(grid x/y/z, stream, function, cooperative, pdl, global scratch, profile
+# scratch, packed metadata, launch metadata, enter hook, exit hook, *every_parameter)
+_DIRECT_TRITON = ((3, 6),)
 
-def _triton_supported() -> bool:
+
+def _triton_version() -> tuple[int, int]:
     import triton
 
     major, minor = (int(part) for part in triton.__version__.split(".")[:2])
-    return (major, minor) in _SUPPORTED_TRITON
+    return major, minor
+
+
+def _triton_supported() -> bool:
+    return _triton_version() in _SUPPORTED_TRITON
+
+
+def _direct_launch(compiled: Any) -> Callable[..., None] | None:
+    """``launch(grid, *args)`` calling ``compiled``'s C launcher as Triton's runner does, for
+    the current device; None where this Triton, this kernel or this torch does not allow it."""
+    stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if stream_of is None or _triton_version() not in _DIRECT_TRITON:
+        return None
+    try:
+        launcher = compiled.run  # loads the kernel's module where that has not happened yet
+        c_launch = launcher.launch
+        if (
+            inspect.isfunction(c_launch)  # wrapped to build tensor descriptors per launch
+            or launcher.global_scratch_size
+            or launcher.profile_scratch_size
+        ):
+            return None
+        function, metadata = compiled.function, compiled.packed_metadata
+        cooperative, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+    except AttributeError:
+        return None
+    from triton import knobs
+
+    runtime = knobs.runtime
+    device = torch.cuda.current_device()
+
+    def launch(grid: tuple[int, int, int], *args: Any) -> None:
+        # a registered launch hook (a profiler) gets what Triton's runner gives it
+        if getattr(runtime.launch_enter_hook, "calls", True) or getattr(
+            runtime.launch_exit_hook, "calls", True
+        ):
+            compiled[grid](*args)
+            return
+        c_launch(
+            grid[0],
+            grid[1],
+            grid[2],
+            stream_of(device),
+            function,
+            cooperative,
+            pdl,
+            None,
+            None,
+            metadata,
+            None,
+            None,
+            None,
+            *args,
+        )
+
+    return launch
+
+
+def launcher_of(compiled: Any) -> Callable[..., None]:
+    """``launch(grid, *args)``, the same as ``compiled[grid](*args)`` for a three-dimensional
+    grid: Triton's C launcher called directly where ``_direct_launch`` allows it."""
+    direct = _direct_launch(compiled)
+    if direct is not None:
+        return direct
+
+    def through_runner(grid: tuple[int, int, int], *args: Any) -> None:
+        compiled[grid](*args)
+
+    return through_runner
 
 
 def _jit_function(kernel: Any) -> Any:
@@ -103,7 +183,9 @@ class KernelPlans:
         self.kernel = kernel
         self._params = _jit_function(kernel).params
         self._plannable = _triton_supported() and not _has_pre_hooks(kernel)
-        self._plans: dict[Hashable, tuple[Any, tuple, dict[str, Any]]] = {}
+        # layout -> (launcher_of(compiled kernel), parameters after the positional ones,
+        # constexpr values)
+        self._plans: dict[Hashable, tuple[Callable[..., None], tuple, dict[str, Any]]] = {}
         self._bound: dict[Hashable, tuple[Callable[..., Any], tuple]] = {}
 
     def launch(
@@ -116,10 +198,10 @@ class KernelPlans:
         """``grid`` is a tuple, or (for autotuned kernels) a function of the constexpr values."""
         plan = self._plans.get(key)
         if plan is not None:
-            compiled, tail, constexprs = plan
+            launcher, tail, constexprs = plan
             if callable(grid):
                 grid = grid(constexprs)
-            compiled[pad_grid(grid)](*args, *tail)
+            launcher(pad_grid(grid), *args, *tail)
             return
         compiled, constexprs = self._first_launch(grid, args, kwargs)
         if not self._plannable or compiled is None:
@@ -128,7 +210,7 @@ class KernelPlans:
         if tail is not None:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
-            self._plans[key] = (compiled, tail, constexprs)
+            self._plans[key] = (launcher_of(compiled), tail, constexprs)
 
     def run(self, planned: Launch, signature: Hashable = None, dynamic: int = 0) -> None:
         """``launch`` of a :class:`Launch`. With a ``signature``, the launch is also bound to
@@ -139,11 +221,12 @@ class KernelPlans:
             return
         plan = self._plans.get(planned.layout)
         if plan is not None:
-            compiled, tail, _constexprs = plan
+            launcher, tail, _constexprs = plan
             if len(self._bound) >= MAX_PLANS:
                 self._bound.clear()
             fixed = (*planned.args[dynamic:], *tail)
-            self._bound[signature] = (compiled[pad_grid(planned.grid)], fixed)
+            runner = functools.partial(launcher, pad_grid(planned.grid))
+            self._bound[signature] = (runner, fixed)
 
     def launch_bound(self, signature: Hashable, dynamic_args: Sequence[Any]) -> bool:
         """Launch what ``run`` bound to ``signature``, with ``dynamic_args`` first; False,
@@ -206,9 +289,14 @@ def sink(numel: int, device: torch.device) -> torch.Tensor:
     return buffers[-1]
 
 
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None)  # CUDA builds only
+
+
 def on_current_gpu(t: torch.Tensor) -> bool:
     """Whether ``t`` is on the current CUDA device, where the plans launch their kernels."""
-    return t.is_cuda and t.device.index == torch.cuda.current_device()
+    # A CUDA tensor means CUDA is initialised: torch's C getter, without the lazy-init checks
+    # of torch.cuda.current_device(), which cost more than the rest of this per op call.
+    return t.is_cuda and t.get_device() == _current_cuda_device()
 
 
 def aligned(*tensors: torch.Tensor) -> bool:

@@ -41,7 +41,7 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
     shape = x.shape
     d = shape[-1] // 2
     out = torch.empty((*shape[:-1], d), dtype=x.dtype, device=x.device)
-    signature = (shape, x.dtype, x.device)  # a layer's calls share all but the tensors
+    signature = (shape, x.dtype, x.get_device())  # a layer's calls share all but the tensors
     if plans.launch_bound(signature, (x, out)):
         return out
     rows = x.numel() // (2 * d) if d else 0

@@ -105,12 +105,17 @@ def rms_norm_inplace(
     """
     if residual is None or not (x.is_contiguous() and residual.is_contiguous()):
         return rms_norm(self, x, residual)
-    weight = self.weight.data
+    weight = self.weight  # the parameter itself: ``.data`` makes a tensor object per call
     eps = self.variance_epsilon
     plans = launch.plans_of("fused_add_rms_norm", "fused_add_rms_norm_kernel")
-    if plans is not None and _usable(x, residual, weight) and launch.aligned(x, residual, weight):
+    if (
+        plans is not None
+        and launch.on_current_gpu(x)
+        and weight.is_contiguous()
+        and launch.aligned(x, residual, weight)
+    ):
         # a layer's calls share all but the tensors (see KernelPlans.launch_bound)
-        signature = (x.shape, x.dtype, residual.dtype, weight.dtype, x.device, eps)
+        signature = (x.shape, x.dtype, residual.dtype, weight.dtype, x.get_device(), eps)
         if plans.launch_bound(signature, (x, residual, weight)):
             return x, residual
         m, n = _rows(x)

@@ -100,7 +100,7 @@ def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bo
         query.dtype,
         k.dtype,
         positions.dtype,
-        query.device,
+        query.get_device(),
         self.head_size,
         rotary_dim,
         self.is_neox_style,
