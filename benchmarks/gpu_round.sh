@@ -10,7 +10,8 @@
 #   vllm-user    a user's script without a main guard, eager and compiled, TP 2 where two GPUs
 #                are present (about 220 s on one H100)
 #   ops          profile_flagos (host µs per call, split by origin; the top functions of two
-#                ops) and bench_ops, 1 token, bf16
+#                ops), launching through Triton's runner and then its C launcher, and bench_ops,
+#                1 token, bf16
 #   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds of
 #                2 timed batches per engine
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
@@ -45,6 +46,8 @@ vllm-user)
     "$py" -m pytest -q -m gpu tests/integration/test_vllm_gpu_user_script.py
     ;;
 ops)
+    "$py" benchmarks/profile_flagos.py --tokens 1 --triton-runner \
+        --json "$out/h100_flagos_profile_runner.json"
     "$py" benchmarks/profile_flagos.py --tokens 1 --json "$out/h100_flagos_profile.json"
     "$py" benchmarks/profile_flagos.py --tokens 1 --detail --ops rotary_embedding,grouped_topk
     "$py" benchmarks/bench_ops.py --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"

@@ -152,10 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--detail", action="store_true", help="print the top functions per impl")
     parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    parser.add_argument(
+        "--triton-runner",
+        action="store_true",
+        help="launch plans go through Triton's runner, not its C launcher (the earlier path)",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("profile_flagos: no CUDA device; host launch costs need one", file=sys.stderr)
         return 0
+    if args.triton_runner:
+        from vllm_fl.dispatch.backends.flaggems import launch
+
+        launch._DIRECT_TRITON = ()
     from vllm_fl.dispatch import get_default_manager
 
     ops = args.ops.split(",") if args.ops else get_default_manager().registry.list_operators()
