@@ -18,7 +18,8 @@
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
 #                compared inside one engine, taking turns step by step (profile_e2e.py --ab-steps)
-#   ab-steps     only the latter (about 150 s on an H100)
+#   ab-steps     prefer=vendor, prefer=flagos and prefer=vendor again (an A/A check) taking turns
+#                step by step (about 150 s on an H100)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
@@ -71,7 +72,8 @@ profile-e2e)
     ;;
 ab-steps)
     "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
-        --json "$out/h100_profile_e2e_ab_steps.json"
+        --ab-policies "prefer=vendor,prefer=flagos,prefer=vendor again" \
+        --json "$out/h100_profile_e2e_ab_steps_aa.json"
     ;;
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e, ab-steps)" >&2

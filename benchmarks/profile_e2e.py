@@ -17,7 +17,7 @@ ways after a warm-up:
     python benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json profile_e2e.json
 
 Engines started apart differ in host speed by more than the configurations do. With --ab the
-comparison happens inside one engine with the plugin loaded: each policy of AB_POLICIES
+comparison happens inside one engine with the plugin loaded: each policy of AB_DEFAULT
 (prefer=vendor, prefer=flagos, FlagGems for one op only) in turn, in interleaved rounds:
 
     python benchmarks/profile_e2e.py --configs plugin --ab --ab-rounds 3
@@ -120,7 +120,11 @@ AB_POLICIES = {
         f"flagos only {op}": {"prefer": "flagos", "flagos_whitelist": op}
         for op in ("rms_norm", "rotary_embedding", "silu_and_mul")
     },
+    # prefer=vendor under another name: an A/A comparison, which should read 1.000
+    "prefer=vendor again": {"prefer": "vendor"},
 }
+#: the policies compared where ``--ab-policies`` names none
+AB_DEFAULT = [name for name in AB_POLICIES if name != "prefer=vendor again"]
 
 
 def _engine(model_dir: str, args):
@@ -179,9 +183,9 @@ def profile_config(model_dir: str, args) -> dict:
 
 
 def ab_config(model_dir: str, args) -> dict:
-    """In this process, with the plugin loaded: ms per engine step under each of AB_POLICIES
-    (or those ``args.ab_policies`` names), in interleaved rounds, so that every policy sees
-    the same host. The host's speed drifts within a run, so each policy is also compared with
+    """In this process, with the plugin loaded: ms per engine step under each policy of
+    AB_DEFAULT (or those ``args.ab_policies`` names), in interleaved rounds, so that every
+    policy sees the same host. The host's speed drifts within a run, so each policy is also compared with
     prefer=vendor round by round (the order reversed every other round, so that a drift within
     a round favours neither), and the median of those paired ratios is reported beside the
     ratio of the medians. With ``args.ab_checks``, one more batch per policy counts what would
@@ -190,7 +194,7 @@ def ab_config(model_dir: str, args) -> dict:
     from vllm_fl.dispatch.policy import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
-    names = list(args.ab_policies or AB_POLICIES)
+    names = list(args.ab_policies or AB_DEFAULT)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(args.ab_rounds + 1):  # round 0 warms every policy up
         for name in names if round_no % 2 == 0 else reversed(names):
@@ -259,14 +263,14 @@ def bootstrap_median_ci(values: list[float], draws: int = 2000) -> tuple[float, 
 
 def ab_steps_config(model_dir: str, args) -> dict:
     """In this process, with the plugin loaded: the policies of ``args.ab_policies`` (or all of
-    AB_POLICIES) take turns engine step by engine step, each batch starting with the next
+    AB_DEFAULT) take turns engine step by engine step, each batch starting with the next
     policy; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
     median with a bootstrap 95% interval, quartiles and the share of steps slower than their
     neighbours."""
     from vllm_fl.dispatch.policy import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
-    names = list(args.ab_policies or AB_POLICIES)
+    names = list(args.ab_policies or AB_DEFAULT)
     for name in names:  # launch plans, autotuning
         with policy_context(**AB_POLICIES[name]):
             llm.generate(fresh(), params, use_tqdm=False)
@@ -304,6 +308,9 @@ def ab_steps_config(model_dir: str, args) -> dict:
         "paired_ratio_ci95": {},
         "paired_ratio_quartiles": {},
         "slower_share": {},
+        # per batch: the first policy and each step's ms (the policies take turns in ``order``)
+        "order": names,
+        "timelines": [[batch[0][0], [round(ms, 3) for _n, ms in batch]] for batch in batches],
     }
     for name, ratios in pairs.items():
         ordered = sorted(ratios)

@@ -43,7 +43,7 @@ def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeyp
     from vllm_fl.dispatch.policy import get_policy
 
     order: list[str] = []
-    host = iter([1.0] * 2 * len(profile_e2e.AB_POLICIES) + [2.0] * 99)
+    host = iter([1.0] * 2 * len(profile_e2e.AB_DEFAULT) + [2.0] * 99)
 
     def step_ms(llm, batch, params, steps):
         policy = get_policy()
@@ -60,7 +60,7 @@ def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeyp
     assert result["samples"]["prefer=flagos"] == [11.0, 22.0, 22.0]
     assert result["paired_ratio"]["prefer=flagos"] == 1.1
     assert result["paired_ratio_range"]["prefer=vendor"] == [1.0, 1.0]
-    n = len(profile_e2e.AB_POLICIES)
+    n = len(profile_e2e.AB_DEFAULT)
     assert order[n : 2 * n] == order[2 * n : 3 * n][::-1]  # every other round reversed
 
 

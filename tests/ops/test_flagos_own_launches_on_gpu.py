@@ -124,7 +124,7 @@ def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_the
     seen: list[str] = []
 
     def record(metadata) -> None:
-        seen.append(metadata["name"])
+        seen.append(metadata.get()["name"])  # Triton passes a LazyDict
 
     hook = knobs.runtime.launch_enter_hook
     for call in range(3):
