@@ -69,6 +69,22 @@ def test_aligned():
     assert not launch.aligned(base, base[1:])
 
 
+def test_on_current_gpu_compares_a_cuda_tensors_device_with_the_current_one(monkeypatch):
+    import torch
+
+    class CudaTensor:  # what on_current_gpu reads of a tensor on GPU 1
+        is_cuda = True
+
+        def get_device(self) -> int:
+            return 1
+
+    assert not launch.on_current_gpu(torch.zeros(1))  # a CPU tensor: no device query at all
+    monkeypatch.setattr(launch, "_current_cuda_device", lambda: 1)
+    assert launch.on_current_gpu(CudaTensor())
+    monkeypatch.setattr(launch, "_current_cuda_device", lambda: 0)
+    assert not launch.on_current_gpu(CudaTensor())
+
+
 def test_the_module_defining_a_flag_gems_function_top_level_or_below(monkeypatch):
     """FlagGems' vendor overrides live in other modules than the generic function: the kernels
     are looked up where the function FlagGems exports is defined."""
