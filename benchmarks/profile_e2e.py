@@ -261,10 +261,19 @@ def bootstrap_median_ci(values: list[float], draws: int = 2000) -> tuple[float, 
     return _quantile(medians, 0.025), _quantile(medians, 0.975)
 
 
+def batch_order(names: list[str], batch_no: int) -> list[str]:
+    """The turn order of batch ``batch_no``: every other batch runs the cycle backwards (so
+    each policy comes as often right after the prefer=vendor step as right before it), and
+    each pair of batches starts one policy later."""
+    cycle = names if batch_no % 2 == 0 else names[::-1]
+    shift = (batch_no // 2) % len(names)
+    return cycle[shift:] + cycle[:shift]
+
+
 def ab_steps_config(model_dir: str, args) -> dict:
     """In this process, with the plugin loaded: the policies of ``args.ab_policies`` (or all of
-    AB_DEFAULT) take turns engine step by engine step, each batch starting with the next
-    policy; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
+    AB_DEFAULT) take turns engine step by engine step, in the order :func:`batch_order` gives
+    each batch; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
     median with a bootstrap 95% interval, quartiles and the share of steps slower than their
     neighbours."""
     from vllm_fl.dispatch.policy import policy_context
@@ -278,8 +287,7 @@ def ab_steps_config(model_dir: str, args) -> dict:
     step = engine.step
     batches: list[list[tuple[str, float]]] = []
     for batch_no in range(args.ab_batches):
-        shift = batch_no % len(names)
-        turns = itertools.cycle(names[shift:] + names[:shift])
+        turns = itertools.cycle(batch_order(names, batch_no))
         timeline: list[tuple[str, float]] = []
 
         def alternating_step(timeline=timeline, turns=turns):
@@ -308,9 +316,11 @@ def ab_steps_config(model_dir: str, args) -> dict:
         "paired_ratio_ci95": {},
         "paired_ratio_quartiles": {},
         "slower_share": {},
-        # per batch: the first policy and each step's ms (the policies take turns in ``order``)
-        "order": names,
-        "timelines": [[batch[0][0], [round(ms, 3) for _n, ms in batch]] for batch in batches],
+        # per batch: its turn order and each step's ms
+        "timelines": [
+            [batch_order(names, batch_no), [round(ms, 3) for _n, ms in batch]]
+            for batch_no, batch in enumerate(batches)
+        ],
     }
     for name, ratios in pairs.items():
         ordered = sorted(ratios)

@@ -157,7 +157,8 @@ def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
     assert result["pairs"]["prefer=flagos"] == 3 * 2  # 6 kept steps a batch, 2 with neighbours
     warmup = 2 * 10
     starts = [engine.policies[warmup + 10 * b] for b in range(3)]
-    assert starts == ["vendor", "flagos", "vendor"]
+    assert starts == ["vendor", "flagos", "flagos"]  # see test_batch_order_...
+    assert result["timelines"][1][0] == ["prefer=flagos", "prefer=vendor"]
     assert engine.step.__func__ is Engine.step  # the engine's own step again
 
 
@@ -176,3 +177,23 @@ def test_ab_steps_table_renders_each_policy_with_its_interval():
     rows = ab_steps_table(result).splitlines()
     assert rows[2].split("|")[1:4] == [" prefer=vendor ", " 30.00 ", " – "]
     assert "| 1.021× | 1.012-1.030 | 0.980-1.060 | 62% | 300 |" in rows[3]
+
+
+def test_batch_order_puts_each_policy_as_often_after_the_vendor_step_as_before_it():
+    names = ["prefer=vendor", "prefer=flagos", "prefer=vendor again"]
+    orders = [profile_e2e.batch_order(names, b) for b in range(6)]
+    assert orders[0] == names and orders[1] == names[::-1]
+    assert [order[0] for order in orders] == [
+        names[0],
+        names[2],
+        names[1],
+        names[1],
+        names[2],
+        names[0],
+    ]
+
+    def right_after_vendor(order):  # in the cycle: the policy that follows prefer=vendor
+        return order[(order.index("prefer=vendor") + 1) % len(order)]
+
+    follows = [right_after_vendor(order) for order in orders]
+    assert follows.count("prefer=flagos") == follows.count("prefer=vendor again") == 3
