@@ -230,6 +230,11 @@ def ab_config(model_dir: str, args) -> dict:
 HEAD_STEPS, TAIL_STEPS = 2, 2
 
 
+def steady_steps(batch: list) -> list:
+    """A batch's steps without the ``HEAD_STEPS``/``TAIL_STEPS`` at its ends."""
+    return batch[HEAD_STEPS : len(batch) - TAIL_STEPS]
+
+
 def step_pairs(
     batches: list[list[tuple[str, float]]], base: str = "prefer=vendor"
 ) -> dict[str, list[float]]:
@@ -238,7 +243,7 @@ def step_pairs(
     and the ``HEAD_STEPS``/``TAIL_STEPS`` steps at each end of a batch are left out."""
     ratios: dict[str, list[float]] = {}
     for batch in batches:
-        kept = batch[HEAD_STEPS : len(batch) - TAIL_STEPS]
+        kept = steady_steps(batch)
         base_at = [i for i, (name, _ms) in enumerate(kept) if name == base]
         for i, (name, ms) in enumerate(kept):
             before = [j for j in base_at if j < i]
@@ -286,8 +291,9 @@ def ab_steps_config(model_dir: str, args) -> dict:
     engine = llm.llm_engine
     step = engine.step
     batches: list[list[tuple[str, float]]] = []
-    for batch_no in range(args.ab_batches):
-        turns = itertools.cycle(batch_order(names, batch_no))
+    orders = [batch_order(names, batch_no) for batch_no in range(args.ab_batches)]
+    for order in orders:
+        turns = itertools.cycle(order)
         timeline: list[tuple[str, float]] = []
 
         def alternating_step(timeline=timeline, turns=turns):
@@ -305,7 +311,7 @@ def ab_steps_config(model_dir: str, args) -> dict:
             engine.step = step
         batches.append(timeline)
     pairs = step_pairs(batches)
-    kept = [step for batch in batches for step in batch[HEAD_STEPS : len(batch) - TAIL_STEPS]]
+    kept = [step for batch in batches for step in steady_steps(batch)]
     result: dict = {
         "mode": "steps",
         "batches": args.ab_batches,
@@ -318,8 +324,7 @@ def ab_steps_config(model_dir: str, args) -> dict:
         "slower_share": {},
         # per batch: its turn order and each step's ms
         "timelines": [
-            [batch_order(names, batch_no), [round(ms, 3) for _n, ms in batch]]
-            for batch_no, batch in enumerate(batches)
+            [order, [round(ms, 3) for _n, ms in batch]] for order, batch in zip(orders, batches)
         ],
     }
     for name, ratios in pairs.items():
@@ -391,14 +396,12 @@ def run_config(name: str, model_dir: str, args) -> dict:
     argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
     if args.ab_steps:
         argv += ["--ab-steps", f"--ab-batches={args.ab_batches}"]
-        if args.ab_policies:
-            argv.append(f"--ab-policies={','.join(args.ab_policies)}")
     elif args.ab:
         argv += ["--ab", f"--ab-rounds={args.ab_rounds}"]
-        if args.ab_policies:
-            argv.append(f"--ab-policies={','.join(args.ab_policies)}")
         if args.ab_checks:
             argv.append("--ab-checks")
+    if (args.ab_steps or args.ab) and args.ab_policies:
+        argv.append(f"--ab-policies={','.join(args.ab_policies)}")
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
@@ -457,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ab",
         action="store_true",
-        help="instead: each config's engine times every policy of AB_POLICIES in turn",
+        help="instead: each config's engine times every policy of AB_DEFAULT in turn",
     )
     parser.add_argument("--ab-rounds", type=int, default=3)
     parser.add_argument(
