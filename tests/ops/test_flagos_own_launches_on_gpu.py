@@ -1,9 +1,9 @@
 """The flagos backend's own launches on a GPU with the real FlagGems, at model sizes and at the
 edges of what each takes, beyond the generated parity tests' small cases: the rotary eager
-variant on Llama-3-8B's qkv views, the one-program alignment at its pair limit and one pair past
-it (FlagGems' staged kernels), grouped top-k with DeepSeek-V3's routing, and fused experts at
-Qwen3-MoE's sizes on both of its alignment paths, each against the reference impl with the
-manifest's tolerances.
+variant on Llama-3-8B's qkv views, top-k softmax at Qwen3-MoE's and DeepSeek-V3's widths, the
+one-program alignment at its pair limit and one pair past it (FlagGems' staged kernels), grouped
+top-k with DeepSeek-V3's routing, and fused experts at Qwen3-MoE's sizes on both of its
+alignment paths, each against the reference impl with the manifest's tolerances.
 
 Marked ``gpu``: skipped without an NVIDIA GPU or flag_gems; `make test-gpu` runs it.
 """
@@ -85,6 +85,32 @@ def test_grouped_topk_with_deepseek_routing(tokens):
         torch.testing.assert_close(
             got[0], expected[0], **op_tolerance("grouped_topk", torch.float32)
         )
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize("experts", [128, 256])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_topk_softmax_at_qwen3_and_deepseek_widths(tokens, experts, renormalize):
+    """128 experts: eight rows per program, four warps; 256: one row, one warp (FlagGems'
+    choices); 1 and 16 tokens are Triton specialisations of their own, 300 is not."""
+    logits = torch.randn(tokens, experts, dtype=torch.bfloat16, device=DEVICE)
+
+    def buffers():
+        return [
+            torch.empty(tokens, 8, dtype=dtype, device=DEVICE)
+            for dtype in (torch.float32, torch.int32, torch.int32)
+        ]
+
+    expected = buffers()
+    ref_moe.topk_softmax(*expected, logits, renormalize)
+    want = ref_moe.topk_softmax_canonical(*expected, logits, renormalize)
+    for _ in range(2):  # the second call runs on the launch plan
+        got = buffers()
+        flagos_moe.topk_softmax(*got, logits, renormalize)
+        got = ref_moe.topk_softmax_canonical(*got, logits, renormalize)
+        tolerance = op_tolerance("topk_softmax", torch.bfloat16)
+        torch.testing.assert_close(got[0], want[0], **tolerance)
+        assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
 
 
 @pytest.mark.parametrize("tokens", [1, 8, 64])

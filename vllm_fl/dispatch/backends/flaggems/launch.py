@@ -188,6 +188,11 @@ class KernelPlans:
         self._plans: dict[Hashable, tuple[Callable[..., None], tuple, dict[str, Any]]] = {}
         self._bound: dict[Hashable, tuple[Callable[..., Any], tuple]] = {}
 
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """The kernel's parameter names, in order (constexprs included)."""
+        return tuple(param.name for param in self._params)
+
     def launch(
         self,
         key: Hashable,

@@ -106,3 +106,99 @@ def align_in_stages(
         ),
         {},
     )
+
+
+#: ``topk_gating_softmax_kernel``'s parameters (flag_gems/fused/topk_softmax.py), in order
+TOPK_SOFTMAX_PARAMS = (
+    "input_ptr",
+    "finished_ptr",
+    "output_ptr",
+    "indices_ptr",
+    "source_rows_ptr",
+    "num_rows",
+    "k",
+    "num_experts",
+    "start_expert",
+    "end_expert",
+    "renormalize",
+    "INDEX_TY",
+    "BLOCK_SIZE_ROWS",
+    "BLOCK_SIZE_EXPERTS",
+)
+
+#: index dtypes of topk_ids FlagGems' function takes, by the name of their Triton type
+_TOPK_INDEX_TYPES = {torch.int32: "int32", torch.int64: "int64", torch.uint32: "uint32"}
+
+
+@functools.cache
+def topk_softmax_plans() -> launch.KernelPlans | None:
+    """Launch plans of FlagGems' top-k softmax kernel; None where this FlagGems has none with
+    the parameters ``topk_softmax_in_plan`` passes."""
+    kernel = launch.kernel_of("topk_softmax", "topk_gating_softmax_kernel")
+    if kernel is None:
+        return None
+    plans = launch.KernelPlans(kernel)
+    return plans if plans.parameter_names == TOPK_SOFTMAX_PARAMS else None
+
+
+@functools.cache
+def _topk_softmax_options(index_type: str, renormalize: bool, experts: int) -> tuple[int, dict]:
+    """(rows per program, constexprs and warps) as ``flag_gems.topk_softmax`` chooses them."""
+    import triton.language as tl
+
+    block_experts = min((launch.next_pow2(experts) + 31) // 32 * 32, 1024)
+    block_rows, num_warps = max(1024 // block_experts, 1), 4
+    if experts > 128:  # FlagGems keeps a warp on one row for the wide reduction
+        block_rows, num_warps = 1, 1
+    kwargs = {
+        "renormalize": renormalize,
+        "INDEX_TY": getattr(tl, index_type),
+        "BLOCK_SIZE_ROWS": block_rows,
+        "BLOCK_SIZE_EXPERTS": block_experts,
+        "num_warps": num_warps,
+    }
+    return block_rows, kwargs
+
+
+def topk_softmax_in_plan(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    token_expert_indices: torch.Tensor,
+    gating_output: torch.Tensor,
+    renormalize: bool,
+) -> bool:
+    """``flag_gems.topk_softmax``'s one launch, with its launch parameters, through a launch
+    plan keyed by the layout; False, launching nothing, for calls FlagGems' function should
+    take (no plan kernel, no tokens, an index dtype or top-k it rejects, unaligned pointers).
+    Like FlagGems' function, it reads every tensor as contiguous."""
+    plans = topk_softmax_plans()
+    if plans is None or gating_output.dim() != 2:
+        return False
+    tokens, experts = gating_output.shape
+    topk = topk_weights.shape[-1]
+    index_type = _TOPK_INDEX_TYPES.get(topk_ids.dtype)
+    if tokens == 0 or topk > 32 or index_type is None:
+        return False
+    tensors = (gating_output, topk_weights, topk_ids, token_expert_indices)
+    if not launch.aligned(*tensors):
+        return False
+    renormalize = bool(renormalize)
+    block_rows, kwargs = _topk_softmax_options(index_type, renormalize, experts)
+    # Triton specialises integer arguments equal to 1 and divisible by 16: the token count is
+    # one, the others are in the key whole.
+    layout = (
+        gating_output.dtype,
+        topk_weights.dtype,
+        index_type,
+        token_expert_indices.dtype,
+        tokens == 1,
+        tokens % 16 == 0,
+        topk,
+        experts,
+        renormalize,
+        gating_output.get_device(),
+    )
+    args = (gating_output, None, topk_weights, topk_ids, token_expert_indices)
+    args += (tokens, topk, experts, 0, experts)
+    plans.launch(layout, (launch.cdiv(tokens, block_rows),), args, kwargs)
+    return True

@@ -8,7 +8,7 @@ grouped_topk, and moe_align_block_size for up to ``routing_kernels.ALIGN_MAX_PAI
 decode step), run the backend's one-launch routing kernels (``routing_kernels.py``; FlagGems
 takes three and five launches); larger alignments and moe_sum launch FlagGems' kernels through
 the backend's launch plans (``moe_launch.py``, ``launch.py``); fused_experts launches FlagGems'
-grouped-GEMM kernel through them too (``experts.py``); topk_softmax calls FlagGems' function.
+grouped-GEMM kernel through them too (``experts.py``), topk_softmax FlagGems' top-k softmax kernel.
 Calls the backend's kernels do not take go to FlagGems' functions.
 """
 
@@ -32,10 +32,16 @@ def topk_softmax(
     e_score_correction_bias: torch.Tensor | None = None,
     is_padding: torch.Tensor | None = None,
 ) -> None:
-    """``flag_gems.topk_softmax`` (same out-parameter convention as vLLM's kernel)."""
+    """``flag_gems.topk_softmax`` (same out-parameter convention as vLLM's kernel): its kernel
+    through a launch plan on the current GPU (``moe_launch.topk_softmax_in_plan``), its function
+    otherwise."""
     _unsupported(
         "topk_softmax", e_score_correction_bias=e_score_correction_bias, is_padding=is_padding
     )
+    if launch.on_current_gpu(gating_output) and moe_launch.topk_softmax_in_plan(
+        topk_weights, topk_ids, token_expert_indices, gating_output, renormalize
+    ):
+        return
     import flag_gems
 
     flag_gems.topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize)
