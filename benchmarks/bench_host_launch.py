@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_fl.dispatch.backends.flaggems import experts, launch  # noqa: E402
+from vllm_fl.dispatch.backends.flaggems import experts, launch, moe_launch  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
     activation,
     moe,
@@ -68,6 +68,7 @@ def stubbed_launches():
         (launch, "own_plans", lambda module, kernel: nothing),
         (launch, "plans_of", lambda public, kernel: nothing),
         (experts, "flag_gems_kernels", lambda: kernels),
+        (moe_launch, "topk_softmax_plans", lambda: nothing),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
     try:
@@ -104,6 +105,10 @@ def cases() -> dict[str, Callable[[], object]]:
     w2 = torch.empty(experts_n, moe_hidden, inter, dtype=torch.bfloat16)
     hidden_states = torch.randn(1, moe_hidden, dtype=torch.bfloat16)
     scores, bias = torch.randn(1, 256), torch.randn(256)
+    routed = [
+        torch.empty(1, top_k, dtype=dtype) for dtype in (torch.float32, torch.int32, torch.int32)
+    ]
+    gating = torch.randn(1, experts_n, dtype=torch.bfloat16)
     return {
         "rotary_embedding (eager variant)": lambda: rotary.rotary_embedding_inplace(
             rope, positions, query, key
@@ -115,6 +120,7 @@ def cases() -> dict[str, Callable[[], object]]:
         "rms_norm+residual": lambda: normalization.rms_norm(norm, x, residual),
         "rms_norm": lambda: normalization.rms_norm(norm, x),
         "silu_and_mul": lambda: activation.silu_and_mul(None, gate_up),
+        "topk_softmax": lambda: moe.topk_softmax(*routed, gating, True),
         "grouped_topk": lambda: moe.grouped_topk(scores, 8, 4, 8, True, 2.5, bias, 1),
         "moe_align_block_size": lambda: moe.moe_align_block_size(topk_ids, experts_n, 16, *aligned),
         "moe_sum": lambda: moe.moe_sum(per_slot, summed),

@@ -14,24 +14,29 @@
 #                1 token, bf16
 #   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds of
 #                2 timed batches per engine
+#   e2e-eager-rounds  vanilla and prefer=flagos only, eager, 3 interleaved rounds of 2 timed
+#                batches (about 500 s on an H100)
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
 #                compared inside one engine, taking turns step by step (profile_e2e.py --ab-steps)
 #   ab-steps     prefer=vendor, prefer=flagos and prefer=vendor again (an A/A check) taking turns
 #                step by step (about 150 s on an H100)
+#   moe-ab-steps the same three policies taking turns step by step in a Qwen3-MoE-shape engine
+#                (16 layers)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-compile|moe-eager|profile-e2e|ab-steps OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|profile-e2e|ab-steps|moe-ab-steps OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
 e2e=(benchmarks/bench_e2e.py --configs vanilla,prefer=flagos,flagos-deny-cuda)
+aa="prefer=vendor,prefer=flagos,prefer=vendor again"
 case $stage in
 tests)
     "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/ops/test_flagos_own_launches_on_gpu.py \
@@ -57,6 +62,10 @@ e2e-eager)
     "$py" "${e2e[@]}" --modes eager --repeat 2 --timed-repeats 2 \
         --json "$out/h100_e2e_flagos_eager.json"
     ;;
+e2e-eager-rounds)
+    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes eager --repeat 3 \
+        --timed-repeats 2 --json "$out/h100_e2e_flagos_eager_rounds.json"
+    ;;
 e2e-compile)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes compile --repeat 2 \
         --timed-repeats 3 --prompts 128 --json "$out/h100_e2e_flagos_compile.json"
@@ -72,11 +81,16 @@ profile-e2e)
     ;;
 ab-steps)
     "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
-        --ab-policies "prefer=vendor,prefer=flagos,prefer=vendor again" \
-        --json "$out/h100_profile_e2e_ab_steps_aa.json"
+        --ab-policies "$aa" --json "$out/h100_profile_e2e_ab_steps_aa.json"
+    ;;
+moe-ab-steps)
+    "$py" benchmarks/profile_e2e.py --configs plugin --shape qwen3-moe --layers 16 --ab-steps \
+        --ab-batches 16 --output-len 64 --ab-policies "$aa" \
+        --json "$out/h100_moe_profile_e2e_ab_steps_aa.json"
     ;;
 *)
-    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-compile, moe-eager, profile-e2e, ab-steps)" >&2
+    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds," \
+        "e2e-compile, moe-eager, profile-e2e, ab-steps, moe-ab-steps)" >&2
     exit 2
     ;;
 esac
