@@ -274,3 +274,28 @@ def test_functional_norm_with_residual_is_one_launch(own_kernels, monkeypatch, o
     expected_out, expected_total = getattr(ref_norm, op)(layer, x, residual)
     torch.testing.assert_close(total, expected_total)
     torch.testing.assert_close(out, expected_out, atol=1e-5, rtol=1e-5)
+
+
+def test_per_head_norm_on_qkv_views_runs_the_rows_kernel(own_kernels, monkeypatch):
+    """Qwen3's q_norm: a [tokens, heads, head_size] view of the qkv rows, normalised into a new
+    contiguous tensor without a copy first; the second call of the layout is the bound launch."""
+    import sys
+
+    from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
+    from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
+
+    monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
+    layer = types.SimpleNamespace(
+        weight=torch.nn.Parameter(torch.randn(64) * 0.1 + 1.0), variance_epsilon=1e-6
+    )
+    for tokens in (3, 3):
+        qkv = torch.randn(tokens, (4 + 2 * 2) * 64)
+        q_by_head = qkv[:, : 4 * 64].view(tokens, 4, 64)
+        before = qkv.clone()
+        got = flagos_norm.rms_norm(layer, q_by_head)
+        assert got.is_contiguous() and got.shape == q_by_head.shape
+        assert torch.equal(qkv, before)
+        expected = ref_norm.rms_norm(layer, q_by_head)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    rows = own_kernels["rms_norm_rows_kernel"]
+    assert rows.launches == 2 and rows.bound_launches == 1

@@ -1,9 +1,10 @@
 """The flagos backend's own launches on a GPU with the real FlagGems, at model sizes and at the
 edges of what each takes, beyond the generated parity tests' small cases: the rotary eager
-variant on Llama-3-8B's qkv views, top-k softmax at Qwen3-MoE's and DeepSeek-V3's widths, the
-one-program alignment at its pair limit and one pair past it (FlagGems' staged kernels), grouped
-top-k with DeepSeek-V3's routing, and fused experts at Qwen3-MoE's sizes on both of its
-alignment paths, each against the reference impl with the manifest's tolerances.
+variant on Llama-3-8B's qkv views, Qwen3's per-head norms on its qkv views, top-k softmax at
+Qwen3-MoE's and DeepSeek-V3's widths, the one-program alignment at its pair limit and one pair
+past it (FlagGems' staged kernels), grouped top-k with DeepSeek-V3's routing, and fused experts
+at Qwen3-MoE's sizes on both of its alignment paths, each against the reference impl with the
+manifest's tolerances.
 
 Marked ``gpu``: skipped without an NVIDIA GPU or flag_gems; `make test-gpu` runs it.
 """
@@ -51,6 +52,30 @@ def test_rotary_eager_variant_on_llama_qkv_views(tokens, neox):
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, **op_tolerance("rotary_embedding", torch.bfloat16))
     assert torch.equal(value, value_before)
+
+
+@pytest.mark.parametrize("tokens", [1, 300])
+def test_per_head_norms_on_qwen3_qkv_views(tokens):
+    """Qwen3-MoE's q_norm and k_norm: [tokens, heads, 128] views of the qkv projection's rows,
+    through the eager variant as vLLM calls it (no residual: the backend's rows kernel)."""
+    head, q_heads, kv_heads = 128, 32, 4
+    qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head, dtype=torch.bfloat16, device=DEVICE)
+    q, k, _v = qkv.split([q_heads * head, kv_heads * head, kv_heads * head], dim=-1)
+    before = qkv.clone()
+    for heads, view in ((q_heads, q), (kv_heads, k)):
+        by_head = view.view(tokens, heads, head)
+        layer = SimpleNamespace(
+            weight=torch.nn.Parameter(
+                torch.randn(head, device=DEVICE, dtype=torch.bfloat16) * 0.1 + 1.0
+            ),
+            variance_epsilon=1e-6,
+        )
+        expected = ref_norm.rms_norm(layer, by_head)
+        for _ in range(2):  # the second call runs on the bound launch
+            got = flagos_norm.rms_norm_inplace(layer, by_head)
+            assert got.is_contiguous() and got.shape == by_head.shape
+            torch.testing.assert_close(got, expected, **op_tolerance("rms_norm", torch.bfloat16))
+    assert torch.equal(qkv, before)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,9 @@ variant) calls ``fused_add_rms_norm`` in place instead, as vLLM does: one launch
 FlagGems' ``rms_norm`` and ``fused_add_rms_norm`` kernels are launched through the backend's
 launch plans (``launch.py``) with the arguments FlagGems' own functions pass them; the
 add-and-normalise kernel (``norm_kernel.py``) has the arithmetic of FlagGems' rms_norm kernel.
+So does the backend's rows kernel (``norm_kernel.py``), which normalises views of strided rows
+(Qwen3's per-head query and key norms on [tokens, heads, head_size] views of the qkv
+projection) where FlagGems' function would copy them first.
 """
 
 import torch
@@ -27,20 +30,28 @@ def _rows(x: torch.Tensor) -> tuple[int, int]:
     return (x.numel() // n if n else 0), n
 
 
-def _usable(*tensors: torch.Tensor) -> bool:
-    first = tensors[0]
-    return launch.on_current_gpu(first) and all(t.is_contiguous() for t in tensors)
-
-
 def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x * rrms(x) * weight over the last dimension, out of place (FlagGems' rms_norm kernels)."""
+    """x * rrms(x) * weight over the last dimension, out of place: FlagGems' rms_norm kernels
+    for contiguous x, the backend's rows kernel (``norm_kernel.py``) for views of strided rows,
+    FlagGems' function for the rest."""
+    if x.numel() and launch.on_current_gpu(x) and weight.is_contiguous():
+        if x.is_contiguous():
+            out = _through_flag_gems_kernels(x, weight, eps)
+        else:
+            out = _strided_rows(x, weight, eps)
+        if out is not None:
+            return out
+    import flag_gems
+
+    return flag_gems.rms_norm(x, [x.shape[-1]], weight, eps)
+
+
+def _through_flag_gems_kernels(x, weight, eps) -> torch.Tensor | None:
     m, n = _rows(x)
     wide = n > _ONE_BLOCK_MAX
     plans = launch.plans_of("rms_norm", "rms_norm_loop_kernel" if wide else "rms_norm_kernel")
-    if plans is None or x.numel() == 0 or not _usable(x, weight) or not launch.aligned(x, weight):
-        import flag_gems
-
-        return flag_gems.rms_norm(x, [n], weight, eps)
+    if plans is None or not launch.aligned(x, weight):
+        return None
     out = torch.empty_like(x)
     inv_rms = launch.sink(m, x.device)  # FlagGems' kernels also store 1/rms per row
     key = (x.dtype, weight.dtype, n, x.device.index)
@@ -50,6 +61,23 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
         block = launch.next_pow2(n)
         args = (out, inv_rms, x, weight, n, 1, n, 1, n, eps)
         plans.launch(key, (m,), args, {"BLOCK_SIZE": block})
+    return out
+
+
+def _strided_rows(x, weight, eps) -> torch.Tensor | None:
+    """The rows kernel into a new contiguous tensor; its launch is bound to the call's layout
+    (a layer's per-head norm calls with the same view step after step)."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if not launch.aligned(x, weight, out):
+        return None
+    plans = launch.own_plans("norm_kernel", "rms_norm_rows_kernel")
+    signature = (x.shape, x.stride(), x.dtype, weight.dtype, x.get_device(), eps)
+    if plans.launch_bound(signature, (x, weight, out)):
+        return out
+    planned = launch.own("norm_kernel").rms_norm_rows_launch(x, weight, eps, out)
+    if planned is None:
+        return None
+    plans.run(planned, signature, dynamic=3)
     return out
 
 
