@@ -5,8 +5,9 @@ selection) and ``moe_align_block_size`` in five (a zeroed counter buffer and fou
 each launch paying the host's launch cost; vLLM's CUDA kernels take one. At decode sizes that
 host time is the op's whole cost (``benchmarks/results/h100_ops_1tok_launch_plans.json``:
 68.8 and 59.1 µs against 6.5 and 9.0). These kernels do each op in one program per token
-(grouped top-k) or in one program for all pairs (alignment of up to ``ALIGN_MAX_PAIRS`` pairs),
-in float32 as the reference computes. Larger alignments stay on FlagGems' staged kernels.
+(grouped top-k) or in one program for all pairs (alignment of up to ``ALIGN_MAX_PAIRS`` pairs,
+in chunks of up to 128), in float32 as the reference computes. Larger alignments stay on
+FlagGems' staged kernels.
 
 The ``*_launch`` functions derive the launch from vLLM's tensors, or None for what the kernel
 does not take; they need Triton but no GPU, so the CPU tests run the kernels in Triton's
@@ -23,12 +24,14 @@ from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
-#: the most (token, slot) pairs the one-program alignment takes; a decode step of 8 tokens
-#: with top-8 routing has 64
-ALIGN_MAX_PAIRS = 128
+#: the most (token, slot) pairs the one-program alignment takes: a decode step of 512 tokens
+#: with top-8 routing; larger calls (prefill) are the GPU's work more than the host's
+ALIGN_MAX_PAIRS = 4096
 ALIGN_MAX_EXPERTS = 512
-#: the most elements of a pairs-by-experts comparison one program holds
+#: the most elements of a pairs-by-experts or pairs-by-pairs comparison one program holds
 _ALIGN_MAX_TILE = 16384
+#: pairs per step of the one-program alignment (their pairwise ranks: a 128 x 128 tile)
+_ALIGN_MAX_CHUNK = 128
 _FILL_BLOCK = 1024
 
 
@@ -166,31 +169,41 @@ def align_pairs_kernel(
     n_blocks,
     EXPERTS: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    CHUNK: tl.constexpr,
     BLOCK_E: tl.constexpr,
     FILL_BLOCK: tl.constexpr,
     BLOCKS_PER_STEP: tl.constexpr,
 ):
-    i = tl.arange(0, BLOCK_N)
-    valid = i < pairs
-    ids = tl.load(topk_ids_ptr + i, mask=valid, other=EXPERTS).to(tl.int32)
+    c = tl.arange(0, CHUNK)
     e = tl.arange(0, BLOCK_E)
-    of_expert = (ids[None, :] == e[:, None]) & valid[None, :]  # [BLOCK_E, BLOCK_N]
-    counts = tl.sum(of_expert.to(tl.int32), axis=1)
+    counts = tl.zeros([BLOCK_E], dtype=tl.int32)
+    for offset in range(0, pairs, CHUNK):
+        valid = offset + c < pairs
+        ids = tl.load(topk_ids_ptr + offset + c, mask=valid, other=EXPERTS).to(tl.int32)
+        of_expert = (ids[None, :] == e[:, None]) & valid[None, :]  # [BLOCK_E, CHUNK]
+        counts += tl.sum(of_expert.to(tl.int32), axis=1)
     padded = (counts + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
     ends = tl.cumsum(padded, axis=0)
     starts = ends - padded
     total = tl.sum(padded, axis=0)
     tl.store(total_ptr, total)
-    # a pair's place: its expert's start plus the pairs of that expert before it (stable)
-    same = (ids[:, None] == ids[None, :]) & (i[None, :] < i[:, None])
-    rank = tl.sum(same.to(tl.int32), axis=1)
-    start = tl.sum(tl.where(of_expert, starts[:, None], 0), axis=0)
     f = tl.arange(0, FILL_BLOCK)
     for offset in range(0, n_sorted, FILL_BLOCK):
         tl.store(sorted_ptr + offset + f, pairs, mask=offset + f < n_sorted)
     tl.debug_barrier()  # the padding is written before the pairs overwrite their slots
-    tl.store(sorted_ptr + start + rank, i, mask=valid)
+    # a pair's place: its expert's start, plus that expert's pairs in earlier chunks, plus
+    # those before it in its chunk (stable)
+    seen = starts
+    for offset in range(0, pairs, CHUNK):
+        i = offset + c
+        valid = i < pairs
+        ids = tl.load(topk_ids_ptr + i, mask=valid, other=EXPERTS).to(tl.int32)
+        of_expert = (ids[None, :] == e[:, None]) & valid[None, :]
+        same = (ids[:, None] == ids[None, :]) & (c[None, :] < c[:, None])
+        rank = tl.sum(same.to(tl.int32), axis=1)
+        start = tl.sum(tl.where(of_expert, seen[:, None], 0), axis=0)
+        tl.store(sorted_ptr + start + rank, i, mask=valid)
+        seen += tl.sum(of_expert.to(tl.int32), axis=1)
     b = tl.arange(0, BLOCKS_PER_STEP)
     for offset in range(0, n_blocks, BLOCKS_PER_STEP):
         block = offset + b
@@ -226,16 +239,14 @@ def align_launch(
     ):
         return None
     n_sorted, n_blocks = sorted_token_ids.numel(), experts_ids.numel()
-    block_n = next_pow2(pairs)
     block_e = next_pow2(num_experts)
-    if block_n * block_e > _ALIGN_MAX_TILE:
-        return None
+    chunk = min(next_pow2(pairs), _ALIGN_MAX_CHUNK, _ALIGN_MAX_TILE // block_e)
     fill = min(_FILL_BLOCK, max(next_pow2(n_sorted), 16))
     blocks_per_step = min(max(next_pow2(n_blocks), 16), _ALIGN_MAX_TILE // block_e)
     kwargs = {
         "EXPERTS": num_experts,
         "BLOCK_SIZE": block_size,
-        "BLOCK_N": block_n,
+        "CHUNK": chunk,
         "BLOCK_E": block_e,
         "FILL_BLOCK": fill,
         "BLOCKS_PER_STEP": blocks_per_step,
