@@ -138,10 +138,9 @@ def test_topk_softmax_at_qwen3_and_deepseek_widths(tokens, experts, renormalize)
         assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
 
 
-@pytest.mark.parametrize("tokens", [1, 8, 300, 600])
+@pytest.mark.parametrize("tokens", [1, 8, 64])
 def test_fused_experts_at_qwen3_moe_sizes(tokens):
-    """1 token takes the sparse path (no alignment), 8 and 300 (2400 pairs, in chunks) the
-    one-program alignment, 600 (4800 pairs) FlagGems' staged kernels."""
+    """1 token takes the sparse path (no alignment), 8 the one-program alignment, 64 the staged."""
     experts, hidden, inter, top_k = 128, 2048, 768, 8
     gen = torch.Generator(device=DEVICE).manual_seed(tokens)
     x = torch.randn(tokens, hidden, device=DEVICE, generator=gen, dtype=torch.bfloat16)

@@ -6,8 +6,8 @@ each launch paying the host's launch cost; vLLM's CUDA kernels take one. At deco
 host time is the op's whole cost (``benchmarks/results/h100_ops_1tok_launch_plans.json``:
 68.8 and 59.1 µs against 6.5 and 9.0). These kernels do each op in one program per token
 (grouped top-k) or in one program for all pairs (alignment of up to ``ALIGN_MAX_PAIRS`` pairs,
-in chunks of up to 128), in float32 as the reference computes. Larger alignments stay on
-FlagGems' staged kernels.
+in chunks of a pairs-by-experts tile), in float32 as the reference computes. Larger alignments
+stay on FlagGems' staged kernels.
 
 The ``*_launch`` functions derive the launch from vLLM's tensors, or None for what the kernel
 does not take; they need Triton but no GPU, so the CPU tests run the kernels in Triton's
@@ -24,14 +24,14 @@ from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
-#: the most (token, slot) pairs the one-program alignment takes: a decode step of 512 tokens
-#: with top-8 routing; larger calls (prefill) are the GPU's work more than the host's
-ALIGN_MAX_PAIRS = 4096
+#: the most (token, slot) pairs the one-program alignment takes (a decode step of 16 tokens with
+#: top-8 routing): its GPU time grows with the pairs (``benchmarks/bench_align.py``, CUDA graphs
+#: on an H100: 4.7 µs at 8 pairs, 7.9 at 64, 14.5 at 128, 27.4 at 256, against 10 for FlagGems'
+#: five launches), while it saves about 30 µs of host time per call in eager mode
+ALIGN_MAX_PAIRS = 128
 ALIGN_MAX_EXPERTS = 512
-#: the most elements of a pairs-by-experts or pairs-by-pairs comparison one program holds
+#: the most elements of a pairs-by-experts comparison one program holds
 _ALIGN_MAX_TILE = 16384
-#: pairs per step of the one-program alignment (their pairwise ranks: a 128 x 128 tile)
-_ALIGN_MAX_CHUNK = 128
 _FILL_BLOCK = 1024
 
 
@@ -192,18 +192,17 @@ def align_pairs_kernel(
         tl.store(sorted_ptr + offset + f, pairs, mask=offset + f < n_sorted)
     tl.debug_barrier()  # the padding is written before the pairs overwrite their slots
     # a pair's place: its expert's start, plus that expert's pairs in earlier chunks, plus
-    # those before it in its chunk (stable)
+    # those before it in its chunk (stable): a running count along the chunk per expert
     seen = starts
     for offset in range(0, pairs, CHUNK):
         i = offset + c
         valid = i < pairs
         ids = tl.load(topk_ids_ptr + i, mask=valid, other=EXPERTS).to(tl.int32)
-        of_expert = (ids[None, :] == e[:, None]) & valid[None, :]
-        same = (ids[:, None] == ids[None, :]) & (c[None, :] < c[:, None])
-        rank = tl.sum(same.to(tl.int32), axis=1)
-        start = tl.sum(tl.where(of_expert, seen[:, None], 0), axis=0)
-        tl.store(sorted_ptr + start + rank, i, mask=valid)
-        seen += tl.sum(of_expert.to(tl.int32), axis=1)
+        of_expert = ((ids[None, :] == e[:, None]) & valid[None, :]).to(tl.int32)
+        running = tl.cumsum(of_expert, axis=1)  # [BLOCK_E, CHUNK], inclusive
+        place = tl.sum(of_expert * (seen[:, None] + running - 1), axis=0)
+        tl.store(sorted_ptr + place, i, mask=valid)
+        seen += tl.sum(of_expert, axis=1)
     b = tl.arange(0, BLOCKS_PER_STEP)
     for offset in range(0, n_blocks, BLOCKS_PER_STEP):
         block = offset + b
@@ -240,7 +239,7 @@ def align_launch(
         return None
     n_sorted, n_blocks = sorted_token_ids.numel(), experts_ids.numel()
     block_e = next_pow2(num_experts)
-    chunk = min(next_pow2(pairs), _ALIGN_MAX_CHUNK, _ALIGN_MAX_TILE // block_e)
+    chunk = min(next_pow2(pairs), _ALIGN_MAX_TILE // block_e)
     fill = min(_FILL_BLOCK, max(next_pow2(n_sorted), 16))
     blocks_per_step = min(max(next_pow2(n_blocks), 16), _ALIGN_MAX_TILE // block_e)
     kwargs = {

@@ -1,0 +1,97 @@
+"""GPU time of the flagos alignment (``moe_align_block_size``) by pair count, inside CUDA graphs.
+
+The backend aligns a call's (token, slot) pairs in one program (``routing_kernels.py``), where
+FlagGems launches five kernels: far less host time per call, but one program does all the work,
+so its GPU time grows with the pairs. This times both inside CUDA graphs (GPU time only: what a
+compiled, graph-captured engine pays) at Qwen3-MoE's routing (128 experts, top 8, block 16), the
+one-program kernel at several warp counts, to choose how many pairs it takes.
+
+    python benchmarks/bench_align.py [--tokens 1,8,...] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vllm_fl.dispatch.backends.flaggems import routing_kernels  # noqa: E402
+
+EXPERTS, TOP_K, BLOCK = 128, 8, 16
+WARPS = (4, 8, 16)
+
+
+def _buffers(tokens: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    topk_ids = torch.stack(
+        [torch.randperm(EXPERTS, device="cuda")[:TOP_K] for _ in range(tokens)]
+    ).to(torch.int32)
+    padded = topk_ids.numel() + EXPERTS * (BLOCK - 1)
+    sizes = (padded, -(-padded // BLOCK), 1)
+    return topk_ids, [torch.empty(n, dtype=torch.int32, device="cuda") for n in sizes]
+
+
+def graph_us(call) -> float:
+    """Median GPU µs per call of ``call``, replayed in CUDA graphs (Triton's do_bench_cudagraph)."""
+    import triton.testing
+
+    return triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median") * 1000.0
+
+
+def measure(tokens_list: list[int]) -> list[dict]:
+    from flag_gems.fused import moe_align_block_size_triton
+
+    rows = []
+    for tokens in tokens_list:
+        topk_ids, outs = _buffers(tokens)
+        pairs = topk_ids.numel()
+        planned = routing_kernels.align_launch(topk_ids, EXPERTS, BLOCK, *outs)
+        for warps in WARPS if planned is not None else ():
+            kwargs = {**planned.kwargs, "num_warps": warps}
+
+            def one_program(planned=planned, kwargs=kwargs):
+                routing_kernels.align_pairs_kernel[planned.grid](*planned.args, **kwargs)
+
+            rows.append(
+                {
+                    "tokens": tokens,
+                    "pairs": pairs,
+                    "impl": f"one program, {warps} warps",
+                    "graph_us": round(graph_us(one_program), 2),
+                }
+            )
+            print(rows[-1], flush=True)
+
+        def staged():
+            moe_align_block_size_triton(topk_ids, EXPERTS, BLOCK, *outs)
+
+        rows.append(
+            {
+                "tokens": tokens,
+                "pairs": pairs,
+                "impl": "FlagGems staged",
+                "graph_us": round(graph_us(staged), 2),
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", default="1,8,16,32,64,128,256,512")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = measure([int(t) for t in args.tokens.split(",")])
+    if args.json:
+        device = torch.cuda.get_device_name()
+        args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
