@@ -1,5 +1,7 @@
-"""README renderer of ``profile_flagos.py`` results: the host time of each flagos impl per call,
-before and after a change, against vLLM's own kernel, with where the flagos time went."""
+"""README renderers of the flagos path's measurements: ``profile_flagos.py`` results (the host
+time of each flagos impl per call, before and after a change, against vLLM's own kernel, with
+where the flagos time went), ``profile_e2e.py`` results (engine steps per configuration and the
+policies compared inside one engine) and ``bench_align.py`` results (GPU time by pair count)."""
 
 from __future__ import annotations
 
@@ -171,3 +173,26 @@ def ab_steps_table(result: dict) -> str:
             ]
         )
     return markdown_table(columns, table)
+
+
+def align_graph(result: dict) -> str:
+    """``bench_align.py`` results: GPU µs per alignment in CUDA graphs by pair count, one
+    column per implementation (the one-program kernel at each warp count, FlagGems' staged)."""
+    impls: list[str] = []
+    by_pairs: dict[int, dict[str, float]] = {}
+    for row in result["rows"]:
+        if row["impl"] not in impls:
+            impls.append(row["impl"])
+        by_pairs.setdefault(row["pairs"], {})[row["impl"]] = row["graph_us"]
+    columns = [Column("pairs")] + [Column(impl) for impl in impls]
+    table = [
+        [str(pairs)] + [_graph_us(us.get(impl)) for impl in impls]
+        for pairs, us in sorted(by_pairs.items())
+    ]
+    return f"{result['device']}: GPU µs per call in CUDA graphs\n\n" + markdown_table(
+        columns, table
+    )
+
+
+def _graph_us(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}"

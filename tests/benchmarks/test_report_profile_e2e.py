@@ -49,3 +49,20 @@ def test_ab_round_paired_ratios_are_shown_with_their_range():
     }
     lines = profile_e2e([result]).splitlines()
     assert lines[3] == "| prefer=flagos | 22.00 | 1.100× | 1.075× (1.050-1.100) | 22.0, 31.5 |"
+
+
+def test_align_graph_has_a_row_per_pair_count_and_a_column_per_impl():
+    from report_flagos import align_graph
+
+    result = {
+        "device": "GPU",
+        "rows": [
+            {"tokens": 16, "pairs": 128, "impl": "one program, 4 warps", "graph_us": 14.47},
+            {"tokens": 16, "pairs": 128, "impl": "FlagGems staged", "graph_us": 10.05},
+            {"tokens": 1, "pairs": 8, "impl": "FlagGems staged", "graph_us": 9.77},
+        ],
+    }
+    lines = align_graph(result).splitlines()
+    assert lines[0] == "GPU: GPU µs per call in CUDA graphs"
+    assert lines[2] == "| pairs | one program, 4 warps | FlagGems staged |"
+    assert lines[4:] == ["| 8 | – | 9.8 |", "| 128 | 14.5 | 10.1 |"]
