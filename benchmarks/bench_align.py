@@ -36,7 +36,7 @@ def _buffers(tokens: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 def graph_us(call) -> float:
-    """Median GPU µs per call of ``call``, replayed in CUDA graphs (Triton's do_bench_cudagraph)."""
+    """Median GPU µs per call of ``call`` replayed in CUDA graphs (do_bench_cudagraph)."""
     import triton.testing
 
     return triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median") * 1000.0

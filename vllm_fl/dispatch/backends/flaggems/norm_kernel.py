@@ -14,8 +14,8 @@ key norms take [tokens, heads, head_size] views of the qkv projection's rows) in
 contiguous tensor, with the same arithmetic and without copying them first, as FlagGems'
 function does.
 
-``add_rms_norm_launch`` and ``rms_norm_rows_launch`` need Triton but no GPU, so the CPU tests run the kernel in Triton's
-interpreter.
+``add_rms_norm_launch`` and ``rms_norm_rows_launch`` need Triton but no GPU, so the CPU tests run
+the kernels in Triton's interpreter.
 """
 
 from __future__ import annotations
