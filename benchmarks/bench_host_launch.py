@@ -94,6 +94,11 @@ def cases() -> dict[str, Callable[[], object]]:
     )
     x, residual = (torch.randn(1, hidden, dtype=torch.bfloat16) for _ in range(2))
     gate_up = torch.randn(1, 2 * 14336, dtype=torch.bfloat16)
+    qwen3_qkv = torch.randn(1, (32 + 2 * 4) * head, dtype=torch.bfloat16)
+    q_by_head = qwen3_qkv[:, : 32 * head].view(1, 32, head)
+    head_norm = types.SimpleNamespace(
+        weight=torch.nn.Parameter(torch.ones(head, dtype=torch.bfloat16)), variance_epsilon=1e-6
+    )
     experts_n, moe_hidden, inter, top_k = 128, 2048, 768, 8
     topk_ids = torch.randperm(experts_n)[:top_k].view(1, top_k).to(torch.int32)
     topk_weights = torch.rand(1, top_k)
@@ -119,6 +124,7 @@ def cases() -> dict[str, Callable[[], object]]:
         ),
         "rms_norm+residual": lambda: normalization.rms_norm(norm, x, residual),
         "rms_norm": lambda: normalization.rms_norm(norm, x),
+        "rms_norm (Qwen3 per-head view)": lambda: normalization.rms_norm(head_norm, q_by_head),
         "silu_and_mul": lambda: activation.silu_and_mul(None, gate_up),
         "topk_softmax": lambda: moe.topk_softmax(*routed, gating, True),
         "grouped_topk": lambda: moe.grouped_topk(scores, 8, 4, 8, True, 2.5, bias, 1),
