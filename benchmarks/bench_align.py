@@ -12,7 +12,6 @@ one-program kernel at several warp counts, to choose how many pairs it takes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness import int_list, write_json  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems import routing_kernels  # noqa: E402
 
 EXPERTS, TOP_K, BLOCK = 128, 8, 16
@@ -46,6 +46,13 @@ def measure(tokens_list: list[int]) -> list[dict]:
     from flag_gems.fused import moe_align_block_size_triton
 
     rows = []
+
+    def record(tokens: int, pairs: int, impl: str, call) -> None:
+        rows.append(
+            {"tokens": tokens, "pairs": pairs, "impl": impl, "graph_us": round(graph_us(call), 2)}
+        )
+        print(rows[-1], flush=True)
+
     for tokens in tokens_list:
         topk_ids, outs = _buffers(tokens)
         pairs = topk_ids.numel()
@@ -56,40 +63,23 @@ def measure(tokens_list: list[int]) -> list[dict]:
             def one_program(planned=planned, kwargs=kwargs):
                 routing_kernels.align_pairs_kernel[planned.grid](*planned.args, **kwargs)
 
-            rows.append(
-                {
-                    "tokens": tokens,
-                    "pairs": pairs,
-                    "impl": f"one program, {warps} warps",
-                    "graph_us": round(graph_us(one_program), 2),
-                }
-            )
-            print(rows[-1], flush=True)
+            record(tokens, pairs, f"one program, {warps} warps", one_program)
 
         def staged():
             moe_align_block_size_triton(topk_ids, EXPERTS, BLOCK, *outs)
 
-        rows.append(
-            {
-                "tokens": tokens,
-                "pairs": pairs,
-                "impl": "FlagGems staged",
-                "graph_us": round(graph_us(staged), 2),
-            }
-        )
-        print(rows[-1], flush=True)
+        record(tokens, pairs, "FlagGems staged", staged)
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="1,8,16,32,64,128,256,512")
+    parser.add_argument("--tokens", type=int_list, default="1,8,16,32,64,128,256,512")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    rows = measure([int(t) for t in args.tokens.split(",")])
+    rows = measure(args.tokens)
     if args.json:
-        device = torch.cuda.get_device_name()
-        args.json.write_text(json.dumps({"device": device, "rows": rows}, indent=1) + "\n")
+        write_json(args.json, {"device": torch.cuda.get_device_name(), "rows": rows})
     return 0
 
 

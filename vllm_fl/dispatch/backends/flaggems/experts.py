@@ -268,5 +268,5 @@ def flag_gems_kernels() -> ExpertKernels | None:
             found = configs[key] = (dict(tuned), tuple(sorted(tuned.items())))
         return found
 
-    params = tuple(p.name for p in launch._jit_function(kernel).params)
-    return ExpertKernels(launch.KernelPlans(kernel), params, config)
+    plans = launch.KernelPlans(kernel)
+    return ExpertKernels(plans, plans.parameter_names, config)
