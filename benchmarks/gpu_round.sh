@@ -18,6 +18,10 @@
 #                batches (about 500 s on an H100)
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
+#   moe-eager-rounds  Qwen3-MoE shape (16 layers), vanilla and prefer=flagos, eager, 3 interleaved
+#                rounds
+#   moe-compile  Qwen3-MoE shape (16 layers), vanilla and prefer=flagos under torch.compile,
+#                2 interleaved rounds
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
 #                compared inside one engine, taking turns step by step (profile_e2e.py --ab-steps)
 #   ab-steps     prefer=vendor, prefer=flagos and prefer=vendor again (an A/A check) taking turns
@@ -29,7 +33,7 @@
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|profile-e2e|ab-steps|moe-ab-steps OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -74,6 +78,16 @@ moe-eager)
     "$py" "${e2e[@]}" --shape qwen3-moe --layers 16 --prompts 128 --input-len 256 \
         --output-len 64 --modes eager --repeat 1 --json "$out/h100_moe_e2e_flagos_eager.json"
     ;;
+moe-eager-rounds)
+    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
+        --prompts 128 --input-len 256 --output-len 64 --modes eager --repeat 3 \
+        --json "$out/h100_moe_e2e_flagos_eager_rounds.json"
+    ;;
+moe-compile)
+    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
+        --prompts 128 --input-len 256 --output-len 64 --modes compile --repeat 2 \
+        --json "$out/h100_moe_e2e_flagos_compile.json"
+    ;;
 profile-e2e)
     "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
     "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
@@ -90,7 +104,7 @@ moe-ab-steps)
     ;;
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds," \
-        "e2e-compile, moe-eager, profile-e2e, ab-steps, moe-ab-steps)" >&2
+        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps)" >&2
     exit 2
     ;;
 esac

@@ -156,4 +156,4 @@ def test_alignment_compiles_for_an_h100(ids_dtype):
     constexprs = dict(
         EXPERTS=128, BLOCK_SIZE=16, CHUNK=128, BLOCK_E=128, FILL_BLOCK=1024, BLOCKS_PER_STEP=128
     )
-    assert compile_for_h100(rk.align_pairs_kernel, signature, constexprs, num_warps=4)
+    assert compile_for_h100(rk.align_pairs_kernel, signature, constexprs, num_warps=rk.ALIGN_WARPS)

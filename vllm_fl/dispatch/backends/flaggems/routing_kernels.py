@@ -26,9 +26,12 @@ from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
 GROUPED_TOPK_MAX_EXPERTS = 1024
 #: the most (token, slot) pairs the one-program alignment takes (a decode step of 16 tokens with
 #: top-8 routing): its GPU time grows with the pairs (``benchmarks/bench_align.py``, CUDA graphs
-#: on an H100: 4.7 µs at 8 pairs, 7.9 at 64, 14.5 at 128, 27.4 at 256, against 10 for FlagGems'
-#: five launches), while it saves about 30 µs of host time per call in eager mode
+#: on an H100, 8 warps: 4.6 µs at 8 pairs, 6.7 at 64, 10.3 at 128, 18.7 at 256, against 10 for
+#: FlagGems' five launches), while it saves about 30 µs of host time per call in eager mode
 ALIGN_MAX_PAIRS = 128
+#: warps of the one-program alignment: 8 was the fastest of 4, 8 and 16 at every pair count
+#: (``benchmarks/results/h100_align_graph.json``)
+ALIGN_WARPS = 8
 ALIGN_MAX_EXPERTS = 512
 #: the most elements of a pairs-by-experts comparison one program holds
 _ALIGN_MAX_TILE = 16384
@@ -249,7 +252,7 @@ def align_launch(
         "BLOCK_E": block_e,
         "FILL_BLOCK": fill,
         "BLOCKS_PER_STEP": blocks_per_step,
-        "num_warps": 4,
+        "num_warps": ALIGN_WARPS,
     }
     args = (topk_ids, sorted_token_ids, experts_ids, num_tokens_post_pad, pairs, n_sorted, n_blocks)
     layout = (
