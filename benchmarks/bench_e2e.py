@@ -58,6 +58,11 @@ CONFIGS = {
     # attention instead of FlashAttention.
     "flagos-deny-cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
+    # FlagGems for every op but the MoE experts (vLLM's fused_moe): what the experts cost.
+    "flagos-vendor-experts": {
+        "VLLM_FL_PREFER": "flagos",
+        "VLLM_FL_FLAGOS_BLACKLIST": "fused_experts",
+    },
     # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
     "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},
 }

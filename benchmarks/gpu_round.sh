@@ -80,12 +80,12 @@ moe-eager)
     ;;
 moe-eager-rounds)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
-        --prompts 128 --input-len 256 --output-len 64 --modes eager --repeat 3 \
+        --prompts 128 --input-len 256 --output-len 64 --modes eager --repeat 3 --timed-repeats 3 \
         --json "$out/h100_moe_e2e_flagos_eager_rounds.json"
     ;;
 moe-compile)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
-        --prompts 128 --input-len 256 --output-len 64 --modes compile --repeat 2 \
+        --prompts 128 --input-len 256 --output-len 64 --modes compile --repeat 2 --timed-repeats 3 \
         --json "$out/h100_moe_e2e_flagos_compile.json"
     ;;
 profile-e2e)

@@ -1,9 +1,9 @@
-"""Where an eager decode step's time goes in real vLLM, per configuration.
+"""Where a decode step's time goes in real vLLM, per configuration (eager, or compiled).
 
 bench_e2e.py says how fast a configuration is; this says why. For each configuration it starts a
 fresh Python process with the engine in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so
 the model's work can be profiled; the throughput figures belong to bench_e2e.py), builds the
-model in eager mode with dummy weights, and generates a decode-heavy batch (short prompts) three
+model with dummy weights in eager mode (``--mode compile``: torch.compile and CUDA graphs), and generates a decode-heavy batch (short prompts) three
 ways after a warm-up:
 
 - timed: wall seconds, and milliseconds per engine step;
@@ -131,13 +131,13 @@ def _engine(model_dir: str, args):
     """The eager engine of this process, greedy sampling params, and a source of batches of
     fresh prompts (a prompt seen before would come from vLLM's prefix cache)."""
     workload = Workload(
-        mode="eager",
+        mode=args.mode,
         max_tokens=args.output_len,
         num_prompts=args.prompts,
         prompt_len=args.input_len,
         llm_args=dummy_model_args(args.input_len, args.output_len),
     )
-    llm = build_llm(model_dir, "eager", workload.llm_args)
+    llm = build_llm(model_dir, args.mode, workload.llm_args)
     params = sampling_params(workload.max_tokens, detokenize=False)
     seeds = itertools.count()
     return llm, params, lambda: prompts(workload, next(seeds))
@@ -413,6 +413,7 @@ def run_config(name: str, model_dir: str, args) -> dict:
 def _shared_argv(args) -> list[str]:
     return [
         f"--prompts={args.prompts}",
+        f"--mode={args.mode}",
         f"--input-len={args.input_len}",
         f"--output-len={args.output_len}",
     ]
@@ -451,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=name_list, default="vanilla,prefer=flagos")
     parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
+    parser.add_argument(
+        "--mode",
+        choices=("eager", "compile"),
+        default="eager",
+        help="compile: torch.compile and CUDA graphs, as vLLM runs by default",
+    )
     parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=16)
