@@ -3,8 +3,8 @@
 bench_e2e.py says how fast a configuration is; this says why. For each configuration it starts a
 fresh Python process with the engine in that process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so
 the model's work can be profiled; the throughput figures belong to bench_e2e.py), builds the
-model with dummy weights in eager mode (``--mode compile``: torch.compile and CUDA graphs), and generates a decode-heavy batch (short prompts) three
-ways after a warm-up:
+model with dummy weights in eager mode (``--mode compile``: torch.compile and CUDA graphs), and
+generates a decode-heavy batch (short prompts) three ways after a warm-up:
 
 - timed: wall seconds, and milliseconds per engine step;
 - under ``torch.profiler``: the GPU's kernel time per step (the rest of a step is the GPU
