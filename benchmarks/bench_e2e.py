@@ -70,7 +70,14 @@ MODES = ("eager", "compile")
 #: greedy tokens of this many prompts are kept, to compare configurations
 COMPARED_PROMPTS = 4
 #: what a run reports beyond its figures (left out of the progress lines)
-DETAIL_KEYS = ("dispatch_log", "used_impls", "used_impls_traced", "replaced", "tokens")
+DETAIL_KEYS = (
+    "dispatch_log",
+    "used_impls",
+    "used_impls_traced",
+    "replaced",
+    "tokens",
+    "threads_cpu_s",
+)
 
 
 def shape_model_dir(shape: str, layers: int | None) -> str:
@@ -120,7 +127,14 @@ def e2e_result(raw: dict) -> dict:
         "host_us": round(raw["host_us"], 2),
         "tokens": raw["tokens"][:COMPARED_PROMPTS],
     }
-    for key in ("generate_s_all", "decode_s_all", "used_impls", "used_impls_traced", "replaced"):
+    for key in (
+        "generate_s_all",
+        "decode_s_all",
+        "used_impls",
+        "used_impls_traced",
+        "replaced",
+        "threads_cpu_s",
+    ):
         if key in raw:
             result[key] = raw[key]
     return result

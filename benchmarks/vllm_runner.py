@@ -147,6 +147,7 @@ def run(model: str | Path, workload: Workload) -> dict:
         result["decode_s"] = round(min(decode_times), 4)
         result["decode_s_all"] = [round(t, 4) for t in decode_times]
         result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
+    result["threads_cpu_s"] = threads_cpu_s()
     if workload.host_probe:
         result["host_us"] = round(host_probe_us(), 3)
     if result["in_process"]:
@@ -166,6 +167,37 @@ def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]
         generated.append(llm.generate(batch, params, use_tqdm=False))
         times.append(time.perf_counter() - start)
     return generated[0], times
+
+
+def threads_cpu_s(root: str = "/proc", top: int = 6) -> dict[str, list]:
+    """CPU seconds so far of the busiest threads of this process and of its child processes
+    (the engine core in vLLM's default layout), by process: a thread that competes with the
+    engine's own shows here. Empty where there is no ``/proc``."""
+    if not os.path.isdir(f"{root}/self/task"):
+        return {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    pending, seen, report = [str(os.getpid())], set(), {}
+    while pending:
+        pid = pending.pop()
+        if pid in seen or not os.path.isdir(f"{root}/{pid}/task"):
+            continue
+        seen.add(pid)
+        threads = []
+        for tid in os.listdir(f"{root}/{pid}/task"):
+            task = f"{root}/{pid}/task/{tid}"
+            try:
+                comm = Path(f"{task}/comm").read_text().strip()
+                fields = Path(f"{task}/stat").read_text().rsplit(")", 1)[1].split()
+                children = Path(f"{task}/children").read_text().split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            # utime and stime: fields 14 and 15 of stat, 12th and 13th after the command name
+            threads.append([comm, round((int(fields[11]) + int(fields[12])) / ticks, 2)])
+            pending.extend(children)
+        threads.sort(key=lambda row: -row[1])
+        name = Path(f"{root}/{pid}/comm").read_text().strip()
+        report[f"{pid} {name}"] = threads[:top]
+    return report
 
 
 def host_probe_us(calls: int = 20000) -> float:
