@@ -110,6 +110,7 @@ def workload(mode: str, args) -> Workload:
         warmup_prompts=COMPARED_PROMPTS,
         timed_repeats=args.timed_repeats,
         host_probe=True,
+        watch_engine=args.watch_engine,
         llm_args=dummy_model_args(args.input_len, args.output_len),
     )
 
@@ -134,6 +135,7 @@ def e2e_result(raw: dict) -> dict:
         "used_impls_traced",
         "replaced",
         "threads_cpu_s",
+        "engine",
     ):
         if key in raw:
             result[key] = raw[key]
@@ -313,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         "--in-process",
         action="store_true",
         help="VLLM_ENABLE_V1_MULTIPROCESSING=0 (default: vLLM's own process layout)",
+    )
+    parser.add_argument(
+        "--watch-engine",
+        action="store_true",
+        help="report the engine process's garbage-collector pauses and allocator retries",
     )
     parser.add_argument("--log-dir", default="benchmarks/results/logs")
     parser.add_argument(

@@ -86,7 +86,7 @@ moe-eager-rounds)
 moe-compile)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
         --prompts 128 --input-len 256 --output-len 64 --modes compile --repeat 2 --timed-repeats 3 \
-        --json "$out/h100_moe_e2e_flagos_compile.json"
+        --watch-engine --json "$out/h100_moe_e2e_flagos_compile.json"
     ;;
 profile-e2e)
     "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"

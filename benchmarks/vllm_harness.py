@@ -126,6 +126,7 @@ def run_vllm(
     max_tokens: int = 24,
     num_prompts: int | None = None,
     timeout: float = 420,
+    watch_engine: bool = False,
 ) -> VllmRun:
     """Run the tiny model's text prompts in a fresh interpreter with `env` on top of a clean
     environment (no inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless
@@ -134,7 +135,11 @@ def run_vllm(
     full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
     llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype}
     workload = Workload(
-        mode=mode, max_tokens=max_tokens, num_prompts=num_prompts, llm_args=llm_args
+        mode=mode,
+        max_tokens=max_tokens,
+        num_prompts=num_prompts,
+        llm_args=llm_args,
+        watch_engine=watch_engine,
     )
     run = launch(model, workload, full_env, timeout=timeout, cwd=Path(model).parent)
     if not run.ok:

@@ -51,6 +51,7 @@ class Workload:
     warmup_prompts: int = 1  # prompts generated once before the timed batch
     timed_repeats: int = 1  # the timed batches are generated this many times; the best counts
     host_probe: bool = False  # also time torch.empty on the GPU (the host's speed)
+    watch_engine: bool = False  # report the engine process's GC pauses and allocator retries
     llm_args: dict = field(default_factory=lambda: dict(SMALL_MODEL_ARGS))
 
     def __post_init__(self):
@@ -109,6 +110,9 @@ def run(model: str | Path, workload: Workload) -> dict:
     import vllm  # noqa: F401  (timed apart from the engine's start-up)
 
     import_s = time.perf_counter() - started
+    if workload.watch_engine:
+        # vLLM sends a function to its engine process only with pickling allowed
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     start = time.perf_counter()
     llm = build_llm(model, workload.mode, workload.llm_args)
     init_s = time.perf_counter() - start
@@ -119,6 +123,8 @@ def run(model: str | Path, workload: Workload) -> dict:
     batch = batches[0]
     params = sampling_params(workload.max_tokens, workload.detokenize)
     llm.generate(batch[: workload.warmup_prompts], params, use_tqdm=False)  # not timed
+    if workload.watch_engine:
+        llm.collective_rpc(watch_engine)
     outputs, generate_times = _timed_generate(llm, batches, params)
     generate_s = min(generate_times)
     tokens = [list(out.outputs[0].token_ids) for out in outputs]
@@ -147,6 +153,9 @@ def run(model: str | Path, workload: Workload) -> dict:
         result["decode_s"] = round(min(decode_times), 4)
         result["decode_s_all"] = [round(t, 4) for t in decode_times]
         result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
+    if workload.watch_engine:
+        result["engine"] = llm.collective_rpc(engine_report)[0]
+        result["runner_pid"] = os.getpid()
     result["threads_cpu_s"] = threads_cpu_s()
     if workload.host_probe:
         result["host_us"] = round(host_probe_us(), 3)
@@ -167,6 +176,65 @@ def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]
         generated.append(llm.generate(batch, params, use_tqdm=False))
         times.append(time.perf_counter() - start)
     return generated[0], times
+
+
+#: the caching allocator's counters an engine report gives (as growth since `watch_engine`)
+ALLOCATOR_COUNTS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+
+
+def _allocator_counts() -> dict[str, int] | None:
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    stats = torch.cuda.memory_stats()
+    return {key: stats.get(key, 0) for key in ALLOCATOR_COUNTS}
+
+
+def watch_engine(worker) -> None:
+    """Run in the engine's worker process (``LLM.collective_rpc``): from now on, time the
+    garbage collector's pauses and count the caching allocator's retries. The state lives on
+    the worker: vLLM sends this function by value, so module globals would not persist."""
+    import gc
+
+    watch = {"pauses": [], "started": [], "allocator": _allocator_counts()}
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            watch["started"].append(time.perf_counter())
+        elif watch["started"]:
+            watch["pauses"].append(
+                (time.perf_counter() - watch["started"].pop(), info["generation"])
+            )
+
+    old = getattr(worker, "_vllm_fl_watch", None)
+    if old is not None and old["callback"] in gc.callbacks:
+        gc.callbacks.remove(old["callback"])
+    watch["callback"] = timed
+    gc.callbacks.append(timed)
+    worker._vllm_fl_watch = watch
+
+
+def engine_report(worker) -> dict:
+    """Run in the engine's worker process after `watch_engine`: its process id, the garbage
+    collector's pauses (count, total, longest, those of 50 ms or more, full collections) and the
+    allocator counters' growth (None without a GPU)."""
+    watch = worker._vllm_fl_watch
+    pauses = [seconds * 1e3 for seconds, _generation in watch["pauses"]]
+    before, now = watch["allocator"], _allocator_counts()
+    return {
+        "pid": os.getpid(),
+        "gc_collections": len(pauses),
+        "gc_full_collections": sum(1 for _s, generation in watch["pauses"] if generation == 2),
+        "gc_ms": round(sum(pauses), 1),
+        "gc_max_ms": round(max(pauses, default=0.0), 1),
+        "gc_pauses_50ms": sorted((round(ms) for ms in pauses if ms >= 50), reverse=True),
+        "allocator": (
+            None
+            if before is None or now is None
+            else {key: now[key] - before[key] for key in ALLOCATOR_COUNTS}
+        ),
+    }
 
 
 def threads_cpu_s(root: str = "/proc", top: int = 6) -> dict[str, list]:

@@ -19,6 +19,7 @@ ARGS = argparse.Namespace(
     decode_input_len=16,
     timed_repeats=3,
     in_process=False,
+    watch_engine=True,
     timeout=30,
     log_dir=None,
 )
@@ -28,6 +29,7 @@ def test_workload_is_the_dummy_weight_token_prompt_run():
     w = bench_e2e.workload("compile", ARGS)
     assert (w.mode, w.num_prompts, w.prompt_len, w.max_tokens) == ("compile", 128, 256, 64)
     assert w.decode_prompt_len == 16 and w.host_probe and not w.detokenize
+    assert w.watch_engine
     assert w.timed_repeats == 3
     assert w.llm_args["load_format"] == "dummy" and w.llm_args["max_model_len"] == 320
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import vllm_runner
 from vllm_runner import Workload
@@ -60,3 +62,49 @@ def test_the_first_batch_is_returned_and_every_batch_timed(monkeypatch):
     llm = _ClockedLLM([3.0, 1.0, 2.0], monkeypatch)
     outputs, times = vllm_runner._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
     assert outputs == ["a"] and times == [3.0, 1.0, 2.0]
+
+
+def test_the_engine_watch_times_collections_from_the_watch_on():
+    import gc
+    import types
+
+    worker = types.SimpleNamespace()
+    callbacks = len(gc.callbacks)
+    try:
+        vllm_runner.watch_engine(worker)
+        vllm_runner.watch_engine(worker)  # a second watch replaces the first
+        assert len(gc.callbacks) == callbacks + 1
+        gc.collect()  # a full collection
+        report = vllm_runner.engine_report(worker)
+    finally:
+        gc.callbacks.remove(worker._vllm_fl_watch["callback"])
+    assert report["pid"] == os.getpid()
+    assert report["gc_collections"] >= report["gc_full_collections"] >= 1
+    assert report["gc_ms"] >= report["gc_max_ms"] > 0
+    assert report["allocator"] is None  # no GPU here
+
+
+def _fake_task(root, pid: int, tid: int, comm: str, ticks: tuple[int, int], children=()) -> None:
+    task = root / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    (task / "comm").write_text(comm + "\n")
+    # after the command name: state, ten fields, then utime and stime in clock ticks
+    (task / "stat").write_text(f"{tid} ({comm}) S {' '.join(['0'] * 10)} {ticks[0]} {ticks[1]} 0\n")
+    (task / "children").write_text(" ".join(str(c) for c in children))
+    if tid == pid:  # the main thread names the process
+        (root / str(pid) / "comm").write_text(comm + "\n")
+
+
+def test_threads_cpu_seconds_of_this_process_and_its_children(tmp_path):
+    tick = os.sysconf("SC_CLK_TCK")
+    me, child = os.getpid(), 999999
+    (tmp_path / "self" / "task").mkdir(parents=True)
+    _fake_task(tmp_path, me, me, "python", (tick, tick), children=[child])
+    _fake_task(tmp_path, me, me + 1, "ZMQbg/IO/0", (0, 0))
+    _fake_task(tmp_path, child, child, "VLLM::EngineCor", (3 * tick, tick))
+    report = vllm_runner.threads_cpu_s(str(tmp_path))
+    assert report == {
+        f"{me} python": [["python", 2.0], ["ZMQbg/IO/0", 0.0]],
+        f"{child} VLLM::EngineCor": [["VLLM::EngineCor", 4.0]],
+    }
+    assert vllm_runner.threads_cpu_s(str(tmp_path / "nowhere")) == {}

@@ -60,10 +60,15 @@ def test_blacklist_keeps_vllms_rms_norm(vllm_runs):
     assert run.result["tokens"] == vanilla.result["tokens"]
 
 
+def _multi_process_run(vllm_runs):
+    env = {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    return vllm_runs("eager, multi-process", env, watch_engine=True)
+
+
 def test_entry_points_load_in_multiprocess_mode(vllm_runs):
     """vLLM's default layout: the model runs in another process (the engine core or a worker),
     and the plugin does its work there, never in the front-end (MainProcess)."""
-    run = vllm_runs("eager, multi-process", {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    run = _multi_process_run(vllm_runs)
     assert run.result["platform"].endswith(".PlatformFLCpu")
     replaced = run.lines("replaced vLLM layers: ")
     assert replaced and not [ln for ln in replaced if "MainProcess" in ln], replaced
@@ -71,3 +76,14 @@ def test_entry_points_load_in_multiprocess_mode(vllm_runs):
         assert f"{layer} -> " in replaced[0]
     vanilla = vllm_runs("eager, plugin off", PLUGIN_OFF)
     assert run.result["tokens"] == vanilla.result["tokens"]
+
+
+def test_the_engine_watch_reports_from_the_engine_process(vllm_runs):
+    """bench_e2e --watch-engine: the garbage collector's pauses and the allocator's retries come
+    from the process that runs the model, not from the caller's."""
+    result = _multi_process_run(vllm_runs).result
+    engine = result["engine"]
+    assert engine["pid"] != result["runner_pid"]
+    assert engine["gc_collections"] >= engine["gc_full_collections"] >= 0
+    assert engine["gc_ms"] >= engine["gc_max_ms"] >= 0
+    assert engine["allocator"] is None  # the CPU build has no caching allocator's counters
