@@ -65,7 +65,8 @@ def summarize(events: list[dict], steps: int) -> dict:
     """The figures of the module docstring from a Chrome trace's complete events."""
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
     gpu = [e for e in complete if e.get("cat") in GPU_CATEGORIES]
-    host = [e for e in complete if e.get("cat") not in GPU_CATEGORIES]
+    # gpu_user_annotation: the GPU-side spans of record_function ranges, on the device's row
+    host = [e for e in complete if not str(e.get("cat", "")).startswith(("gpu_", "kernel"))]
     start = min(e["ts"] for e in complete)
     end = max(e["ts"] + e["dur"] for e in complete)
     busy = _union_us([(e["ts"], e["ts"] + e["dur"]) for e in gpu])

@@ -42,6 +42,7 @@ def test_host_threads_are_told_apart_and_python_frames_of_ours_listed():
         _event("python_function", "vllm/v1/engine/core.py(5): step", 0, 400, tid=1),
         _event("cpu_op", "poll", 100, 100, tid=2),
         _event("kernel", "k", 0, 100),
+        {**_event("gpu_user_annotation", "execute_model", 0, 100), "pid": 0, "tid": 7},
     ]
     summary = trace_engine.summarize(events, steps=1)
     assert summary["threads_ms_per_step"] == {"7/1": 0.4, "7/2": 0.1}
