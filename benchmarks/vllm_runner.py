@@ -263,7 +263,10 @@ def threads_cpu_s(root: str = "/proc", top: int = 6) -> dict[str, list]:
             threads.append([comm, round((int(fields[11]) + int(fields[12])) / ticks, 2)])
             pending.extend(children)
         threads.sort(key=lambda row: -row[1])
-        name = Path(f"{root}/{pid}/comm").read_text().strip()
+        try:
+            name = Path(f"{root}/{pid}/comm").read_text().strip()
+        except OSError:  # the process ended meanwhile
+            continue
         report[f"{pid} {name}"] = threads[:top]
     return report
 
