@@ -191,36 +191,88 @@ def _allocator_counts() -> dict[str, int] | None:
     return {key: stats.get(key, 0) for key in ALLOCATOR_COUNTS}
 
 
+def _triton_runtime_knobs():
+    """Triton's runtime knobs where they have the JIT hooks (Triton 3.4 and later), else None."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    runtime = getattr(knobs, "runtime", None)
+    return runtime if hasattr(runtime, "jit_post_compile_hook") else None
+
+
 def watch_engine(worker) -> None:
     """Run in the engine's worker process (``LLM.collective_rpc``): from now on, time the
-    garbage collector's pauses and count the caching allocator's retries. The state lives on
-    the worker: vLLM sends this function by value, so module globals would not persist."""
+    garbage collector's pauses and Triton's JIT misses (a kernel specialisation compiled, or
+    loaded from Triton's disk cache, by the call that first needs it in this process), and
+    count the caching allocator's retries. The state lives on the worker: vLLM sends this
+    function by value, so module globals would not persist."""
     import gc
 
-    watch = {"pauses": [], "started": [], "allocator": _allocator_counts()}
+    unwatch_engine(worker)
+    watch = {"pauses": [], "jit": [], "started": [], "jit_started": []}
+    watch["allocator"] = _allocator_counts()
 
-    def timed(phase: str, info: dict) -> None:
+    def collected(phase: str, info: dict) -> None:
         if phase == "start":
             watch["started"].append(time.perf_counter())
         elif watch["started"]:
-            watch["pauses"].append(
-                (time.perf_counter() - watch["started"].pop(), info["generation"])
-            )
+            seconds = time.perf_counter() - watch["started"].pop()
+            watch["pauses"].append((seconds, info["generation"]))
 
-    old = getattr(worker, "_vllm_fl_watch", None)
-    if old is not None and old["callback"] in gc.callbacks:
-        gc.callbacks.remove(old["callback"])
-    watch["callback"] = timed
-    gc.callbacks.append(timed)
+    gc.callbacks.append(collected)
+    watch["gc_callback"] = collected
+    runtime = _triton_runtime_knobs()
+    if runtime is not None:
+        before_hook, after_hook = runtime.jit_cache_hook, runtime.jit_post_compile_hook
+
+        def before(**kwargs):
+            skip = before_hook(**kwargs) if before_hook else False
+            if not skip:  # a true answer skips the compilation, and the hook after it
+                watch["jit_started"].append(time.perf_counter())
+            return skip
+
+        def after(**kwargs):
+            if watch["jit_started"]:
+                seconds = time.perf_counter() - watch["jit_started"].pop()
+                watch["jit"].append((getattr(kwargs.get("fn"), "name", "?"), seconds))
+            if after_hook:
+                after_hook(**kwargs)
+
+        runtime.jit_cache_hook, runtime.jit_post_compile_hook = before, after
+        watch["jit_hooks"] = (runtime, before_hook, after_hook)
     worker._vllm_fl_watch = watch
+
+
+def unwatch_engine(worker) -> None:
+    """Undo `watch_engine` in this process (the collector callback, Triton's hooks)."""
+    import gc
+
+    watch = getattr(worker, "_vllm_fl_watch", None)
+    if watch is None:
+        return
+    if watch["gc_callback"] in gc.callbacks:
+        gc.callbacks.remove(watch["gc_callback"])
+    if "jit_hooks" in watch:
+        runtime, before_hook, after_hook = watch["jit_hooks"]
+        runtime.jit_cache_hook, runtime.jit_post_compile_hook = before_hook, after_hook
+    del worker._vllm_fl_watch
 
 
 def engine_report(worker) -> dict:
     """Run in the engine's worker process after `watch_engine`: its process id, the garbage
-    collector's pauses (count, total, longest, those of 50 ms or more, full collections) and the
+    collector's pauses (count, total, longest, those of 50 ms or more, full collections),
+    Triton's JIT misses (count, total, longest, the kernels with the most time) and the
     allocator counters' growth (None without a GPU)."""
     watch = worker._vllm_fl_watch
     pauses = [seconds * 1e3 for seconds, _generation in watch["pauses"]]
+    jit_ms = [seconds * 1e3 for _name, seconds in watch["jit"]]
+    by_kernel: dict[str, list] = {}
+    for name, seconds in watch["jit"]:
+        entry = by_kernel.setdefault(name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds * 1e3
+    top = sorted(by_kernel.items(), key=lambda item: -item[1][1])[:10]
     before, now = watch["allocator"], _allocator_counts()
     return {
         "pid": os.getpid(),
@@ -229,6 +281,10 @@ def engine_report(worker) -> dict:
         "gc_ms": round(sum(pauses), 1),
         "gc_max_ms": round(max(pauses, default=0.0), 1),
         "gc_pauses_50ms": sorted((round(ms) for ms in pauses if ms >= 50), reverse=True),
+        "jit_misses": len(jit_ms),
+        "jit_ms": round(sum(jit_ms), 1),
+        "jit_max_ms": round(max(jit_ms, default=0.0), 1),
+        "jit_by_kernel": {name: [n, round(ms, 1)] for name, (n, ms) in top},
         "allocator": (
             None
             if before is None or now is None

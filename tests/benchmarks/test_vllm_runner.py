@@ -77,11 +77,45 @@ def test_the_engine_watch_times_collections_from_the_watch_on():
         gc.collect()  # a full collection
         report = vllm_runner.engine_report(worker)
     finally:
-        gc.callbacks.remove(worker._vllm_fl_watch["callback"])
+        vllm_runner.unwatch_engine(worker)
+    assert len(gc.callbacks) == callbacks and not hasattr(worker, "_vllm_fl_watch")
     assert report["pid"] == os.getpid()
     assert report["gc_collections"] >= report["gc_full_collections"] >= 1
     assert report["gc_ms"] >= report["gc_max_ms"] > 0
     assert report["allocator"] is None  # no GPU here
+
+
+def test_the_engine_watch_times_tritons_jit_misses_between_its_hooks():
+    import types
+
+    knobs = pytest.importorskip("triton").knobs.runtime
+    seen = []
+
+    def original_post(**kwargs):
+        seen.append(kwargs["fn"].name)
+
+    knobs.jit_post_compile_hook = original_post
+    worker = types.SimpleNamespace()
+    try:
+        vllm_runner.watch_engine(worker)
+        for name in ("rms_norm_kernel", "rotary_kernel", "rms_norm_kernel"):
+            # as JITFunction._do_compile calls them around a compilation
+            fn = types.SimpleNamespace(name=name)
+            assert knobs.jit_cache_hook(key=name, fn=fn) is False
+            knobs.jit_post_compile_hook(key=name, fn=fn)
+        report = vllm_runner.engine_report(worker)
+    finally:
+        vllm_runner.unwatch_engine(worker)
+        restored = knobs.jit_cache_hook, knobs.jit_post_compile_hook
+        knobs.jit_post_compile_hook = None
+    assert report["jit_misses"] == 3
+    assert report["jit_ms"] >= report["jit_max_ms"] >= 0
+    assert {name: n for name, (n, _ms) in report["jit_by_kernel"].items()} == {
+        "rms_norm_kernel": 2,
+        "rotary_kernel": 1,
+    }
+    assert seen == ["rms_norm_kernel", "rotary_kernel", "rms_norm_kernel"]  # the hook chained
+    assert restored == (None, original_post)  # unwatch put the hooks back
 
 
 def _fake_task(root, pid: int, tid: int, comm: str, ticks: tuple[int, int], children=()) -> None:

@@ -86,4 +86,5 @@ def test_the_engine_watch_reports_from_the_engine_process(vllm_runs):
     assert engine["pid"] != result["runner_pid"]
     assert engine["gc_collections"] >= engine["gc_full_collections"] >= 0
     assert engine["gc_ms"] >= engine["gc_max_ms"] >= 0
+    assert engine["jit_ms"] >= engine["jit_max_ms"] >= 0
     assert engine["allocator"] is None  # the CPU build has no caching allocator's counters
