@@ -44,7 +44,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import Column, int_list, median, name_list, read_json, text_table, write_json
+from harness import (
+    Column,
+    int_list,
+    median,
+    name_list,
+    read_json,
+    refuse_unknown,
+    text_table,
+    write_json,
+)
 from shapes import MODELS, model_config
 from vllm_harness import launch
 from vllm_runner import Workload
@@ -339,13 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         report([r for path in args.summarize for r in read_json(path)])
         return 0
 
-    for flag, given, allowed in (
-        ("--configs", args.configs, CONFIGS),
-        ("--modes", args.modes, MODES),
-    ):
-        unknown = [c for c in given if c not in allowed]
-        if unknown:
-            parser.error(f"{flag}: unknown {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    refuse_unknown(parser, "--configs", args.configs, CONFIGS)
+    refuse_unknown(parser, "--modes", args.modes, MODES)
     model_dir = shape_model_dir(args.shape, args.layers)
     runs = []
     for mode in args.modes:

@@ -3,7 +3,9 @@
 Timers: `gpu_us` (triton's do_bench, eager or in a CUDA graph), `per_call_us` (wall and CUDA-event
 time per call of a loop) and `interleaved_medians` (round-robin samples of several candidates, so
 that load on the machine during the run affects each alike). Tables: `Column` describes one,
-`text_table` lays rows out for a terminal, `markdown_table` for the README.
+`text_table` lays rows out for a terminal, `markdown_table` for the README. Sweeps of
+configurations run in worker processes: `refuse_unknown` checks the names, `worker_result` reads
+a worker's result, `sweep_configs` runs, reports and keeps them one by one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -107,6 +110,44 @@ def write_json(path: Path, data: object) -> None:
 
 def read_json(path: Path) -> object:
     return json.loads(Path(path).read_text())
+
+
+# -- configurations run in worker processes ---------------------------------------------------
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, flag: str, given, allowed) -> None:
+    """``parser.error`` naming the values of ``flag`` that ``allowed`` does not hold."""
+    unknown = [name for name in given if name not in allowed]
+    if unknown:
+        parser.error(f"{flag}: unknown {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+
+
+def worker_result(argv: list[str], env: dict[str, str], prefix: str, timeout: float) -> dict:
+    """Run a benchmark's worker process and return the JSON object it printed on the stdout
+    line starting with ``prefix``; without one, ``{"error": its last output lines}``."""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    for line in done.stdout.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix) :])
+    tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+    return {"error": " | ".join(tail)[-400:]}
+
+
+def sweep_configs(
+    configs: Iterable[str],
+    run: Callable[[str], dict],
+    report: Callable[[dict], None],
+    json_path: Path | None,
+) -> list[dict]:
+    """``{"config": name, **run(name)}`` for each configuration in turn, each reported as it
+    comes and the results so far written to ``json_path`` (a sweep cut short keeps them)."""
+    results = []
+    for name in configs:
+        results.append({"config": name, **run(name)})
+        report(results[-1])
+        if json_path:
+            write_json(json_path, results)
+    return results
 
 
 # -- tables ---------------------------------------------------------------------------------------

@@ -47,7 +47,6 @@ import json
 import os
 import pstats
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -55,7 +54,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
-from harness import median, name_list, write_json  # noqa: E402
+from harness import (  # noqa: E402
+    median,
+    name_list,
+    refuse_unknown,
+    sweep_configs,
+    worker_result,
+)
 from profile_flagos import _origin  # noqa: E402
 from report_flagos import ab_steps_table, ab_table  # noqa: E402
 from shapes import MODELS  # noqa: E402
@@ -402,12 +407,7 @@ def run_config(name: str, model_dir: str, args) -> dict:
             argv.append("--ab-checks")
     if (args.ab_steps or args.ab) and args.ab_policies:
         argv.append(f"--ab-policies={','.join(args.ab_policies)}")
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return {"config": name, **json.loads(line[len(RESULT_PREFIX) :])}
-    tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-    return {"config": name, "error": " | ".join(tail)[-400:]}
+    return worker_result(argv, env, RESULT_PREFIX, args.timeout)
 
 
 def _shared_argv(args) -> list[str]:
@@ -500,16 +500,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"--ab-policies: {', '.join(wrong) or 'prefer=vendor missing'}; allowed: "
                 f"{', '.join(AB_POLICIES)}, prefer=vendor among them"
             )
-    unknown = [c for c in args.configs if c not in CONFIGS]
-    if unknown:
-        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
+    refuse_unknown(parser, "--configs", args.configs, CONFIGS)
     model_dir = shape_model_dir(args.shape, args.layers)
-    results = []
-    for name in args.configs:
-        results.append(run_config(name, model_dir, args))
-        print_report(results[-1])
-        if args.json:
-            write_json(args.json, results)
+    sweep_configs(
+        args.configs, lambda name: run_config(name, model_dir, args), print_report, args.json
+    )
     return 0
 
 

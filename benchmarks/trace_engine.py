@@ -26,14 +26,13 @@ import glob
 import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
-from harness import name_list, write_json  # noqa: E402
+from harness import name_list, refuse_unknown, sweep_configs, worker_result  # noqa: E402
 from shapes import MODELS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
@@ -141,13 +140,14 @@ def trace_config(model_dir: str, args) -> dict:
     if not traces:
         return {"error": f"no trace in {trace_dir}"}
     return {
+        "mode": args.mode,
         "trace": os.path.basename(traces[0]),
         **summarize(_read_trace(traces[0]), args.output_len),
     }
 
 
 def run_config(name: str, model_dir: str, args) -> dict:
-    """One configuration in a fresh process with its environment."""
+    """One configuration in a fresh process with its environment: the worker's result."""
     env = {**os.environ, **CONFIGS[name]}
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     argv = [
@@ -155,12 +155,7 @@ def run_config(name: str, model_dir: str, args) -> dict:
         f"--prompts={args.prompts}", f"--input-len={args.input_len}",
         f"--output-len={args.output_len}", *(["--with-stack"] if args.with_stack else []),
     ]  # fmt: skip
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return {"config": name, "mode": args.mode, **json.loads(line[len(RESULT_PREFIX) :])}
-    tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-    return {"config": name, "error": " | ".join(tail)[-400:]}
+    return worker_result(argv, env, RESULT_PREFIX, args.timeout)
 
 
 def print_report(result: dict) -> None:
@@ -197,16 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(RESULT_PREFIX + json.dumps(trace_config(args.worker, args)), flush=True)
         return 0
-    unknown = [c for c in args.configs if c not in CONFIGS]
-    if unknown:
-        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
+    refuse_unknown(parser, "--configs", args.configs, CONFIGS)
     model_dir = shape_model_dir(args.shape, args.layers)
-    results = []
-    for name in args.configs:
-        results.append(run_config(name, model_dir, args))
-        print_report(results[-1])
-        if args.json:
-            write_json(args.json, results)
+    sweep_configs(
+        args.configs, lambda name: run_config(name, model_dir, args), print_report, args.json
+    )
     return 0
 
 

@@ -65,3 +65,36 @@ def test_markdown_table_right_aligns_numeric_columns():
 def test_a_row_of_the_wrong_width_is_refused():
     with pytest.raises(ValueError, match="a row has 1 cells for 2 columns"):
         harness.text_table([Column("a"), Column("b")], [("x",)])
+
+
+def test_a_workers_result_is_the_json_after_its_prefix_or_its_last_lines():
+    import os
+    import sys
+
+    env = dict(os.environ)
+    script = "print('engine log'); print('RESULT {\"a\": 1}'); print('after')"
+    ok = harness.worker_result([sys.executable, "-c", script], env, "RESULT ", timeout=60)
+    assert ok == {"a": 1}
+    failed = "print('loading'); raise SystemExit('no GPU')"
+    error = harness.worker_result([sys.executable, "-c", failed], env, "RESULT ", timeout=60)
+    assert error == {"error": "loading | no GPU"}
+
+
+def test_a_sweep_names_each_result_and_keeps_them_as_it_goes(tmp_path):
+    reported, path = [], tmp_path / "out" / "sweep.json"
+
+    def run(name):
+        assert harness.read_json(path) == reported if reported else not path.exists()
+        return {"ms": len(name)}
+
+    results = harness.sweep_configs(["a", "bcd"], run, reported.append, path)
+    assert results == reported == [{"config": "a", "ms": 1}, {"config": "bcd", "ms": 3}]
+    assert harness.read_json(path) == results
+
+
+def test_unknown_names_are_refused_with_the_allowed_ones(capsys):
+    parser = argparse.ArgumentParser()
+    harness.refuse_unknown(parser, "--configs", ["a"], {"a": 1, "b": 2})
+    with pytest.raises(SystemExit):
+        harness.refuse_unknown(parser, "--configs", ["a", "x"], {"a": 1, "b": 2})
+    assert "--configs: unknown x; allowed: a, b" in capsys.readouterr().err
