@@ -64,8 +64,13 @@ def summarize(events: list[dict], steps: int) -> dict:
     """The figures of the module docstring from a Chrome trace's complete events."""
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
     gpu = [e for e in complete if e.get("cat") in GPU_CATEGORIES]
-    # gpu_user_annotation: the GPU-side spans of record_function ranges, on the device's row
-    host = [e for e in complete if not str(e.get("cat", "")).startswith(("gpu_", "kernel"))]
+    # besides GPU_CATEGORIES, the device's rows hold gpu_user_annotation (the GPU-side spans of
+    # record_function ranges)
+    host = [
+        e
+        for e in complete
+        if e.get("cat") not in GPU_CATEGORIES and not str(e.get("cat", "")).startswith("gpu_")
+    ]
     start = min(e["ts"] for e in complete)
     end = max(e["ts"] + e["dur"] for e in complete)
     busy = _union_us([(e["ts"], e["ts"] + e["dur"]) for e in gpu])
