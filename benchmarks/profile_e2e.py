@@ -133,8 +133,9 @@ AB_DEFAULT = [name for name in AB_POLICIES if name != "prefer=vendor again"]
 
 
 def _engine(model_dir: str, args):
-    """The eager engine of this process, greedy sampling params, and a source of batches of
-    fresh prompts (a prompt seen before would come from vLLM's prefix cache)."""
+    """This process's engine (eager or compiled: ``--mode``), greedy sampling params, and a
+    source of batches of fresh prompts (a prompt seen before would come from vLLM's prefix
+    cache)."""
     workload = Workload(
         mode=args.mode,
         max_tokens=args.output_len,
