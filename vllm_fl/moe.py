@@ -13,13 +13,21 @@ layer classes (``CustomOp.register_oot``, key ``UnquantizedFusedMoEMethod``) and
 - computes the routed experts with the dispatch op ``fused_experts`` (ops.yaml), whose backends
   call ``moe_align_block_size`` / ``moe_sum`` through the dispatch too.
 
+``warm_up`` (called by the plugin's GPU worker before the engine serves) lets the backend of the
+selected ``fused_experts`` impl compile what the model's MoE layers can need: Triton compiles a
+kernel variant on first use, and a variant first needed by a served step (a new token count's
+tuned config or integer class) would stall that step for the compilation.
+
 ``forward_native`` is the same computation: vLLM's own native path needs the kernel vLLM did not
 build, so a user's ``-unquantized_fused_moe`` cannot select it under this platform.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 import sys
+import time
 
 import torch
 from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
@@ -32,6 +40,9 @@ from vllm_fl import functions
 # costs one frame over the selected impl, where call_op would look the op up on every call.
 fused_experts = None
 functions.bind(sys.modules[__name__], "fused_experts", "fused_experts")
+
+
+logger = logging.getLogger("vllm_fl.vllm")
 
 
 def _activation_name(activation: object) -> str:
@@ -68,3 +79,50 @@ class UnquantizedFusedMoEMethodFL(UnquantizedFusedMoEMethod):
         )
 
     forward_native = forward_oot
+
+
+def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
+    """Before serving: for each distinct setup of the model's MoE layers computed by
+    ``UnquantizedFusedMoEMethodFL`` (weights' shapes and dtype, top-k, routing), call the
+    ``warm_up_experts(w1, w2, top_k, max_tokens, apply_router_weight_on_input,
+    global_num_experts)`` of the package whose impl of ``fused_experts`` is selected, where it
+    defines one (a backend whose kernels compile on first use). Layers with an expert map are
+    left alone. Returns the number of warm-up calls the backend made."""
+    from vllm_fl.dispatch import get_default_manager
+
+    selected = get_default_manager().resolve_candidates("fused_experts")[0]
+    package = selected.fn.__module__.rpartition(".")[0]
+    backend_warm_up = getattr(importlib.import_module(package), "warm_up_experts", None)
+    if backend_warm_up is None:
+        return 0
+    start = time.perf_counter()
+    seen, calls = set(), 0
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if not isinstance(method, UnquantizedFusedMoEMethodFL) or module.expert_map is not None:
+            continue
+        w1, w2 = module.w13_weight, module.w2_weight
+        top_k = method.moe.experts_per_token
+        setup = (
+            tuple(w1.shape),
+            tuple(w2.shape),
+            w1.dtype,
+            w1.device,
+            top_k,
+            bool(module.apply_router_weight_on_input),
+            module.global_num_experts,
+        )
+        if setup in seen:
+            continue
+        seen.add(setup)
+        with torch.inference_mode():
+            calls += backend_warm_up(w1, w2, top_k, max_tokens, setup[5], module.global_num_experts)
+    if calls:
+        logger.info(
+            "vllm_fl: %s warmed fused_experts up for %d MoE layer setup(s), %d calls in %.1f s",
+            selected.impl_id,
+            len(seen),
+            calls,
+            time.perf_counter() - start,
+        )
+    return calls

@@ -7,7 +7,8 @@ classes, apply the plugin's `custom_ops` default where the user left vLLM's, res
 That is why nothing of this happens in vLLM's front-end, which must stay free of CUDA so that vLLM
 may fork.
 
-- `WorkerFL` (`vllm_fl.platform.PlatformFL`): vLLM's GPU worker, otherwise unchanged.
+- `WorkerFL` (`vllm_fl.platform.PlatformFL`): vLLM's GPU worker; after vLLM's own warm-up it
+  also lets the selected MoE backend compile its kernel variants (`vllm_fl.moe.warm_up`).
 - `CPUWorkerFL` (`vllm_fl.platform.PlatformFLCpu`): vLLM's CPU worker with a null memory-pool
   context. vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache
   allocation in `_maybe_get_memory_pool_context`, which returns a null context only for in-tree
@@ -27,13 +28,21 @@ from vllm_fl import compat
 
 def _build_gpu_worker() -> type:
     class WorkerFL(compat.gpu_worker_cls()):
-        """vLLM's GPU worker; `init_device` also prepares the process for the plugin's layers."""
+        """vLLM's GPU worker; `init_device` also prepares the process for the plugin's layers,
+        `compile_or_warm_up_model` also warms the MoE layers' kernels up."""
 
         def init_device(self) -> None:
             super().init_device()
             from vllm_fl.registration import prepare_model_process
 
             prepare_model_process(self.vllm_config)
+
+        def compile_or_warm_up_model(self):
+            result = super().compile_or_warm_up_model()
+            from vllm_fl import moe
+
+            moe.warm_up(self.get_model(), self.scheduler_config.max_num_batched_tokens)
+            return result
 
     WorkerFL.__module__ = __name__
     WorkerFL.__qualname__ = "WorkerFL"

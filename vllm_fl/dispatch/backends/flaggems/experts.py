@@ -17,6 +17,7 @@ buffers are 16-byte aligned (the caching allocator's blocks), so only the inputs
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -246,6 +247,73 @@ def fused_experts(
     out = torch.empty_like(hidden_states)
     reduce(per_slot, out)
     return out
+
+
+def specialisation(
+    kernels: ExpertKernels,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    top_k: int,
+    tokens: int,
+    experts: int,
+    align_max_pairs: int,
+) -> tuple:
+    """What the kernels of a ``fused_experts`` call of ``tokens`` tokens are compiled for,
+    beyond what is fixed per layer: the GEMM's tuned config and its integer classes (Triton
+    specialises integers on == 1 and divisibility by 16), the alignment's path (the
+    one-program kernel, keyed by its pair count up to ``align_max_pairs``; FlagGems' stages by
+    pairs per expert, rounded up to a power of two) and the token count's classes (the top-k
+    sum). Calls of equal specialisation compile nothing the other has not."""
+    config, config_key = kernels.config(w1, w2, top_k, w1.dtype, tokens)
+    block_m = config["BLOCK_SIZE_M"]
+    pairs = tokens * top_k
+    if pairs * SPARSITY_FACTOR <= experts:
+        em, route = pairs * block_m, ("sparse",)
+    else:
+        em = pairs + experts * (block_m - 1)
+        if tokens < block_m:
+            em = min(em, pairs * block_m)
+        if pairs <= align_max_pairs:
+            route = ("one program", pairs)
+        else:
+            route = ("stages", launch.next_pow2(launch.cdiv(pairs, experts)))
+    return (
+        config_key,
+        route,
+        em == 1,
+        em % 16 == 0,
+        pairs == 1,
+        pairs % 16 == 0,
+        tokens == 1,
+        tokens % 16 == 0,
+    )
+
+
+def warm_up_token_counts(
+    kernels: ExpertKernels,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    top_k: int,
+    max_tokens: int,
+    experts: int,
+    align_max_pairs: int,
+) -> list[int]:
+    """The smallest token count of each distinct ``specialisation`` of calls of 1 to
+    ``max_tokens`` tokens (at most one chunk): calls of these counts compile every kernel
+    variant a served step can need, so that none compiles while serving (a new variant costs
+    about half a second of Triton compilation on an H100, in the middle of a batch)."""
+    first: dict[tuple, int] = {}
+    # FlagGems logs its config lookup for every new token count
+    gems_logger = logging.getLogger("flag_gems")
+    level = gems_logger.level
+    gems_logger.setLevel(logging.ERROR)
+    try:
+        for tokens in range(1, min(max_tokens, CHUNK_SIZE) + 1):
+            key = specialisation(kernels, w1, w2, top_k, tokens, experts, align_max_pairs)
+            first.setdefault(key, tokens)
+    finally:
+        gems_logger.setLevel(level)
+    return sorted(first.values())
 
 
 @functools.cache

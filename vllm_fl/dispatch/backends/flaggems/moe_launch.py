@@ -15,6 +15,8 @@ from vllm_fl.dispatch.backends.flaggems import launch
 
 
 _ALIGN_STAGES = ("stage1", "stage2_vec", "stage2", "stage3", "stage4")
+#: the first stage's fill tiles, for lengths of zero (it fills nothing)
+_NO_FILL_BLOCK = 16
 
 
 @functools.cache
@@ -36,10 +38,19 @@ def align_in_stages(
     stages, topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad
 ) -> None:
     """The launches of FlagGems' ``moe_align_block_size_triton`` (its Triton path), with one
-    zeroed scratch buffer for its two counters."""
+    zeroed scratch buffer for its two counters.
+
+    FlagGems' first stage also writes the padding of ``sorted_ids`` and zeroes ``expert_ids``,
+    taking both lengths as constexprs: every new token count would compile it again (about
+    80 ms each on an H100, in the middle of serving when a step's token count is new). Here
+    both buffers are filled beforehand and the stage is given lengths of zero, so its
+    specialisations depend only on ``tokens_per_thread`` (a power of two per pairs / experts)
+    and the layout key holds no token count: a few compilations per model, all of them made
+    by ``experts.warm_up_token_counts``' calls before serving."""
     numel = topk_ids.numel()
-    n_sorted, n_experts_ids = sorted_ids.numel(), expert_ids.numel()
     tokens_per_thread = launch.next_pow2(launch.cdiv(numel, num_experts))
+    sorted_ids.fill_(numel)
+    expert_ids.zero_()
     counts = (num_experts + 1) * num_experts
     offset = (
         launch.cdiv(counts, 4) * 4
@@ -48,13 +59,15 @@ def align_in_stages(
     tokens_cnts = scratch[:counts].view(num_experts + 1, num_experts)
     cumsum = scratch[offset:]
     grid = (num_experts,)
+    # FlagGems declares numel do_not_specialize; its == 1 and % 16 classes stay in the key for
+    # a release that does not
     layout = (
         topk_ids.dtype,
-        numel,
+        numel == 1,
+        numel % 16 == 0,
+        tokens_per_thread,
         num_experts,
         block_size,
-        n_sorted,
-        n_experts_ids,
         topk_ids.device.index,
     )
     stages["stage1"].launch(
@@ -68,10 +81,10 @@ def align_in_stages(
             tokens_per_thread,
             sorted_ids,
             expert_ids,
-            n_sorted,
-            n_experts_ids,
-            launch.next_pow2(launch.cdiv(n_sorted, num_experts)),
-            launch.next_pow2(launch.cdiv(n_experts_ids, num_experts)),
+            0,  # sorted_ids: filled above
+            0,  # expert_ids: zeroed above
+            _NO_FILL_BLOCK,
+            _NO_FILL_BLOCK,
         ),
         {},
     )
