@@ -106,6 +106,12 @@ class _Stage:
         self.launches.append((layout, grid, args))
 
 
+def _fill_like_the_prepare_kernel(pairs, sorted_ids, expert_ids, scratch):
+    sorted_ids.fill_(pairs)
+    expert_ids.zero_()
+    scratch.zero_()
+
+
 def _align(stages, pairs: int, experts_n: int = 128, block: int = 16):
     topk_ids = torch.randint(0, experts_n, (pairs,), dtype=torch.int32)
     padded = pairs + experts_n * (block - 1)
@@ -116,9 +122,24 @@ def _align(stages, pairs: int, experts_n: int = 128, block: int = 16):
     return sorted_ids, expert_ids
 
 
-def test_the_staged_alignment_fills_the_buffers_and_passes_no_length_as_a_constexpr():
-    stages = {name: _Stage() for name in moe_launch._ALIGN_STAGES}
+@pytest.fixture
+def stages(monkeypatch):
+    """Stand-in stages; the buffers prepared by torch as ``align_prepare_kernel`` does (that
+    kernel's own test runs it in Triton's interpreter)."""
+    prepared = []
+
+    def prepare(pairs, sorted_ids, expert_ids, scratch):
+        prepared.append(pairs)
+        _fill_like_the_prepare_kernel(pairs, sorted_ids, expert_ids, scratch)
+
+    monkeypatch.setattr(moe_launch, "prepare_buffers", prepare)
+    return {name: _Stage() for name in moe_launch._ALIGN_STAGES}, prepared
+
+
+def test_the_staged_alignment_prepares_the_buffers_and_passes_no_length_as_a_constexpr(stages):
+    stages, prepared = stages
     sorted_ids, expert_ids = _align(stages, 1000)
+    assert prepared == [1000]
     assert (sorted_ids == 1000).all()  # the padding value: the pair count
     assert (expert_ids == 0).all()
     ((_, _, args),) = stages["stage1"].launches
@@ -126,10 +147,11 @@ def test_the_staged_alignment_fills_the_buffers_and_passes_no_length_as_a_conste
     # then its two fill tiles
     assert args[7:9] == (0, 0)
     assert args[3] == 1000  # numel: a runtime argument
+    assert (args[1] == 0).all()  # the counters FlagGems zeroes
 
 
-def test_token_counts_of_one_pairs_per_expert_bucket_share_the_staged_alignment_layout():
-    stages = {name: _Stage() for name in moe_launch._ALIGN_STAGES}
+def test_token_counts_of_one_pairs_per_expert_bucket_share_the_staged_alignment_layout(stages):
+    stages, _prepared = stages
     for pairs in (1000, 1008, 1024):  # ceil(pairs / 128) rounds up to 8 for each
         _align(stages, pairs)
     layouts = {layout for layout, _grid, _args in stages["stage1"].launches}

@@ -157,3 +157,45 @@ def test_alignment_compiles_for_an_h100(ids_dtype):
         EXPERTS=128, BLOCK_SIZE=16, CHUNK=128, BLOCK_E=128, FILL_BLOCK=1024, BLOCKS_PER_STEP=128
     )
     assert compile_for_h100(rk.align_pairs_kernel, signature, constexprs, num_warps=rk.ALIGN_WARPS)
+
+
+@needs_interpreter_loops
+@pytest.mark.parametrize(
+    "pairs, padded, blocks, counters", [(8, 30, 3, 5), (1000, 2920, 183, 16645)]
+)
+def test_the_prepare_kernel_fills_the_padding_and_zeroes_the_rest(pairs, padded, blocks, counters):
+    sorted_ids = torch.full((padded,), -7, dtype=torch.int32)
+    expert_ids = torch.full((blocks,), -7, dtype=torch.int32)
+    scratch = torch.full((counters,), -7, dtype=torch.int32)
+    planned = rk.align_prepare_launch(pairs, sorted_ids, expert_ids, scratch)
+    interpret(rk.align_prepare_kernel, planned.grid, planned.args, planned.kwargs)
+    assert (sorted_ids == pairs).all()
+    assert (expert_ids == 0).all() and (scratch == 0).all()
+
+
+def test_the_prepare_launch_keys_on_the_device_only():
+    """No size in the plan key: the kernel specialises on none, one compilation serves all."""
+    keys = set()
+    for pairs in (129, 1000, 4096):
+        padded = pairs + 128 * 15
+        buffers = (
+            torch.empty(padded, dtype=torch.int32),
+            torch.empty(-(-padded // 16), dtype=torch.int32),
+            torch.empty(129 * 128 + 132, dtype=torch.int32),
+        )
+        keys.add(rk.align_prepare_launch(pairs, *buffers).layout)
+    assert keys == {(None,)}
+
+
+@needs_nvidia_compiler
+def test_the_prepare_kernel_compiles_for_an_h100():
+    signature = {
+        "sorted_ptr": "*i32",
+        "expert_ids_ptr": "*i32",
+        "counters_ptr": "*i32",
+        "pairs": "i32",
+        "n_sorted": "i32",
+        "n_blocks": "i32",
+        "n_counters": "i32",
+    }
+    assert compile_for_h100(rk.align_prepare_kernel, signature, {"BLOCK": 1024}, num_warps=4)

@@ -34,28 +34,40 @@ def align_stages() -> dict[str, launch.KernelPlans] | None:
     return {name: launch.KernelPlans(kernel) for name, kernel in kernels.items()}
 
 
+def prepare_buffers(
+    pairs: int, sorted_ids: torch.Tensor, expert_ids: torch.Tensor, scratch: torch.Tensor
+) -> None:
+    """``sorted_ids`` all ``pairs`` (the padding value), ``expert_ids`` and ``scratch`` zero:
+    the backend's ``routing_kernels.align_prepare_kernel`` in one launch."""
+    planned = launch.own("routing_kernels").align_prepare_launch(
+        pairs, sorted_ids, expert_ids, scratch
+    )
+    launch.own_plans("routing_kernels", "align_prepare_kernel").run(planned)
+
+
 def align_in_stages(
     stages, topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad
 ) -> None:
     """The launches of FlagGems' ``moe_align_block_size_triton`` (its Triton path), with one
-    zeroed scratch buffer for its two counters.
+    scratch buffer for its two counters.
 
     FlagGems' first stage also writes the padding of ``sorted_ids`` and zeroes ``expert_ids``,
     taking both lengths as constexprs: every new token count would compile it again (about
     80 ms each on an H100, in the middle of serving when a step's token count is new). Here
-    both buffers are filled beforehand and the stage is given lengths of zero, so its
+    both buffers and the scratch are filled beforehand in one launch (``prepare_buffers``, the
+    two fills and the zeroed scratch allocation FlagGems makes being three) and the stage is
+    given lengths of zero, so its
     specialisations depend only on ``tokens_per_thread`` (a power of two per pairs / experts)
     and the layout key holds no token count: a few compilations per model, all of them made
     by ``experts.warm_up_token_counts``' calls before serving."""
     numel = topk_ids.numel()
     tokens_per_thread = launch.next_pow2(launch.cdiv(numel, num_experts))
-    sorted_ids.fill_(numel)
-    expert_ids.zero_()
     counts = (num_experts + 1) * num_experts
     offset = (
         launch.cdiv(counts, 4) * 4
     )  # cumsum starts 16-byte aligned, as its own allocation would
-    scratch = torch.zeros(offset + num_experts + 1, dtype=torch.int32, device=topk_ids.device)
+    scratch = torch.empty(offset + num_experts + 1, dtype=torch.int32, device=topk_ids.device)
+    prepare_buffers(numel, sorted_ids, expert_ids, scratch)
     tokens_cnts = scratch[:counts].view(num_experts + 1, num_experts)
     cumsum = scratch[offset:]
     grid = (num_experts,)
@@ -81,8 +93,8 @@ def align_in_stages(
             tokens_per_thread,
             sorted_ids,
             expert_ids,
-            0,  # sorted_ids: filled above
-            0,  # expert_ids: zeroed above
+            0,  # sorted_ids: filled by prepare_buffers
+            0,  # expert_ids: zeroed by prepare_buffers
             _NO_FILL_BLOCK,
             _NO_FILL_BLOCK,
         ),

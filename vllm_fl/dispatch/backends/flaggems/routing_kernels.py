@@ -7,7 +7,8 @@ host time is the op's whole cost (``benchmarks/results/h100_ops_1tok_launch_plan
 68.8 and 59.1 µs against 6.5 and 9.0). These kernels do each op in one program per token
 (grouped top-k) or in one program for all pairs (alignment of up to ``ALIGN_MAX_PAIRS`` pairs,
 in chunks of a pairs-by-experts tile), in float32 as the reference computes. Larger alignments
-stay on FlagGems' staged kernels.
+stay on FlagGems' staged kernels, whose buffers ``align_prepare_kernel`` fills beforehand in one
+launch (``moe_launch.align_in_stages``).
 
 The ``*_launch`` functions derive the launch from vLLM's tensors, or None for what the kernel
 does not take; they need Triton but no GPU, so the CPU tests run the kernels in Triton's
@@ -36,6 +37,8 @@ ALIGN_MAX_EXPERTS = 512
 #: the most elements of a pairs-by-experts comparison one program holds
 _ALIGN_MAX_TILE = 16384
 _FILL_BLOCK = 1024
+#: the most programs of ``align_prepare_kernel`` (each writes _FILL_BLOCK elements per step)
+PREPARE_MAX_PROGRAMS = 128
 
 
 @triton.jit
@@ -265,3 +268,48 @@ def align_launch(
         topk_ids.device.index,
     )
     return Launch((1,), args, kwargs, layout)
+
+
+@triton.jit(do_not_specialize=["pairs", "n_sorted", "n_blocks", "n_counters"])
+def align_prepare_kernel(
+    sorted_ptr,  # [n_sorted] int32, out: every slot the padding value
+    expert_ids_ptr,  # [n_blocks] int32, out: zeros
+    counters_ptr,  # [n_counters] int32, out: zeros
+    pairs,
+    n_sorted,
+    n_blocks,
+    n_counters,
+    BLOCK: tl.constexpr,
+):
+    start = tl.program_id(0) * BLOCK
+    step = tl.num_programs(0) * BLOCK
+    offsets = tl.arange(0, BLOCK)
+    padding = tl.full([BLOCK], 0, tl.int32) + pairs
+    zeros = tl.zeros([BLOCK], dtype=tl.int32)
+    for base in range(start, n_sorted, step):
+        tl.store(sorted_ptr + base + offsets, padding, mask=base + offsets < n_sorted)
+    for base in range(start, n_blocks, step):
+        tl.store(expert_ids_ptr + base + offsets, zeros, mask=base + offsets < n_blocks)
+    for base in range(start, n_counters, step):
+        tl.store(counters_ptr + base + offsets, zeros, mask=base + offsets < n_counters)
+
+
+def align_prepare_launch(
+    pairs: int, sorted_ids: torch.Tensor, expert_ids: torch.Tensor, counters: torch.Tensor
+) -> Launch:
+    """The buffers of FlagGems' staged alignment before its stages, in one launch: the sorted
+    ids all ``pairs`` (the padding value), the expert ids and the stages' counters zero. No
+    integer argument is specialised on, so one compilation serves every token count."""
+    longest = max(sorted_ids.numel(), expert_ids.numel(), counters.numel())
+    programs = max(1, min(PREPARE_MAX_PROGRAMS, -(-longest // _FILL_BLOCK)))
+    args = (
+        sorted_ids,
+        expert_ids,
+        counters,
+        pairs,
+        sorted_ids.numel(),
+        expert_ids.numel(),
+        counters.numel(),
+    )
+    kwargs = {"BLOCK": _FILL_BLOCK, "num_warps": 4}
+    return Launch((programs,), args, kwargs, (sorted_ids.device.index,))
