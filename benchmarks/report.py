@@ -248,6 +248,50 @@ def e2e_rounds(runs: list[dict]) -> str:
     return markdown_table(columns, table)
 
 
+def _seconds(values: list[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
+
+
+def e2e_engine(runs: list[dict]) -> str:
+    """Per run with an engine report (``bench_e2e --watch-engine``): the timed batches'
+    seconds, Triton's JIT misses in the engine process while they ran (count, total ms, by
+    kernel), its longest garbage-collector pause and the caching allocator's retries."""
+    columns = [
+        Column("config", align="<"),
+        Column("round"),
+        Column("batches s"),
+        Column("decode batches s"),
+        Column("JIT misses"),
+        Column("JIT ms"),
+        Column("JIT by kernel (misses, ms)", align="<"),
+        Column("longest GC ms"),
+        Column("alloc retries"),
+    ]
+    table = []
+    for r in runs:
+        engine = r.get("engine")
+        if engine is None:
+            continue
+        kernels = ", ".join(
+            f"{name} ({n}, {ms:.0f})" for name, (n, ms) in engine["jit_by_kernel"].items()
+        )
+        allocator = engine.get("allocator")
+        table.append(
+            [
+                f"{r['config']} ({r['mode']})",
+                r["round"],
+                _seconds(r.get("generate_s_all", [])),
+                _seconds(r.get("decode_s_all", [])),
+                engine["jit_misses"],
+                f"{engine['jit_ms']:.1f}",
+                kernels or DASH,
+                f"{engine['gc_max_ms']:.1f}",
+                DASH if allocator is None else allocator["num_alloc_retries"],
+            ]
+        )
+    return markdown_table(columns, table)
+
+
 # -- bench_dispatch results -----------------------------------------------------------------------
 
 
@@ -314,6 +358,7 @@ RENDERERS = {
     "policy-gap": Renderer(policy_gap, ("factor",), load_report),
     "e2e-summary": Renderer(e2e_summary, ()),
     "e2e-rounds": Renderer(e2e_rounds, ()),
+    "e2e-engine": Renderer(e2e_engine, ()),
     "dispatch": Renderer(dispatch, ()),
     "host-cpu": Renderer(host_cpu, ()),
     "host-launch": Renderer(host_launch, ("before", "tokens")),

@@ -114,6 +114,39 @@ def test_e2e_rounds_compare_greedy_tokens_with_vanilla():
     assert lines[4] == "| other | eager | – | failed | – |"
 
 
+def test_e2e_engine_lists_the_engine_report_of_every_watched_run():
+    engine = dict(
+        jit_misses=2,
+        jit_ms=1155.61,
+        jit_by_kernel={"fused_moe_kernel": [2, 1155.6]},
+        gc_max_ms=5.14,
+        allocator={"num_alloc_retries": 0},
+    )
+    quiet = dict(engine, jit_misses=0, jit_ms=0, jit_by_kernel={}, allocator=None)
+    runs = [
+        dict(
+            config="vanilla", mode="compile", round=1, generate_s_all=[1.9643, 0.76], engine=engine
+        ),
+        dict(config="unwatched", mode="compile", round=1, generate_s_all=[0.7]),
+        dict(
+            config="prefer=flagos",
+            mode="compile",
+            round=1,
+            generate_s_all=[0.8],
+            decode_s_all=[0.6, 0.65],
+            engine=quiet,
+        ),
+    ]
+    lines = report.e2e_engine(runs).splitlines()
+    assert len(lines) == 4  # header, rule, the two watched runs
+    assert lines[2] == (
+        "| vanilla (compile) | 1 | 1.96 / 0.76 |  | 2 | 1155.6 | fused_moe_kernel (2, 1156) | 5.1 | 0 |"
+    )
+    assert (
+        lines[3] == "| prefer=flagos (compile) | 1 | 0.80 | 0.60 / 0.65 | 0 | 0.0 | – | 5.1 | – |"
+    )
+
+
 def test_dispatch_costs_are_measured_against_the_matching_direct_call():
     paths = {
         "direct impl call": 30.0,
