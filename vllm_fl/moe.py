@@ -81,22 +81,11 @@ class UnquantizedFusedMoEMethodFL(UnquantizedFusedMoEMethod):
     forward_native = forward_oot
 
 
-def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
-    """Before serving: for each distinct setup of the model's MoE layers computed by
-    ``UnquantizedFusedMoEMethodFL`` (weights' shapes and dtype, top-k, routing), call the
-    ``warm_up_experts(w1, w2, top_k, max_tokens, apply_router_weight_on_input,
-    global_num_experts)`` of the package whose impl of ``fused_experts`` is selected, where it
-    defines one (a backend whose kernels compile on first use). Layers with an expert map are
-    left alone. Returns the number of warm-up calls the backend made."""
-    from vllm_fl.dispatch import get_default_manager
-
-    selected = get_default_manager().resolve_candidates("fused_experts")[0]
-    package = selected.fn.__module__.rpartition(".")[0]
-    backend_warm_up = getattr(importlib.import_module(package), "warm_up_experts", None)
-    if backend_warm_up is None:
-        return 0
-    start = time.perf_counter()
-    seen, calls = set(), 0
+def _expert_setups(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
+    """One (layer, top-k) per distinct setup of the model's MoE layers computed by
+    ``UnquantizedFusedMoEMethodFL`` without an expert map: weights' shapes, dtype and device,
+    top-k, where the routing weight applies, the global expert count."""
+    setups: dict[tuple, tuple[torch.nn.Module, int]] = {}
     for module in model.modules():
         method = getattr(module, "quant_method", None)
         if not isinstance(method, UnquantizedFusedMoEMethodFL) or module.expert_map is not None:
@@ -112,17 +101,58 @@ def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
             bool(module.apply_router_weight_on_input),
             module.global_num_experts,
         )
-        if setup in seen:
-            continue
-        seen.add(setup)
+        setups.setdefault(setup, (module, top_k))
+    return list(setups.values())
+
+
+def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
+    """Before serving: for each distinct setup of the model's MoE layers (``_expert_setups``),
+    call the ``warm_up_experts(w1, w2, top_k, max_tokens, apply_router_weight_on_input,
+    global_num_experts)`` of the package whose impl of ``fused_experts`` is selected, where it
+    defines one (a backend whose kernels compile on first use). Returns the number of warm-up
+    calls the backend made. A warm-up that fails is a warning, not an error: the engine serves
+    as it would have without it (a real call that fails falls back through the dispatch)."""
+    setups = _expert_setups(model)
+    if not setups:
+        return 0
+    from vllm_fl.dispatch import DispatchError, get_default_manager
+
+    try:
+        selected = get_default_manager().resolve_candidates("fused_experts")[0]
+    except DispatchError as exc:
+        logger.info("vllm_fl: no MoE warm-up: %s", exc)
+        return 0
+    package = selected.fn.__module__.rpartition(".")[0]
+    backend_warm_up = getattr(importlib.import_module(package), "warm_up_experts", None)
+    if backend_warm_up is None:
+        return 0
+    start, calls = time.perf_counter(), 0
+    try:
         with torch.inference_mode():
-            calls += backend_warm_up(w1, w2, top_k, max_tokens, setup[5], module.global_num_experts)
-    if calls:
-        logger.info(
-            "vllm_fl: %s warmed fused_experts up for %d MoE layer setup(s), %d calls in %.1f s",
+            for layer, top_k in setups:
+                calls += backend_warm_up(
+                    layer.w13_weight,
+                    layer.w2_weight,
+                    top_k,
+                    max_tokens,
+                    bool(layer.apply_router_weight_on_input),
+                    layer.global_num_experts,
+                )
+    except Exception as exc:  # noqa: BLE001 - the warm-up is an optimisation, serving goes on
+        logger.warning(
+            "vllm_fl: the MoE warm-up of %s failed after %d calls (%s: %s); kernels it did not "
+            "compile compile on first use",
             selected.impl_id,
-            len(seen),
             calls,
-            time.perf_counter() - start,
+            type(exc).__name__,
+            exc,
         )
+        return calls
+    logger.info(
+        "vllm_fl: %s warmed fused_experts up for %d MoE layer setup(s), %d calls in %.1f s",
+        selected.impl_id,
+        len(setups),
+        calls,
+        time.perf_counter() - start,
+    )
     return calls

@@ -261,3 +261,48 @@ def test_the_gpu_worker_warms_the_moe_layers_up_after_vllms_own_warm_up(monkeypa
     worker.scheduler_config = SimpleNamespace(max_num_batched_tokens=4096)
     assert worker.compile_or_warm_up_model() == "times"
     assert events == ["vllm", ("model", 4096)]
+
+
+def test_a_model_without_moe_layers_resolves_nothing(monkeypatch):
+    import vllm_fl.dispatch
+    from vllm_fl import moe
+
+    def no_manager():
+        raise AssertionError("resolved an op for a model without MoE layers")
+
+    monkeypatch.setattr(vllm_fl.dispatch, "get_default_manager", no_manager)
+    assert moe.warm_up(_model(), 2048) == 0
+
+
+def test_no_runnable_fused_experts_means_no_warm_up(monkeypatch):
+    import vllm_fl.dispatch
+    from vllm_fl import moe
+    from vllm_fl.dispatch import DispatchError
+
+    def resolve(op):
+        raise DispatchError("Op 'fused_experts': no implementation can run")
+
+    manager = SimpleNamespace(resolve_candidates=resolve)
+    monkeypatch.setattr(vllm_fl.dispatch, "get_default_manager", lambda: manager)
+    assert moe.warm_up(_model(_layer()), 2048) == 0
+
+
+def test_a_failing_warm_up_is_a_warning_and_the_engine_goes_on(backend, caplog):
+    from vllm_fl import moe
+
+    package, calls = backend
+    done = package.warm_up_experts
+
+    def fails_on_the_second_setup(w1, w2, top_k, *rest):
+        if top_k == 4:
+            raise RuntimeError("out of resources")
+        return done(w1, w2, top_k, *rest)
+
+    package.warm_up_experts = fails_on_the_second_setup
+    with caplog.at_level("WARNING", logger="vllm_fl.vllm"):
+        assert moe.warm_up(_model(_layer(), _layer(top_k=4)), 2048) == 3
+    assert len(calls) == 1
+    assert (
+        "the MoE warm-up of default.fake failed after 3 calls (RuntimeError: out of resources)"
+        in (caplog.text)
+    )

@@ -54,12 +54,11 @@ def align_in_stages(
     FlagGems' first stage also writes the padding of ``sorted_ids`` and zeroes ``expert_ids``,
     taking both lengths as constexprs: every new token count would compile it again (about
     80 ms each on an H100, in the middle of serving when a step's token count is new). Here
-    both buffers and the scratch are filled beforehand in one launch (``prepare_buffers``, the
-    two fills and the zeroed scratch allocation FlagGems makes being three) and the stage is
-    given lengths of zero, so its
-    specialisations depend only on ``tokens_per_thread`` (a power of two per pairs / experts)
-    and the layout key holds no token count: a few compilations per model, all of them made
-    by ``experts.warm_up_token_counts``' calls before serving."""
+    both buffers and the scratch are filled beforehand in one launch (``prepare_buffers``) and
+    the stage is given lengths of zero, so its specialisations depend only on
+    ``tokens_per_thread`` (a power of two per pairs / experts) and the layout key holds no
+    token count: a few compilations per model, all of them made by the warm-up's calls
+    (``experts.warm_up_token_counts``) before serving."""
     numel = topk_ids.numel()
     tokens_per_thread = launch.next_pow2(launch.cdiv(numel, num_experts))
     counts = (num_experts + 1) * num_experts
