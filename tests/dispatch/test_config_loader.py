@@ -194,6 +194,14 @@ def test_process_settings(tmp_path):
     assert cfg(VLLM_FL_DISPATCH_DEBUG="1").log_level == logging.DEBUG
 
 
+def test_the_moe_warm_up_is_on_unless_the_environment_turns_it_off():
+    assert cfg().moe_warm_up and cfg().sources["moe_warm_up"] == "default"
+    off = cfg(VLLM_FL_MOE_WARMUP="off")
+    assert not off.moe_warm_up and off.sources["moe_warm_up"] == "env VLLM_FL_MOE_WARMUP"
+    with pytest.raises(ConfigError, match="VLLM_FL_MOE_WARMUP"):
+        cfg(VLLM_FL_MOE_WARMUP="maybe")
+
+
 # --------------------------------------------------------------------------- compile_prefer
 
 

@@ -306,3 +306,13 @@ def test_a_failing_warm_up_is_a_warning_and_the_engine_goes_on(backend, caplog):
         "the MoE warm-up of default.fake failed after 3 calls (RuntimeError: out of resources)"
         in (caplog.text)
     )
+
+
+def test_vllm_fl_moe_warmup_off_skips_the_warm_up(backend, monkeypatch):
+    import vllm_fl.dispatch
+    from vllm_fl import moe
+
+    _package, calls = backend
+    monkeypatch.setattr(vllm_fl.dispatch, "get_config", lambda: SimpleNamespace(moe_warm_up=False))
+    assert moe.warm_up(_model(_layer()), 2048) == 0
+    assert calls == []

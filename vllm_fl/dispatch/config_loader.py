@@ -45,6 +45,7 @@ class DispatchConfig:
     flaggems_enable_oplist_path: str
     flagcx_path: str | None
     sources: Mapping[str, str]
+    moe_warm_up: bool = True
     overridden_env: tuple[str, ...] = ()
 
 
@@ -200,6 +201,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
         op_config_file=op_config.strip() if op_config else None,
         flaggems_enable_oplist_path=proc["flaggems_enable_oplist_path"],
         flagcx_path=proc["flagcx_path"],
+        moe_warm_up=proc["moe_warm_up"],
         sources=MappingProxyType({**proc_sources, **all_sources}),
         overridden_env=overridden,
     )

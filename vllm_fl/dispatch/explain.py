@@ -86,6 +86,7 @@ def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
         ("plugin_modules", ", ".join(cfg.plugin_modules) or "(none)"),
         ("flaggems_enable_oplist_path", cfg.flaggems_enable_oplist_path),
         ("flagcx_path", cfg.flagcx_path),
+        ("moe_warm_up", cfg.moe_warm_up),
     ]
     for name, value in proc:
         src = cfg.sources.get(name, "-")

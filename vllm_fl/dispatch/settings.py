@@ -126,6 +126,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("flagcx_path", v.parse_existing_dir, None, _PROC,
             "FlagCX install directory",
             (EnvVar("FLAGCX_PATH"),)),
+    Setting("moe_warm_up", v.parse_bool, True, _PROC,
+            "compile the selected MoE backend's kernel variants before serving",
+            (EnvVar("VLLM_FL_MOE_WARMUP"),)),
     # -- selection: environment, VLLM_FL_CONFIG file, platform YAML -----------------------------
     Setting("prefer", v.parse_prefer, "flagos", _SEL,
             "default order: flagos, vendor or reference first",
