@@ -9,8 +9,9 @@ FlagGems lacks), ``moe_launch`` (FlagGems' staged MoE alignment through plans), 
 own Triton kernels where FlagGems' launch shape is the cost: ``rotary_kernel``, ``norm_kernel``,
 ``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans.
 
-``warm_up_experts`` is the backend's answer to ``vllm_fl.moe.warm_up``: before the engine serves,
-it compiles the kernel variants the backend's ``fused_experts`` can need for a layer.
+``warm_up_experts`` (``warm_up``) is the backend's answer to ``vllm_fl.moe.warm_up``: before the
+engine serves, it compiles the kernel variants the backend's ``fused_experts`` can need for a
+layer.
 
 Importing this package subscribes ``oplist``, which keeps
 ``FLAGGEMS_ENABLE_OPLIST_PATH`` listing the ops the default manager runs on FlagGems.
@@ -24,7 +25,7 @@ on_default_selection(oplist.write_oplist)
 
 
 def warm_up_experts(*args, **kwargs) -> int:
-    """``impl.moe.warm_up_experts`` (imported on first use: it needs a GPU build of Triton)."""
-    from .impl.moe import warm_up_experts as warm_up
+    """``warm_up.warm_up_experts`` (imported on first use: it needs a GPU build of Triton)."""
+    from .warm_up import warm_up_experts as warm_up
 
     return warm_up(*args, **kwargs)
