@@ -81,6 +81,24 @@ class ExpertKernels:
         return self.gemm_params[: len(GEMM_RUNTIME_PARAMS)] == GEMM_RUNTIME_PARAMS
 
 
+def sorted_length(pairs: int, experts: int, block_m: int) -> int | None:
+    """The length of a call's aligned pair ids (every expert's pairs padded to ``block_m``), or
+    None where the pairs are too sparse among the experts to align (each its own block)."""
+    if pairs * SPARSITY_FACTOR <= experts:
+        return None
+    return pairs + experts * (block_m - 1)
+
+
+def gemm_rows(m: int, top_k: int, block_m: int, sorted_len: int | None) -> int:
+    """EM, the rows ``fused_moe_kernel`` covers for ``m`` rows of A with ``top_k`` slots each,
+    as FlagGems' ``invoke_fused_moe_triton_kernel`` derives it."""
+    if sorted_len is None:
+        return m * top_k * block_m
+    if m < block_m:
+        return min(sorted_len, m * top_k * block_m)
+    return sorted_len
+
+
 def gemm_launch(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -101,12 +119,8 @@ def gemm_launch(
     m = a.size(0)
     num_tokens = m * top_k
     block_m = config["BLOCK_SIZE_M"]
-    if sorted_token_ids is not None:
-        em = sorted_token_ids.size(0)
-        if m < block_m:
-            em = min(em, m * top_k * block_m)
-    else:
-        em = num_tokens * block_m
+    sorted_len = None if sorted_token_ids is None else sorted_token_ids.size(0)
+    em = gemm_rows(m, top_k, block_m, sorted_len)
     n, k = b.size(1), b.size(2)
     tuned = dict(config)
     block_k = tuned.pop("BLOCK_SIZE_K")
@@ -225,12 +239,12 @@ def fused_experts(
     block_m = config["BLOCK_SIZE_M"]
     device = hidden_states.device
     pairs = topk_ids.numel()
-    if pairs * SPARSITY_FACTOR <= global_num_experts:
+    padded = sorted_length(pairs, global_num_experts, block_m)
+    if padded is None:
         sorted_ids = None
         expert_ids = topk_ids.view(-1)
         total = torch.full((1,), pairs * block_m, dtype=torch.int32, device=device)
     else:
-        padded = pairs + global_num_experts * (block_m - 1)
         sorted_ids = torch.empty(padded, dtype=torch.int32, device=device)
         expert_ids = torch.empty(launch.cdiv(padded, block_m), dtype=torch.int32, device=device)
         total = torch.empty(1, dtype=torch.int32, device=device)
@@ -259,34 +273,35 @@ def specialisation(
     align_max_pairs: int,
 ) -> tuple:
     """What the kernels of a ``fused_experts`` call of ``tokens`` tokens are compiled for,
-    beyond what is fixed per layer: the GEMM's tuned config and its integer classes (Triton
-    specialises integers on == 1 and divisibility by 16), the alignment's path (the
-    one-program kernel, keyed by its pair count up to ``align_max_pairs``; FlagGems' stages by
-    pairs per expert, rounded up to a power of two) and the token count's classes (the top-k
-    sum). Calls of equal specialisation compile nothing the other has not."""
+    beyond what is fixed per layer: the GEMMs' tuned config and the integer classes of both
+    GEMMs' rows (Triton specialises integers on == 1 and divisibility by 16), the alignment's
+    path (the one-program kernel, keyed by its pair count up to ``align_max_pairs``; FlagGems'
+    stages by ``moe_launch.stage_tokens_per_thread``) and the classes of the pair and token
+    counts (the GEMMs' valid rows, the activation, the top-k sum). Calls of equal
+    specialisation compile nothing the other has not. The rows come from ``sorted_length`` and
+    ``gemm_rows``, as ``fused_experts`` launches them: the first GEMM over the tokens with their
+    top-k slots, the second over the pairs with one."""
+    from vllm_fl.dispatch.backends.flaggems import moe_launch
+
     config, config_key = kernels.config(w1, w2, top_k, w1.dtype, tokens)
     block_m = config["BLOCK_SIZE_M"]
     pairs = tokens * top_k
-    if pairs * SPARSITY_FACTOR <= experts:
-        em, route = pairs * block_m, ("sparse",)
+    sorted_len = sorted_length(pairs, experts, block_m)
+    if sorted_len is None:
+        route: tuple = ("sparse",)
+    elif pairs <= align_max_pairs:
+        route = ("one program", pairs)
     else:
-        em = pairs + experts * (block_m - 1)
-        if tokens < block_m:
-            em = min(em, pairs * block_m)
-        if pairs <= align_max_pairs:
-            route = ("one program", pairs)
-        else:
-            route = ("stages", launch.next_pow2(launch.cdiv(pairs, experts)))
-    return (
-        config_key,
-        route,
-        em == 1,
-        em % 16 == 0,
-        pairs == 1,
-        pairs % 16 == 0,
-        tokens == 1,
-        tokens % 16 == 0,
-    )
+        route = ("stages", moe_launch.stage_tokens_per_thread(pairs, experts))
+    classes = [config_key, route]
+    for count in (
+        gemm_rows(tokens, top_k, block_m, sorted_len),
+        gemm_rows(pairs, 1, block_m, sorted_len),
+        pairs,
+        tokens,
+    ):
+        classes += [count == 1, count % 16 == 0]
+    return tuple(classes)
 
 
 def warm_up_token_counts(

@@ -34,6 +34,12 @@ def align_stages() -> dict[str, launch.KernelPlans] | None:
     return {name: launch.KernelPlans(kernel) for name, kernel in kernels.items()}
 
 
+def stage_tokens_per_thread(numel: int, num_experts: int) -> int:
+    """The pairs each program of FlagGems' alignment stages 1 and 4 takes (a constexpr of both):
+    pairs per expert, rounded up to a power of two."""
+    return launch.next_pow2(launch.cdiv(numel, num_experts))
+
+
 def prepare_buffers(
     pairs: int, sorted_ids: torch.Tensor, expert_ids: torch.Tensor, scratch: torch.Tensor
 ) -> None:
@@ -60,7 +66,7 @@ def align_in_stages(
     token count: a few compilations per model, all of them made by the warm-up's calls
     (``experts.warm_up_token_counts``) before serving."""
     numel = topk_ids.numel()
-    tokens_per_thread = launch.next_pow2(launch.cdiv(numel, num_experts))
+    tokens_per_thread = stage_tokens_per_thread(numel, num_experts)
     counts = (num_experts + 1) * num_experts
     offset = (
         launch.cdiv(counts, 4) * 4
