@@ -192,3 +192,37 @@ def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_the
     direct = launch._triton_version() in launch._DIRECT_TRITON
     assert (runner.func.__name__ == "launch") == direct
     assert seen == ["fused_add_rms_norm_kernel"]
+
+
+def test_fused_experts_with_every_tuned_config_of_this_device():
+    """Each config of the backend's tuned tables for this GPU (``tuned_configs``), at the token
+    count it was tuned for, is the one the impl takes and computes what the reference does."""
+    from vllm_fl.dispatch.backends.flaggems import experts as flagos_experts
+    from vllm_fl.dispatch.backends.flaggems import tuned_configs
+
+    device = tuned_configs.device_name(torch.device(DEVICE))
+    tables = sorted(tuned_configs.TABLE_DIR.glob(f"*,device_name={device},dtype=bfloat16.json"))
+    if not tables:
+        pytest.skip(f"the backend has no tuned bf16 table for {device}")
+    hidden, top_k = 1024, 8
+    kernels = flagos_experts.flag_gems_kernels()
+    for path in tables:
+        fields = dict(part.split("=", 1) for part in path.stem.split(","))
+        experts, inter = int(fields["E"]), int(fields["N"])
+        gen = torch.Generator(device=DEVICE).manual_seed(experts)
+        w1 = torch.randn(experts, 2 * inter, hidden, device=DEVICE, generator=gen) / hidden**0.5
+        w2 = torch.randn(experts, hidden, inter, device=DEVICE, generator=gen) / inter**0.5
+        w1, w2 = w1.to(torch.bfloat16), w2.to(torch.bfloat16)
+        for tokens, config in tuned_configs.parse_table(path, path.read_text()).items():
+            assert kernels.config(w1, w2, top_k, torch.bfloat16, tokens)[0] == config
+            x = torch.randn(tokens, hidden, device=DEVICE, generator=gen, dtype=torch.bfloat16)
+            scores = torch.rand(tokens, experts, device=DEVICE, generator=gen)
+            topk_weights, topk_ids = torch.topk(scores, top_k)
+            args = (x, w1, w2, topk_weights, topk_ids.to(torch.int32))
+            got = flagos_moe.fused_experts(*args)
+            torch.testing.assert_close(
+                got,
+                ref_moe.fused_experts(*args),
+                **op_tolerance("fused_experts", torch.bfloat16),
+                msg=lambda text: f"{path.name} [{tokens}]: {text}",
+            )

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.dispatch.backends.flaggems import launch, tuned_configs
 
 #: FlagGems' chunking: more tokens than this run in several chunks (through FlagGems' function)
 CHUNK_SIZE = 16 * 1024
@@ -331,14 +331,27 @@ def warm_up_token_counts(
     return sorted(first.values())
 
 
+def gems_config(w1: torch.Tensor, w2: torch.Tensor, top_k: int, dtype: torch.dtype, m: int) -> dict:
+    """FlagGems' own config for ``m`` tokens through these experts: its table for the device,
+    else its default heuristic (as ``fused_experts_impl`` asks for it, unquantised: no block
+    shape)."""
+    module = launch.defining_module("fused.fused_experts_impl")
+    dtype_name = module._get_config_dtype_str(dtype=dtype)
+    config = module.try_get_optimal_moe_config(
+        w1.size(), w2.size(), top_k, dtype_name, m, E=w1.size(0)
+    )
+    return dict(config)
+
+
 @functools.cache
 def flag_gems_kernels() -> ExpertKernels | None:
-    """FlagGems' ``fused_moe_kernel`` and config lookup, where its fused-experts module has them."""
+    """FlagGems' ``fused_moe_kernel`` with the config per call: the backend's tuned table
+    (``tuned_configs``) where it has one for the device and shape, else ``gems_config``; None
+    where FlagGems' fused-experts module lacks the kernel or its config lookup."""
     module = launch.defining_module("fused.fused_experts_impl")
     kernel = getattr(module, "fused_moe_kernel", None)
-    optimal = getattr(module, "try_get_optimal_moe_config", None)
-    dtype_str = getattr(module, "_get_config_dtype_str", None)
-    if kernel is None or optimal is None or dtype_str is None:
+    lookups = ("try_get_optimal_moe_config", "_get_config_dtype_str")
+    if kernel is None or not all(hasattr(module, name) for name in lookups):
         return None
     configs: dict[tuple, tuple[dict, tuple]] = {}
 
@@ -346,9 +359,8 @@ def flag_gems_kernels() -> ExpertKernels | None:
         key = (tuple(w1.shape), tuple(w2.shape), top_k, dtype, m)
         found = configs.get(key)
         if found is None:
-            # as fused_experts_impl asks for it (unquantised: no block shape)
-            tuned = optimal(w1.size(), w2.size(), top_k, dtype_str(dtype=dtype), m, E=w1.size(0))
-            found = configs[key] = (dict(tuned), tuple(sorted(tuned.items())))
+            tuned = tuned_configs.lookup(w1, w2, dtype, m) or gems_config(w1, w2, top_k, dtype, m)
+            found = configs[key] = (tuned, tuple(sorted(tuned.items())))
         return found
 
     plans = launch.KernelPlans(kernel)
