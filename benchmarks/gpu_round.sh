@@ -28,6 +28,8 @@
 #                step by step (about 150 s on an H100)
 #   moe-ab-steps the same three policies taking turns step by step in a Qwen3-MoE-shape engine
 #                (16 layers)
+#   moe-tune     tune_moe.py: the flagos fused experts' configs for the Qwen3-MoE shape on this GPU,
+#                written into the backend's tuned table (about 130 s on an H100)
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (trace_engine.py)
 #
@@ -35,7 +37,7 @@
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-trace OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -99,6 +101,9 @@ ab-steps)
     "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
         --ab-policies "$aa" --json "$out/h100_profile_e2e_ab_steps_aa.json"
     ;;
+moe-tune)
+    "$py" benchmarks/tune_moe.py --write --json "$out/h100_moe_tune.json"
+    ;;
 moe-trace)
     "$py" benchmarks/trace_engine.py --configs vanilla,prefer=flagos --shape qwen3-moe \
         --layers 16 --mode compile --json "$out/h100_moe_trace_compile.json"
@@ -110,7 +115,8 @@ moe-ab-steps)
     ;;
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds," \
-        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps, moe-trace)" >&2
+        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
+        "moe-tune, moe-trace)" >&2
     exit 2
     ;;
 esac

@@ -20,6 +20,7 @@ Renderers (options in brackets):
   host-launch   profile_flagos results: flagos host time per call before/after [before, tokens]
   profile-e2e   profile_e2e results: an engine step's time, GPU and host, per config or policy
   align-graph   bench_align results: GPU µs of each alignment implementation by pair count
+  moe-tune      tune_moe results: FlagGems' and the tuned fused-MoE config per token count
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from bench_e2e import format_table as e2e_table
 from bench_e2e import summarize
 from bench_ops import Report, Row, load_report, policy_token
-from report_flagos import align_graph, host_launch, profile_e2e
+from report_flagos import align_graph, host_launch, moe_tune, profile_e2e
 from harness import DECODE_MAX_TOKENS, Column, int_list, markdown_table, median, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -364,6 +365,7 @@ RENDERERS = {
     "host-launch": Renderer(host_launch, ("before", "tokens")),
     "profile-e2e": Renderer(profile_e2e, ()),
     "align-graph": Renderer(align_graph, ()),
+    "moe-tune": Renderer(moe_tune, ()),
 }
 
 

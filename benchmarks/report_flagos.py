@@ -1,7 +1,8 @@
 """README renderers of the flagos path's measurements: ``profile_flagos.py`` results (the host
 time of each flagos impl per call, before and after a change, against vLLM's own kernel, with
 where the flagos time went), ``profile_e2e.py`` results (engine steps per configuration and the
-policies compared inside one engine) and ``bench_align.py`` results (GPU time by pair count)."""
+policies compared inside one engine), ``bench_align.py`` results (GPU time by pair count) and
+``tune_moe.py`` results (the tuned fused-MoE configs)."""
 
 from __future__ import annotations
 
@@ -196,3 +197,42 @@ def align_graph(result: dict) -> str:
 
 def _graph_us(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f}"
+
+
+def _tile(config: dict) -> str:
+    """A fused-MoE config in short: "16×64×128 g1 w4 s3" (block M×N×K, group M, warps,
+    stages)."""
+    blocks = "×".join(str(config[f"BLOCK_SIZE_{axis}"]) for axis in "MNK")
+    return f"{blocks} g{config['GROUP_SIZE_M']} w{config['num_warps']} s{config['num_stages']}"
+
+
+def moe_tune(result: dict) -> str:
+    """``tune_moe.py`` results: per token count, FlagGems' pick and the tuned config with their
+    GPU µs per ``fused_experts`` call in CUDA graphs, and the speed-up."""
+    columns = [
+        Column("tokens"),
+        Column("FlagGems' config", align="<"),
+        Column("FlagGems' µs"),
+        Column("tuned config", align="<"),
+        Column("tuned µs"),
+        Column("speed-up"),
+    ]
+    table = [
+        [
+            str(row["tokens"]),
+            _tile(row["flag_gems"]),
+            f"{row['flag_gems_us']:.1f}",
+            _tile(row["best"]),
+            f"{row['best_us']:.1f}",
+            f"{row['flag_gems_us'] / row['best_us']:.3f}×",
+        ]
+        for row in sorted(result["rows"], key=lambda row: row["tokens"])
+    ]
+    head = (
+        f"{result['device']}, {result['shape']} experts ({result['experts']} × "
+        f"{result['intermediate']}, hidden {result['hidden']}, top-{result['top_k']}), "
+        f"{result['dtype']}; {result['configs']} configs timed, {result['failed']} failed to "
+        "compile. µs per `fused_experts` call in CUDA graphs (median of 5 turns of the five "
+        "fastest and FlagGems' pick); config: block M×N×K, group M, warps, stages."
+    )
+    return "\n".join(textwrap.wrap(head, 100)) + "\n\n" + markdown_table(columns, table)

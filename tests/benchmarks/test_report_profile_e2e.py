@@ -66,3 +66,47 @@ def test_align_graph_has_a_row_per_pair_count_and_a_column_per_impl():
     assert lines[0] == "GPU: GPU µs per call in CUDA graphs"
     assert lines[2] == "| pairs | one program, 4 warps | FlagGems staged |"
     assert lines[4:] == ["| 8 | – | 9.8 |", "| 128 | 14.5 | 10.1 |"]
+
+
+def test_moe_tune_has_a_row_per_token_count_with_both_configs_and_the_speed_up():
+    from report_flagos import moe_tune
+
+    def config(m, n, k, group, warps, stages):
+        keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
+        return {**dict(zip(keys, (m, n, k, group))), "num_warps": warps, "num_stages": stages}
+
+    result = {
+        "device": "GPU",
+        "shape": "qwen3-moe",
+        "experts": 128,
+        "intermediate": 768,
+        "hidden": 2048,
+        "top_k": 8,
+        "dtype": "bfloat16",
+        "configs": 165,
+        "failed": 2,
+        "rows": [
+            {
+                "tokens": 128,
+                "flag_gems": config(16, 128, 64, 1, 4, 3),
+                "flag_gems_us": 454.0,
+                "best": config(16, 64, 128, 1, 4, 4),
+                "best_us": 429.34,
+            },
+            {
+                "tokens": 1,
+                "flag_gems": config(16, 64, 128, 1, 4, 3),
+                "flag_gems_us": 38.0,
+                "best": config(16, 64, 128, 1, 4, 3),
+                "best_us": 38.0,
+            },
+        ],
+    }
+    text = moe_tune(result)
+    assert text.startswith("GPU, qwen3-moe experts (128 × 768, hidden 2048, top-8), bfloat16; 165")
+    assert "2 failed to compile" in text.replace("\n", " ")
+    rows = [line for line in text.splitlines() if line.startswith("| ")][1:]
+    assert rows == [
+        "| 1 | 16×64×128 g1 w4 s3 | 38.0 | 16×64×128 g1 w4 s3 | 38.0 | 1.000× |",
+        "| 128 | 16×128×64 g1 w4 s3 | 454.0 | 16×64×128 g1 w4 s4 | 429.3 | 1.057× |",
+    ]

@@ -7,7 +7,8 @@ Besides ``impl/``: ``launch`` (launch plans: FlagGems' compiled kernels launched
 by input layout), ``memo`` (per-tensor constants), ``kernels`` (a ``pointwise_dynamic`` kernel
 FlagGems lacks), ``moe_launch`` (FlagGems' staged MoE alignment through plans), and the backend's
 own Triton kernels where FlagGems' launch shape is the cost: ``rotary_kernel``, ``norm_kernel``,
-``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans.
+``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans, with
+the GEMM configs of ``tuned_configs`` (tables per device in ``tuned/``) where it has them.
 
 ``warm_up_experts`` (``warm_up``) is the backend's answer to ``vllm_fl.moe.warm_up``: before the
 engine serves, it compiles the kernel variants the backend's ``fused_experts`` can need for a

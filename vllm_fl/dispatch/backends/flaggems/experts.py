@@ -4,8 +4,9 @@
 time on the host: at one token 636 µs per call against vLLM's 233
 (``benchmarks/results/h100_flagos_profile_after.json``), in FlagGems' config lookup, its
 alignment and activation wrappers and two launches of ``fused_moe_kernel`` through Triton's
-argument binding. ``fused_experts`` runs the same sequence for the unquantized case — FlagGems'
-config for the shape (looked up once per chunk size), the alignment (the backend's impl), both
+argument binding. ``fused_experts`` runs the same sequence for the unquantized case — the
+GEMM config for the shape (the backend's tuned table for the device, ``tuned_configs``, else
+FlagGems'; looked up once per chunk size), the alignment (the backend's impl), both
 grouped GEMMs on FlagGems' ``fused_moe_kernel`` with the arguments FlagGems'
 ``invoke_fused_moe_triton_kernel`` passes it, the activation and the top-k sum — with every
 kernel launched through launch plans. It returns None for a call it does not take (quantised or

@@ -99,12 +99,18 @@ def nearest(table: dict[int, dict[str, int]], tokens: int) -> dict[str, int]:
     return table[min(table, key=lambda count: (abs(count - tokens), count))]
 
 
+def config_for(
+    experts: int, intermediate: int, device: str, dtype: torch.dtype, tokens: int
+) -> dict | None:
+    """The tuned config for ``tokens`` tokens through ``experts`` experts of ``intermediate``
+    columns in ``dtype`` on the device called ``device``; None where there is no table."""
+    table = load_table(table_name(experts, intermediate, device, dtype))
+    return None if table is None else dict(nearest(table, tokens))
+
+
 def lookup(w1: torch.Tensor, w2: torch.Tensor, dtype: torch.dtype, tokens: int) -> dict | None:
-    """The tuned config for ``tokens`` tokens through experts ``w1`` (E, 2N, K) and ``w2``
-    (E, K, N) in ``dtype`` on their device, or None where this device and shape have no
-    table."""
+    """``config_for`` the experts ``w1`` (E, 2N, K) and ``w2`` (E, K, N) on their GPU; None for
+    tensors not on a CUDA device."""
     if w1.device.type != "cuda":
         return None
-    name = table_name(w2.size(0), w2.size(2), device_name(w1.device), dtype)
-    table = load_table(name)
-    return None if table is None else dict(nearest(table, tokens))
+    return config_for(w2.size(0), w2.size(2), device_name(w1.device), dtype, tokens)
