@@ -13,6 +13,11 @@ Triton compiles each config's kernels on first use, about a second each; worker 
 
     python benchmarks/tune_moe.py [--shape qwen3-moe] [--dtype bfloat16] [--tokens 1,2,...]
         [--workers N] [--write] [--json F]
+    python benchmarks/tune_moe.py --experts E --intermediate N --hidden K --top-k T [...]
+
+``--shape`` names a model of ``shapes.py`` with experts; a model not there is given by its
+experts' sizes (all four: number of experts, their intermediate size, the hidden size, experts
+per token).
 
 A chip vendor runs it once on its device for each MoE model shape it serves; the table goes
 into the package with the backend.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import itertools
 import json
 import logging
@@ -54,6 +60,36 @@ SPACE = {
 SHARED_MEMORY = 227 * 1024  # bytes per block on an H100 (sm_90)
 FINALISTS = 5
 ROUNDS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertShape:
+    """The sizes of one MoE layer's experts that the tuning runs at."""
+
+    name: str
+    experts: int
+    intermediate: int
+    hidden: int
+    top_k: int
+
+
+def expert_shape(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ExpertShape:
+    """The shape the arguments name: all four sizes given, else the ``--shape`` model's; a part
+    of the four is refused through ``parser.error``."""
+    sizes = {name: getattr(args, name) for name in ("experts", "intermediate", "hidden", "top_k")}
+    given = [name for name, value in sizes.items() if value is not None]
+    if given and len(given) < len(sizes):
+        missing = ", ".join("--" + name.replace("_", "-") for name in sizes if name not in given)
+        parser.error(f"a shape by its sizes needs all four: missing {missing}")
+    if given:
+        bad = [f"--{name.replace('_', '-')} {value}" for name, value in sizes.items() if value < 1]
+        if bad:
+            parser.error(f"sizes must be positive: {', '.join(bad)}")
+        if sizes["top_k"] > sizes["experts"]:
+            parser.error(f"--top-k {sizes['top_k']} is more than --experts {sizes['experts']}")
+        return ExpertShape("custom", **sizes)
+    model = ModelShape.from_config(args.shape, MODELS[args.shape])
+    return ExpertShape(args.shape, model.experts, model.moe_intermediate, model.hidden, model.top_k)
 
 
 def search_space(element_size: int = 2, shared_memory: int = SHARED_MEMORY) -> list[dict]:
@@ -95,12 +131,12 @@ class Experts:
     """One MoE layer's experts of ``shape`` in ``dtype`` and calls of the backend's
     ``fused_experts`` through them with a given config."""
 
-    def __init__(self, shape: ModelShape, dtype: torch.dtype) -> None:
+    def __init__(self, shape: ExpertShape, dtype: torch.dtype) -> None:
         from vllm_fl.dispatch.backends.flaggems import experts
         from vllm_fl.dispatch.backends.flaggems.impl import activation, moe
 
         torch.manual_seed(0)
-        e, n, k = shape.experts, shape.moe_intermediate, shape.hidden
+        e, n, k = shape.experts, shape.intermediate, shape.hidden
         self.top_k = shape.top_k
         self.w1 = torch.randn(e, 2 * n, k, device="cuda", dtype=dtype) * 0.02
         self.w2 = torch.randn(e, k, n, device="cuda", dtype=dtype) * 0.02
@@ -179,11 +215,11 @@ def _quiet_flag_gems() -> None:
     logging.getLogger("flag_gems").setLevel(logging.ERROR)
 
 
-def compile_configs(shape_name: str, dtype_name: str, tokens: list[int], configs: list[dict]):
+def compile_configs(shape: ExpertShape, dtype_name: str, tokens: list[int], configs: list[dict]):
     """Run each config once at every token count (Triton compiles and caches its kernels);
     returns the ids of configs that failed, with the error."""
     _quiet_flag_gems()
-    experts = Experts(ModelShape.from_config(shape_name, MODELS[shape_name]), DTYPES[dtype_name])
+    experts = Experts(shape, DTYPES[dtype_name])
     inputs = [experts.inputs(count) for count in tokens]
     failed = {}
     for config in configs:
@@ -196,15 +232,15 @@ def compile_configs(shape_name: str, dtype_name: str, tokens: list[int], configs
     return failed
 
 
-def _compile_everywhere(args, configs: list[dict]) -> dict[tuple, str]:
+def _compile_everywhere(args, shape: ExpertShape, configs: list[dict]) -> dict[tuple, str]:
     if args.workers < 1:
-        return compile_configs(args.shape, args.dtype, args.tokens, configs)
+        return compile_configs(shape, args.dtype, args.tokens, configs)
     slices = [configs[i :: args.workers] for i in range(args.workers)]
     context = multiprocessing.get_context("spawn")
     failed: dict[tuple, str] = {}
     with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         jobs = [
-            pool.submit(compile_configs, args.shape, args.dtype, args.tokens, part)
+            pool.submit(compile_configs, shape, args.dtype, args.tokens, part)
             for part in slices
             if part
         ]
@@ -213,23 +249,22 @@ def _compile_everywhere(args, configs: list[dict]) -> dict[tuple, str]:
     return failed
 
 
-def tune(args) -> dict:
+def tune(args, shape: ExpertShape) -> dict:
     """The sweep: per token count, every config's GPU time, the finalists timed again, the
     fastest and FlagGems' pick."""
     _quiet_flag_gems()
-    shape = ModelShape.from_config(args.shape, MODELS[args.shape])
     layer = Experts(shape, DTYPES[args.dtype])
     picks = {tokens: layer.gems_config(tokens) for tokens in args.tokens}
     candidates = {config_id(c): c for c in [*search_space(), *picks.values()]}
     print(f"{len(candidates)} configs x {len(args.tokens)} token counts", flush=True)
-    failed = _compile_everywhere(args, list(candidates.values()))
+    failed = _compile_everywhere(args, shape, list(candidates.values()))
     for cid, error in failed.items():
         print(f"skipped {cid}: {error}", flush=True)
     result = {
         "device": torch.cuda.get_device_name(),
-        "shape": args.shape,
+        "shape": shape.name,
         "experts": shape.experts,
-        "intermediate": shape.moe_intermediate,
+        "intermediate": shape.intermediate,
         "hidden": shape.hidden,
         "top_k": shape.top_k,
         "dtype": args.dtype,
@@ -293,16 +328,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     moe_shapes = [name for name, config in MODELS.items() if "num_experts" in config]
     parser.add_argument("--shape", default="qwen3-moe", choices=moe_shapes)
+    parser.add_argument("--experts", type=int, help="number of experts (with the three below)")
+    parser.add_argument("--intermediate", type=int, help="an expert's intermediate size")
+    parser.add_argument("--hidden", type=int, help="the model's hidden size")
+    parser.add_argument("--top-k", type=int, help="experts per token")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
     parser.add_argument("--tokens", type=int_list, default=TOKENS)
     parser.add_argument("--workers", type=int, default=min(15, max(1, (os.cpu_count() or 2) - 1)))
     parser.add_argument("--write", action="store_true", help="write the backend's table")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    shape = expert_shape(parser, args)
     if not torch.cuda.is_available():
         print("tune_moe.py needs a CUDA GPU (the configs are timed on it)", file=sys.stderr)
         return 2
-    result = tune(args)
+    result = tune(args, shape)
     if args.write:
         print(f"wrote {write_table(result)}")
     return 0

@@ -92,3 +92,29 @@ def test_unknown_shapes_are_refused(capsys):
     with pytest.raises(SystemExit):
         tune_moe.main(["--shape", "llama3-8b"])
     assert "invalid choice: 'llama3-8b'" in capsys.readouterr().err
+
+
+def test_a_shape_is_a_model_of_shapes_py_or_all_four_sizes(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    parser_errors = {
+        ("--experts", "8", "--hidden", "4096"): "missing --intermediate, --top-k",
+        ("--experts", "8", "--intermediate", "1", "--hidden", "1", "--top-k", "0"): "--top-k 0",
+        ("--experts", "8", "--intermediate", "1", "--hidden", "1", "--top-k", "9"): "more than",
+    }
+    for argv, message in parser_errors.items():
+        with pytest.raises(SystemExit):
+            tune_moe.main(list(argv))
+        assert message in capsys.readouterr().err
+
+
+def test_the_shape_the_arguments_name():
+    parser = tune_moe.argparse.ArgumentParser()
+    sizes = {"experts": None, "intermediate": None, "hidden": None, "top_k": None}
+    args = tune_moe.argparse.Namespace(shape="qwen3-moe", **sizes)
+    assert tune_moe.expert_shape(parser, args) == tune_moe.ExpertShape(
+        "qwen3-moe", 128, 768, 2048, 8
+    )
+    args = tune_moe.argparse.Namespace(
+        shape="qwen3-moe", experts=8, intermediate=14336, hidden=4096, top_k=2
+    )
+    assert tune_moe.expert_shape(parser, args) == tune_moe.ExpertShape("custom", 8, 14336, 4096, 2)
