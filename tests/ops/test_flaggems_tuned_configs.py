@@ -92,6 +92,7 @@ def test_tensors_off_a_cuda_device_have_no_tuned_config():
         ("{}", "expected an object of token count -> config"),
         (json.dumps({"sixteen": CONFIG}), "key 'sixteen' is not a token count"),
         (json.dumps({"0": CONFIG}), "key '0' is not a token count"),
+        (json.dumps({"\u00b2": CONFIG}, ensure_ascii=False), "is not a token count"),
         (json.dumps({"16": [16, 64]}), "[16] has list; a config has exactly"),
         (json.dumps({"16": {**CONFIG, "SPLIT_K": 2}}), "[16] has ['BLOCK_SIZE_K',"),
         (json.dumps({"16": {k: v for k, v in CONFIG.items() if k != "num_stages"}}), "exactly"),
@@ -160,3 +161,11 @@ def test_the_tuned_config_comes_before_flag_gems_own(monkeypatch):
     assert picked == [((8, 64, 16), (8, 16, 32), 2, None, 4, 8)]
     kernels.config(w1, w2, 2, torch.bfloat16, 4)
     assert len(picked) == 1  # looked up once per call shape
+
+
+def test_an_unreadable_table_is_not_used_and_is_reported(table_dir, caplog):
+    path = table_dir / tuned_configs.table_name(8, 32, "GPU_X", torch.bfloat16)
+    path.write_bytes(b"\xff\xfe{")
+    with caplog.at_level(logging.WARNING, logger=tuned_configs.__name__):
+        assert tuned_configs.config_for(8, 32, "GPU_X", torch.bfloat16, 16) is None
+    assert [str(path) in record.getMessage() for record in caplog.records] == [True]

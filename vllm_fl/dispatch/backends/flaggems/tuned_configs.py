@@ -64,7 +64,7 @@ def parse_table(path: Path, text: str) -> dict[int, dict[str, int]]:
         raise TableError(f"{path}: expected an object of token count -> config")
     table: dict[int, dict[str, int]] = {}
     for count, config in data.items():
-        if not count.isdigit() or int(count) < 1:
+        if not (count.isascii() and count.isdigit()) or int(count) < 1:
             raise TableError(f"{path}: key {count!r} is not a token count (a positive integer)")
         if not isinstance(config, dict) or sorted(config) != sorted(CONFIG_KEYS):
             got = sorted(config) if isinstance(config, dict) else type(config).__name__
@@ -88,10 +88,12 @@ def load_table(name: str) -> dict[int, dict[str, int]] | None:
     if not path.is_file():
         return None
     try:
-        return parse_table(path, path.read_text())
+        return parse_table(path, path.read_text(encoding="utf-8"))
     except TableError as error:
         logger.warning("ignoring the tuned MoE configs: %s", error)
-        return None
+    except (OSError, UnicodeDecodeError) as error:
+        logger.warning("ignoring the tuned MoE configs: %s: unreadable: %s", path, error)
+    return None
 
 
 def nearest(table: dict[int, dict[str, int]], tokens: int) -> dict[str, int]:
