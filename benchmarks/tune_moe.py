@@ -30,7 +30,6 @@ import concurrent.futures
 import dataclasses
 import itertools
 import json
-import logging
 import multiprocessing
 import os
 import statistics
@@ -165,7 +164,7 @@ class Experts:
     def call(self, inputs: tuple, config: dict) -> Callable[[], torch.Tensor]:
         """A call of ``fused_experts`` on ``inputs`` (from ``inputs``) with ``config``."""
         experts = self._experts
-        key = config_id(config)
+        key = experts.config_key(config)
         kernels = experts.ExpertKernels(
             self.base.gemm, self.base.gemm_params, lambda *shape: (config, key)
         )
@@ -210,25 +209,22 @@ def _calls_per_graph(tokens: int) -> int:
     return 10 if tokens <= 512 else 3
 
 
-def _quiet_flag_gems() -> None:
-    # FlagGems logs its table miss on every config lookup
-    logging.getLogger("flag_gems").setLevel(logging.ERROR)
-
-
 def compile_configs(shape: ExpertShape, dtype_name: str, tokens: list[int], configs: list[dict]):
     """Run each config once at every token count (Triton compiles and caches its kernels);
     returns the ids of configs that failed, with the error."""
-    _quiet_flag_gems()
-    experts = Experts(shape, DTYPES[dtype_name])
-    inputs = [experts.inputs(count) for count in tokens]
+    from vllm_fl.dispatch.backends.flaggems.experts import quiet_flag_gems
+
     failed = {}
-    for config in configs:
-        try:
-            for given in inputs:
-                experts.call(given, config)()
-            torch.cuda.synchronize()
-        except Exception as error:  # a config the compiler rejects (e.g. out of resources)
-            failed[config_id(config)] = f"{type(error).__name__}: {str(error)[:200]}"
+    with quiet_flag_gems():
+        layer = Experts(shape, DTYPES[dtype_name])
+        inputs = [layer.inputs(count) for count in tokens]
+        for config in configs:
+            try:
+                for given in inputs:
+                    layer.call(given, config)()
+                torch.cuda.synchronize()
+            except Exception as error:  # a config the compiler rejects (e.g. out of resources)
+                failed[config_id(config)] = f"{type(error).__name__}: {str(error)[:200]}"
     return failed
 
 
@@ -252,7 +248,6 @@ def _compile_everywhere(args, shape: ExpertShape, configs: list[dict]) -> dict[t
 def tune(args, shape: ExpertShape) -> dict:
     """The sweep: per token count, every config's GPU time, the finalists timed again, the
     fastest and FlagGems' pick."""
-    _quiet_flag_gems()
     layer = Experts(shape, DTYPES[args.dtype])
     picks = {tokens: layer.gems_config(tokens) for tokens in args.tokens}
     candidates = {config_id(c): c for c in [*search_space(), *picks.values()]}
@@ -313,7 +308,7 @@ def tune(args, shape: ExpertShape) -> dict:
 
 def write_table(result: dict) -> Path:
     """The tuned table of ``result`` written where ``tuned_configs`` looks for it."""
-    device = result["device"].replace(" ", "_")
+    device = tuned_configs.table_device(result["device"])
     dtype = DTYPES[result["dtype"]]
     name = tuned_configs.table_name(result["experts"], result["intermediate"], device, dtype)
     path = tuned_configs.TABLE_DIR / name
@@ -342,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("tune_moe.py needs a CUDA GPU (the configs are timed on it)", file=sys.stderr)
         return 2
-    result = tune(args, shape)
+    from vllm_fl.dispatch.backends.flaggems.experts import quiet_flag_gems
+
+    with quiet_flag_gems():
+        result = tune(args, shape)
     if args.write:
         print(f"wrote {write_table(result)}")
     return 0

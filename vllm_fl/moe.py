@@ -110,8 +110,9 @@ def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
     call the ``warm_up_experts(w1, w2, top_k, max_tokens, apply_router_weight_on_input,
     global_num_experts)`` of the package whose impl of ``fused_experts`` is selected, where it
     defines one (a backend whose kernels compile on first use), unless ``VLLM_FL_MOE_WARMUP``
-    is off. Returns the number of warm-up calls the backend made. A warm-up that fails is a warning, not an error: the engine serves
-    as it would have without it (a real call that fails falls back through the dispatch)."""
+    is off. Returns the number of warm-up calls the backend made. A warm-up that fails is a
+    warning, not an error: the engine serves as it would have without it (a real call that
+    fails falls back through the dispatch)."""
     from vllm_fl.dispatch import DispatchError, get_config, get_default_manager
 
     setups = _expert_setups(model)

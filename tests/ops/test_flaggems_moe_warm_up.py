@@ -13,6 +13,7 @@ real kernels (``tests/ops/test_flagos_own_launches_on_gpu.py``).
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 from types import SimpleNamespace
@@ -316,3 +317,18 @@ def test_vllm_fl_moe_warmup_off_skips_the_warm_up(backend, monkeypatch):
     monkeypatch.setattr(vllm_fl.dispatch, "get_config", lambda: SimpleNamespace(moe_warm_up=False))
     assert moe.warm_up(_model(_layer()), 2048) == 0
     assert calls == []
+
+
+def test_flag_gems_logs_errors_only_within_quiet_flag_gems_and_as_before_after(caplog):
+    gems_logger = logging.getLogger("flag_gems")
+    gems_logger.setLevel(logging.INFO)
+    try:
+        with caplog.at_level(logging.INFO, logger="flag_gems"):
+            with experts.quiet_flag_gems():
+                gems_logger.warning("no table")
+                gems_logger.error("broken")
+            gems_logger.info("after")
+        assert [record.getMessage() for record in caplog.records] == ["broken", "after"]
+        assert gems_logger.level == logging.INFO
+    finally:
+        gems_logger.setLevel(logging.NOTSET)

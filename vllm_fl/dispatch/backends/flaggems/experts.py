@@ -17,9 +17,10 @@ buffers are 16-byte aligned (the caching allocator's blocks), so only the inputs
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,17 +320,29 @@ def warm_up_token_counts(
     variant a served step can need, so that none compiles while serving (a new variant costs
     about half a second of Triton compilation on an H100, in the middle of a batch)."""
     first: dict[tuple, int] = {}
-    # FlagGems logs its config lookup for every new token count
+    with quiet_flag_gems():
+        for tokens in range(1, min(max_tokens, CHUNK_SIZE) + 1):
+            key = specialisation(kernels, w1, w2, top_k, tokens, experts, align_max_pairs)
+            first.setdefault(key, tokens)
+    return sorted(first.values())
+
+
+@contextlib.contextmanager
+def quiet_flag_gems() -> Iterator[None]:
+    """Within: FlagGems logs errors only (its config lookup logs a warning for every new token
+    count where it has no table)."""
     gems_logger = logging.getLogger("flag_gems")
     level = gems_logger.level
     gems_logger.setLevel(logging.ERROR)
     try:
-        for tokens in range(1, min(max_tokens, CHUNK_SIZE) + 1):
-            key = specialisation(kernels, w1, w2, top_k, tokens, experts, align_max_pairs)
-            first.setdefault(key, tokens)
+        yield
     finally:
         gems_logger.setLevel(level)
-    return sorted(first.values())
+
+
+def config_key(config: dict) -> tuple:
+    """A GEMM config as the hashable part of its launch plans' layout key."""
+    return tuple(sorted(config.items()))
 
 
 def gems_config(w1: torch.Tensor, w2: torch.Tensor, top_k: int, dtype: torch.dtype, m: int) -> dict:
@@ -361,7 +374,7 @@ def flag_gems_kernels() -> ExpertKernels | None:
         found = configs.get(key)
         if found is None:
             tuned = tuned_configs.lookup(w1, w2, dtype, m) or gems_config(w1, w2, top_k, dtype, m)
-            found = configs[key] = (tuned, tuple(sorted(tuned.items())))
+            found = configs[key] = (tuned, config_key(tuned))
         return found
 
     plans = launch.KernelPlans(kernel)

@@ -41,9 +41,14 @@ class TableError(ValueError):
     """A table file that is not a tuned-config table; the message names the file and key."""
 
 
+def table_device(name: str) -> str:
+    """A device name as the table files spell it (spaces as underscores, as vLLM's)."""
+    return name.replace(" ", "_")
+
+
 def device_name(device: torch.device) -> str:
-    """The device's name as the table files spell it (spaces as underscores, as vLLM's)."""
-    return torch.cuda.get_device_name(device).replace(" ", "_")
+    """The name of ``device`` as the table files spell it."""
+    return table_device(torch.cuda.get_device_name(device))
 
 
 def table_name(experts: int, intermediate: int, device: str, dtype: torch.dtype) -> str:
