@@ -168,24 +168,29 @@ def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
     if not run.ok:
         return {**head, "error": " | ".join(run.tail(5))[-400:], "wall_s": run.wall_s}
     result = e2e_result(run.result)
-    dispatch_lines = [
-        l.split("] ", 1)[-1]
-        for l in run.output.splitlines()
-        if "Op '" in l and ("using" in l or "fallback" in l)
-    ]
-    if not result.get("used_impls") and dispatch_lines:
+    lines = dispatch_lines(run.output)
+    if not result.get("used_impls") and lines:
         # The model ran in vLLM's engine process: its dispatch log says what it selected.
-        result["used_impls"] = _impls_from_log(dispatch_lines, traced=False)
+        result["used_impls"] = impls_from_log(lines, traced=False)
         if mode == "compile":
             result["used_impls_traced"] = {
                 **result["used_impls"],
-                **_impls_from_log(dispatch_lines, traced=True),
+                **impls_from_log(lines, traced=True),
             }
     result["spawn_forced"] = "must use the spawn" in run.output
-    return {**head, "wall_s": round(run.wall_s, 1), **result, "dispatch_log": dispatch_lines}
+    return {**head, "wall_s": round(run.wall_s, 1), **result, "dispatch_log": lines}
 
 
-def _impls_from_log(lines: list[str], traced: bool) -> dict[str, str]:
+def dispatch_lines(output: str) -> list[str]:
+    """The dispatch's "Op '<op>' using ..." and fallback lines of a run's output."""
+    return [
+        line.split("] ", 1)[-1]
+        for line in output.splitlines()
+        if "Op '" in line and ("using" in line or "fallback" in line)
+    ]
+
+
+def impls_from_log(lines: list[str], traced: bool) -> dict[str, str]:
     """op -> impl id from the dispatch's "Op '<op>' using '<impl>'" lines (the last one wins),
     those for calls traced by torch.compile ("... under torch.compile") or the others."""
     found: dict[str, str] = {}

@@ -16,6 +16,8 @@
 #                2 timed batches per engine
 #   e2e-eager-rounds  vanilla and prefer=flagos only, eager, 3 interleaved rounds of 2 timed
 #                batches (about 500 s on an H100)
+#   e2e-paired   vanilla and prefer=flagos engines resident at once on the GPU, Llama-3-8B shape,
+#                eager, taking turns batch by batch (bench_e2e_paired.py, 10 pairs)
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   moe-eager-rounds  Qwen3-MoE shape (16 layers), vanilla and prefer=flagos, eager, 3 interleaved
@@ -37,7 +39,7 @@
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -73,6 +75,10 @@ e2e-eager)
 e2e-eager-rounds)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes eager --repeat 3 \
         --timed-repeats 2 --json "$out/h100_e2e_flagos_eager_rounds.json"
+    ;;
+e2e-paired)
+    "$py" benchmarks/bench_e2e_paired.py --configs vanilla,prefer=flagos --pairs 10 \
+        --json "$out/h100_e2e_paired_eager.json"
     ;;
 e2e-compile)
     "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes compile --repeat 2 \
@@ -114,7 +120,7 @@ moe-ab-steps)
         --json "$out/h100_moe_profile_e2e_ab_steps_aa.json"
     ;;
 *)
-    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds," \
+    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
         "moe-tune, moe-trace)" >&2
     exit 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import time
@@ -58,6 +59,18 @@ def name_list(text: str) -> list[str]:
 
 def median(values: Iterable[float]) -> float:
     return statistics.median(values)
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``ordered`` (the element at that rank)."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bootstrap_median_ci(values: Sequence[float], draws: int = 2000) -> tuple[float, float]:
+    """95% interval of the median of ``values`` by resampling them (fixed seed)."""
+    rng = random.Random(0)
+    medians = sorted(median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return quantile(medians, 0.025), quantile(medians, 0.975)
 
 
 def gpu_us(fn: Callable[[], object], graph: bool) -> float:

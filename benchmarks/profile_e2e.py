@@ -46,7 +46,6 @@ import itertools
 import json
 import os
 import pstats
-import random
 import sys
 import time
 from collections.abc import Iterator
@@ -55,8 +54,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import (  # noqa: E402
+    bootstrap_median_ci,
     median,
     name_list,
+    quantile,
     refuse_unknown,
     sweep_configs,
     worker_result,
@@ -261,17 +262,6 @@ def step_pairs(
     return ratios
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def bootstrap_median_ci(values: list[float], draws: int = 2000) -> tuple[float, float]:
-    """95% interval of the median of ``values`` by resampling them (fixed seed)."""
-    rng = random.Random(0)
-    medians = sorted(median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return _quantile(medians, 0.025), _quantile(medians, 0.975)
-
-
 def batch_order(names: list[str], batch_no: int) -> list[str]:
     """The turn order of batch ``batch_no``: every other batch runs the cycle backwards (so
     each policy comes as often right after the prefer=vendor step as right before it), and
@@ -340,8 +330,8 @@ def ab_steps_config(model_dir: str, args) -> dict:
         result["paired_ratio"][name] = round(median(ordered), 4)
         result["paired_ratio_ci95"][name] = [round(low, 4), round(high, 4)]
         result["paired_ratio_quartiles"][name] = [
-            round(_quantile(ordered, 0.25), 4),
-            round(_quantile(ordered, 0.75), 4),
+            round(quantile(ordered, 0.25), 4),
+            round(quantile(ordered, 0.75), 4),
         ]
         result["slower_share"][name] = round(sum(r > 1 for r in ordered) / len(ordered), 3)
     return result

@@ -166,6 +166,62 @@ def run(model: str | Path, workload: Workload) -> dict:
     return result
 
 
+#: what `serve` answers: one JSON object per line, after this prefix
+SERVE_PREFIX = "VLLM_FL_SERVE "
+#: the seed of the prompts `serve` warms an engine up with (the batches' seeds are counted from 0)
+WARMUP_SEED = 1_000_000
+
+
+def serve(model: str | Path, workload: Workload, commands, replies, compared: int = 4) -> None:
+    """Build the engine once, then generate a timed batch for every ``batch SEED`` line read
+    from ``commands`` until ``quit``; each answer is a line on ``replies``: ``SERVE_PREFIX``
+    and a JSON object.
+
+    Answers: on start ``{"ready": true, "import_s", "init_s"}`` (after a warm-up batch), per
+    batch ``{"seed", "generate_s", "output_tokens", "prompt_tokens", "tokens"}`` (the greedy
+    tokens of the first ``compared`` prompts), with ``decode_s`` and ``decode_tokens`` for the
+    prompts cut to ``workload.decode_prompt_len`` where the workload has one; on ``quit`` the
+    dispatch's record and the threads' CPU seconds. A caller that keeps two engines resident
+    can so let them take turns batch by batch."""
+    started = time.perf_counter()
+    import vllm  # noqa: F401  (timed apart from the engine's start-up)
+
+    import_s = time.perf_counter() - started
+    start = time.perf_counter()
+    llm = build_llm(model, workload.mode, workload.llm_args)
+    init_s = time.perf_counter() - start
+    params = sampling_params(workload.max_tokens, workload.detokenize)
+    llm.generate(prompts(workload, WARMUP_SEED), params, use_tqdm=False)  # not timed
+
+    def answer(message: dict) -> None:
+        replies.write(SERVE_PREFIX + json.dumps(message) + "\n")
+        replies.flush()
+
+    answer({"ready": True, "import_s": round(import_s, 4), "init_s": round(init_s, 3)})
+    for line in commands:
+        words = line.split()
+        if words == ["quit"]:
+            break
+        seed = int(words[1])
+        batch = prompts(workload, seed)
+        outputs, (generate_s,) = _timed_generate(llm, [batch], params)
+        result = {
+            "seed": seed,
+            "generate_s": round(generate_s, 4),
+            "output_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
+            "prompt_tokens": sum(len(o.prompt_token_ids or ()) for o in outputs),
+            "tokens": [list(o.outputs[0].token_ids) for o in outputs[:compared]],
+        }
+        if workload.decode_prompt_len is not None:
+            cut = workload.decode_prompt_len
+            shorts = [{"prompt_token_ids": p["prompt_token_ids"][:cut]} for p in batch]
+            decoded, (decode_s,) = _timed_generate(llm, [shorts], params)
+            result["decode_s"] = round(decode_s, 4)
+            result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
+        answer(result)
+    answer({"done": True, "threads_cpu_s": threads_cpu_s(), **_dispatch_record(workload.mode)})
+
+
 def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]]:
     """Generate each batch in turn; the first batch's outputs and the seconds of every batch.
     The fastest is the run's figure: a slower one was held up by something else on the host
@@ -393,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--workload", type=Workload.from_json, default=Workload())
     parser.add_argument("--result", type=Path, help="write the result here (default: print it)")
+    parser.add_argument(
+        "--serve-fd",
+        type=int,
+        help="keep the engine and generate a batch per stdin command, answering on this file "
+        "descriptor (see serve)",
+    )
     args = parser.parse_args(argv)
 
     # Extra plugin distributions found after the installed ones (so their entry points load
@@ -400,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = os.environ.get("VLLM_FL_TEST_APPEND_PATH")
     if extra:
         sys.path.append(extra)
+    if args.serve_fd is not None:
+        with os.fdopen(args.serve_fd, "w") as replies:
+            serve(args.model, args.workload, sys.stdin, replies)
+        return 0
     result = run(args.model, args.workload)
     if args.result:
         args.result.write_text(json.dumps(result))

@@ -69,6 +69,24 @@ def test_aligned():
     assert not launch.aligned(base, base[1:])
 
 
+def test_pointers_are_the_data_pointers_of_aligned_tensors_on_one_device():
+    import torch
+
+    base = torch.zeros(64, dtype=torch.uint8)
+    assert launch.pointers(base, base[16:]) == [base.data_ptr(), base.data_ptr() + 16]
+    assert launch.pointers(base, base[1:]) is None
+
+    class OnGpu:  # a tensor on GPU 0 as pointers() reads it: aligned, another device
+        def data_ptr(self) -> int:
+            return base.data_ptr()
+
+        def get_device(self) -> int:
+            return 0
+
+    assert launch.pointers(base, OnGpu()) is None
+    assert launch.pointers(OnGpu(), base) is None
+
+
 def test_on_current_gpu_compares_a_cuda_tensors_device_with_the_current_one(monkeypatch):
     import torch
 

@@ -23,7 +23,8 @@ from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary  # noq
 
 class _Interpreted:
     """Launch plans that run the kernel in Triton's interpreter, counting launches; launches
-    bound to a call signature (``KernelPlans.launch_bound``) replay with the new tensors."""
+    bound to a call signature (``KernelPlans.launch_bound``) replay with the new tensors (the
+    fixture has ``launch.pointers`` answer them rather than their data pointers)."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -58,8 +59,15 @@ def own_kernels(monkeypatch) -> dict[str, _Interpreted]:
             made[kernel] = _Interpreted(getattr(launch.own(module), kernel))
         return made[kernel]
 
+    data_pointers = launch.pointers
+
+    def tensors_if_aligned(*tensors):
+        # Triton's interpreter takes tensors, not the data pointers a bound launch passes
+        return list(tensors) if data_pointers(*tensors) is not None else None
+
     monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)
     monkeypatch.setattr(launch, "own_plans", own_plans)
+    monkeypatch.setattr(launch, "pointers", tensors_if_aligned)
     return made
 
 

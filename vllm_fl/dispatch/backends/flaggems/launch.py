@@ -234,8 +234,9 @@ class KernelPlans:
             self._bound[signature] = (runner, fixed)
 
     def launch_bound(self, signature: Hashable, dynamic_args: Sequence[Any]) -> bool:
-        """Launch what ``run`` bound to ``signature``, with ``dynamic_args`` first; False,
-        launching nothing, where nothing is bound to it.
+        """Launch what ``run`` bound to ``signature``, with ``dynamic_args`` first (tensors, or
+        their data pointers from ``pointers``); False, launching nothing, where nothing is bound
+        to it.
 
         The per-call path of an eager op, where deriving the launch again (grid, strides,
         constexprs, plan key) would cost more host time than the launch itself. The caller's
@@ -311,6 +312,24 @@ def aligned(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         pointers |= t.data_ptr()
     return not pointers & 15
+
+
+def pointers(*tensors: torch.Tensor) -> list[int] | None:
+    """The tensors' data pointers, the dynamic arguments of a bound launch
+    (``KernelPlans.launch_bound``); None where one is not 16-byte aligned (see ``aligned``) or
+    not on the first one's device.
+
+    Triton's C launcher takes an integer pointer argument as it is. Given a tensor, it calls
+    ``data_ptr()`` and then asks the CUDA driver whether that is a device pointer, for every
+    tensor of every launch; the device check here stands in for the driver's."""
+    device = tensors[0].get_device()
+    found = []
+    for t in tensors:
+        pointer = t.data_ptr()
+        if pointer & 15 or t.get_device() != device:
+            return None
+        found.append(pointer)
+    return found
 
 
 class PointwisePlans:

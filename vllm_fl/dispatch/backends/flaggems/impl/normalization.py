@@ -68,11 +68,12 @@ def _strided_rows(x, weight, eps) -> torch.Tensor | None:
     """The rows kernel into a new contiguous tensor; its launch is bound to the call's layout
     (a layer's per-head norm calls with the same view step after step)."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if not launch.aligned(x, weight, out):
+    found = launch.pointers(x, weight, out)
+    if found is None:
         return None
     plans = launch.own_plans("norm_kernel", "rms_norm_rows_kernel")
     signature = (x.shape, x.stride(), x.dtype, weight.dtype, x.get_device(), eps)
-    if plans.launch_bound(signature, (x, weight, out)):
+    if plans.launch_bound(signature, found):
         return out
     planned = launch.own("norm_kernel").rms_norm_rows_launch(x, weight, eps, out)
     if planned is None:
@@ -140,11 +141,11 @@ def rms_norm_inplace(
         plans is not None
         and launch.on_current_gpu(x)
         and weight.is_contiguous()
-        and launch.aligned(x, residual, weight)
+        and (found := launch.pointers(x, residual, weight)) is not None
     ):
         # a layer's calls share all but the tensors (see KernelPlans.launch_bound)
         signature = (x.shape, x.dtype, residual.dtype, weight.dtype, x.get_device(), eps)
-        if plans.launch_bound(signature, (x, residual, weight)):
+        if plans.launch_bound(signature, found):
             return x, residual
         m, n = _rows(x)
         if m:

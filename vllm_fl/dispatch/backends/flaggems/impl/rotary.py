@@ -77,14 +77,16 @@ def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bo
 
     A layer calls with the same layout step after step: the launch is bound to the call's
     signature (everything ``launch_of`` derives it from, less the tensors themselves), and
-    later calls with that signature only check alignment and launch."""
+    later calls with that signature only check alignment and launch, passing the tensors'
+    data pointers."""
     rotary_dim = self.rotary_dim
     cos, sin = _cos_sin(self.cos_sin_cache, query.dtype, query.device, rotary_dim)
     k = query if key is None else key
     q_out = query if query_out is None else query_out
     k_out = k if query_out is None else (q_out if key_out is None else key_out)
     tensors = (query, k, q_out, k_out, cos, sin, positions)
-    if not launch.aligned(*tensors):
+    found = launch.pointers(*tensors)
+    if found is None:
         return False
     signature = (
         query.shape,
@@ -106,7 +108,7 @@ def _own_kernel(self, positions, query, key, query_out=None, key_out=None) -> bo
         self.is_neox_style,
     )
     plans = launch.own_plans("rotary_kernel", "rotary_kernel")
-    if plans.launch_bound(signature, tensors):
+    if plans.launch_bound(signature, found):
         return True
     planned = launch.own("rotary_kernel").launch_of(
         positions,

