@@ -13,7 +13,7 @@ of the paired ratios and its bootstrap 95% interval, and compares the greedy tok
 
     python benchmarks/bench_e2e_paired.py --configs vanilla,prefer=flagos --pairs 8 \\
         --json benchmarks/results/h100_e2e_paired.json
-    python benchmarks/bench_e2e_paired.py --summarize benchmarks/results/h100_e2e_paired.json
+    python benchmarks/bench_e2e_paired.py --summarize run1.json [run2.json ...]  # pairs merged
 
 The model is the shape's (`shapes.py`) with dummy weights in bf16, as in `bench_e2e.py`; the
 default batch, 256 prompts of 384 tokens and 128 out, keeps every sequence's KV cache resident
@@ -195,6 +195,24 @@ def format_table(result: dict) -> str:
     )
 
 
+def merge(results: list[dict]) -> dict:
+    """Runs of the same two configurations, mode and workload as one result with all their
+    pairs (greedy tokens identical only where they were in every run)."""
+    first = results[0]
+    for other in results[1:]:
+        for key in ("configs", "mode", "shape", "workload"):
+            if other.get(key) != first.get(key):
+                raise ValueError(
+                    f"runs differ in {key}: {first.get(key)!r} and {other.get(key)!r}; only runs "
+                    "of the same configurations, mode, shape and workload merge"
+                )
+    return {
+        **first,
+        "pairs": [pair for result in results for pair in result["pairs"]],
+        "tokens_identical": all(result["tokens_identical"] for result in results),
+    }
+
+
 def run_pairs(engines: dict[str, Engine], pairs: int, timeout: float) -> tuple[list, bool]:
     """``pairs`` pairs of batches in `turn_order`; the figures per pair and whether every
     batch's greedy tokens agreed between the engines."""
@@ -240,10 +258,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=300, help="seconds per engine answer")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/e2e_paired.json"))
     parser.add_argument("--log-dir", default="benchmarks/results/logs")
-    parser.add_argument("--summarize", type=Path, metavar="JSON", help="print an earlier run")
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="print the table of earlier runs (several runs of one setup are merged)",
+    )
     args = parser.parse_args(argv)
     if args.summarize:
-        print(format_table(read_json(args.summarize)))
+        try:
+            print(format_table(merge([read_json(path) for path in args.summarize])))
+        except ValueError as error:
+            parser.error(str(error))
         return 0
     refuse_unknown(parser, "--configs", args.configs, CONFIGS)
     if len(args.configs) != 2 or len(set(args.configs)) != 2:

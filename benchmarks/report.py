@@ -16,6 +16,9 @@ Renderers (options in brackets):
   policy-gap    a bullet counting where the selected backend is slower than the fastest [factor]
   e2e-summary   bench_e2e --summarize's table
   e2e-rounds    bench_e2e results round by round, with the greedy tokens compared to vanilla's
+  e2e-paired    bench_e2e_paired's table: medians and paired ratios of two resident engines
+                [merged: more result files whose pairs count too]
+  e2e-pairs     bench_e2e_paired results pair by pair
   dispatch      bench_dispatch results and what the dispatch adds to a call
   host-launch   profile_flagos results: flagos host time per call before/after [before, tokens]
   profile-e2e   profile_e2e results: an engine step's time, GPU and host, per config or policy
@@ -36,6 +39,8 @@ from pathlib import Path
 
 from bench_e2e import format_table as e2e_table
 from bench_e2e import summarize
+from bench_e2e_paired import format_table as paired_table
+from bench_e2e_paired import merge as merge_pairs
 from bench_ops import Report, Row, load_report, policy_token
 from report_flagos import align_graph, host_launch, moe_tune, profile_e2e
 from harness import DECODE_MAX_TOKENS, Column, int_list, markdown_table, median, read_json
@@ -249,6 +254,39 @@ def e2e_rounds(runs: list[dict]) -> str:
     return markdown_table(columns, table)
 
 
+def e2e_paired(result: dict, merged: str = "") -> str:
+    """bench_e2e_paired's table; ``merged``: more result files (comma-separated) whose pairs
+    count with this one's."""
+    more = [read_json(ROOT / path) for path in merged.split(",") if path]
+    return "```\n" + paired_table(merge_pairs([result, *more])) + "\n```"
+
+
+def e2e_pairs(result: dict) -> str:
+    """Per pair of batches: which engine went first, both engines' output (decode) tok/s and
+    the second configuration's ratios to the first."""
+    base, other = result["configs"]
+    columns = [
+        Column("pair"),
+        Column("first", align="<"),
+        Column(f"{base}: output (decode) tok/s"),
+        Column(f"{other}: output (decode) tok/s"),
+        Column("ratio output (decode)"),
+    ]
+    table = []
+    for number, pair in enumerate(result["pairs"], 1):
+        a, b = pair[base], pair[other]
+        ratios = f"{b['output_tok_s'] / a['output_tok_s']:.3f}"
+        if "decode_tok_s" in a and "decode_tok_s" in b:
+            ratios += f" ({b['decode_tok_s'] / a['decode_tok_s']:.3f})"
+        table.append([number, pair["first"], _tok_s(a), _tok_s(b), ratios])
+    return markdown_table(columns, table)
+
+
+def _tok_s(figures: dict) -> str:
+    decode = figures.get("decode_tok_s")
+    return f"{figures['output_tok_s']:.1f}" + ("" if decode is None else f" ({decode:.1f})")
+
+
 def _seconds(values: list[float]) -> str:
     return " / ".join(f"{v:.2f}" for v in values)
 
@@ -360,6 +398,8 @@ RENDERERS = {
     "e2e-summary": Renderer(e2e_summary, ()),
     "e2e-rounds": Renderer(e2e_rounds, ()),
     "e2e-engine": Renderer(e2e_engine, ()),
+    "e2e-paired": Renderer(e2e_paired, ("merged",)),
+    "e2e-pairs": Renderer(e2e_pairs, ()),
     "dispatch": Renderer(dispatch, ()),
     "host-cpu": Renderer(host_cpu, ()),
     "host-launch": Renderer(host_launch, ("before", "tokens")),

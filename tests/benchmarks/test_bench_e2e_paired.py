@@ -59,6 +59,15 @@ def test_table_says_whether_the_greedy_tokens_agreed():
     assert "DIFFERENT" in table and "0.950x" not in table and "1.000x" in table
 
 
+def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
+    merged = paired.merge([_result([1.0, 2.0], [1.0, 2.0]), _result([3.0], [3.0], False)])
+    assert [pair["a"]["output_tok_s"] for pair in merged["pairs"]] == [1.0, 2.0, 3.0]
+    assert merged["tokens_identical"] is False
+    other = {**_result([1.0], [1.0]), "configs": ["a", "c"]}
+    with pytest.raises(ValueError, match="differ in configs"):
+        paired.merge([_result([1.0], [1.0]), other])
+
+
 def test_configs_must_be_two_known_different_ones(capsys):
     for configs in ("vanilla", "vanilla,vanilla", "vanilla,nope"):
         with pytest.raises(SystemExit):

@@ -199,3 +199,34 @@ def test_result_files_written_before_sizes_were_recorded_still_load():
     data = json.loads((RESULTS / "h100_ops.json").read_text())
     assert "models" not in data
     assert Report.from_json(data).models == {}
+
+
+def test_e2e_pairs_list_each_pair_with_its_ratios():
+    result = {
+        "configs": ["vanilla", "prefer=flagos"],
+        "mode": "eager",
+        "tokens_identical": True,
+        "pairs": [
+            {
+                "first": "vanilla",
+                "vanilla": {"output_tok_s": 100.0, "decode_tok_s": 200.0},
+                "prefer=flagos": {"output_tok_s": 95.0, "decode_tok_s": 220.0},
+            },
+            {
+                "first": "prefer=flagos",
+                "prefer=flagos": {"output_tok_s": 50.0},
+                "vanilla": {"output_tok_s": 40.0},
+            },
+        ],
+    }
+    lines = report.e2e_pairs(result).splitlines()
+    assert lines[2].split("|")[1:-1] == [
+        " 1 ",
+        " vanilla ",
+        " 100.0 (200.0) ",
+        " 95.0 (220.0) ",
+        " 0.950 (1.100) ",
+    ]
+    assert lines[3].split("|")[1:-1] == [" 2 ", " prefer=flagos ", " 40.0 ", " 50.0 ", " 1.250 "]
+    paired = report.e2e_paired(result)
+    assert paired.startswith("```\n") and "identical to vanilla's" in paired
