@@ -2,11 +2,11 @@
 that the host's drifting speed cannot tilt.
 
 Engines started one after another see a host whose speed wanders by more than two
-configurations differ (`host_probe.py`: the same process timing 2.5 µs in one second and 5 µs in
-another). Here both engines are started first, each with its own share of GPU memory, in vLLM's
-default process layout (each a `vllm.LLM` in its own process, with its engine core in a process
-of its own: `vllm_runner.py --serve-fd`), and then generate the same batches in turns, A B B A
-A B ..., so that every pair of batches is seconds apart. Each pair gives a ratio of the second
+configurations differ (`host_probe.py`: fresh processes one after another timing
+``torch.empty`` at 2.5 µs and at 5 µs). Here both engines are started first, each with its own
+share of GPU memory, in vLLM's default process layout (each a `vllm.LLM` in its own process,
+with its engine core in a process of its own: `vllm_runner.py --serve-fd`), and then generate
+the same batches in turns, A B B A A B ..., so that every pair of batches is seconds apart. Each pair gives a ratio of the second
 configuration to the first (output tok/s of the batch, and tok/s of a decode-heavy batch of the
 same prompts cut to 16 tokens); the table reports the medians of both configurations, the median
 of the paired ratios and its bootstrap 95% interval, and compares the greedy tokens::
