@@ -151,11 +151,27 @@ def e2e_result(raw: dict) -> dict:
     return result
 
 
-def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
-    env = {**os.environ, **CONFIGS[name]}
-    if args.in_process:
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+def config_env(name: str, **extra: str) -> dict[str, str]:
+    """The environment of a vLLM process running configuration ``name``: this one, the
+    configuration's variables and ``extra`` on top, FlashInfer's sampler off unless set."""
+    env = {**os.environ, **CONFIGS[name], **extra}
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    return env
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, input_len: int) -> None:
+    """The shape (and its layer count) and the batch of an end-to-end run."""
+    parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
+    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=input_len)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--decode-input-len", type=int, default=16)
+
+
+def run_one(name: str, mode: str, round_no: int, model_dir: str, args) -> dict:
+    in_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if args.in_process else {}
+    env = config_env(name, **in_process)
     head = {"config": name, "mode": mode, "round": round_no}
     try:
         run = launch(model_dir, workload(mode, args), env, timeout=args.timeout)
@@ -317,14 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="batches timed per engine (each with prompts of its own); the fastest counts",
     )
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--input-len", type=int, default=512)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--decode-input-len", type=int, default=16)
+    add_model_arguments(parser, input_len=512)
     parser.add_argument("--timeout", type=int, default=400)
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/e2e.json"))
-    parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
-    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
     parser.add_argument(
         "--in-process",
         action="store_true",

@@ -34,6 +34,8 @@ from pathlib import Path
 from bench_e2e import (
     CONFIGS,
     MODES,
+    add_model_arguments,
+    config_env,
     dispatch_lines,
     dummy_model_args,
     impls_from_log,
@@ -49,7 +51,6 @@ from harness import (
     text_table,
     write_json,
 )
-from shapes import MODELS
 from vllm_harness import RUNNER
 from vllm_runner import SERVE_PREFIX, Workload
 
@@ -246,12 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=name_list, default="vanilla,prefer=flagos")
     parser.add_argument("--mode", default="eager", choices=MODES)
     parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
-    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--input-len", type=int, default=384)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--decode-input-len", type=int, default=16)
+    add_model_arguments(parser, input_len=384)
     parser.add_argument(
         "--memory", type=float, default=0.45, help="each engine's gpu_memory_utilization"
     )
@@ -290,10 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         for name in args.configs:  # one at a time: each measures the memory the other left
-            env = {**os.environ, **CONFIGS[name]}
-            env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
             log = Path(args.log_dir) / f"paired_{name.replace('=', '_')}_{args.mode}.log"
-            engines[name] = Engine(name, model_dir, workload(args), env, log)
+            engines[name] = Engine(name, model_dir, workload(args), config_env(name), log)
             ready = engines[name].answer(args.timeout)
             result["startup"][name] = round(ready["import_s"] + ready["init_s"], 1)
         result["pairs"], result["tokens_identical"] = run_pairs(engines, args.pairs, args.timeout)

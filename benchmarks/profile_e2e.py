@@ -44,7 +44,6 @@ import functools
 import inspect
 import itertools
 import json
-import os
 import pstats
 import sys
 import time
@@ -52,7 +51,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
+from bench_e2e import CONFIGS, config_env, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import (  # noqa: E402
     bootstrap_median_ci,
     median,
@@ -387,8 +386,7 @@ def _slow_path_counter() -> Iterator[collections.Counter]:
 
 
 def run_config(name: str, model_dir: str, args) -> dict:
-    env = {**os.environ, **CONFIGS[name], "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    env = config_env(name, VLLM_ENABLE_V1_MULTIPROCESSING="0")
     argv = [sys.executable, __file__, "--worker", model_dir, *_shared_argv(args)]
     if args.ab_steps:
         argv += ["--ab-steps", f"--ab-batches={args.ab_batches}"]

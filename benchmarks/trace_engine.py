@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import CONFIGS, dummy_model_args, shape_model_dir  # noqa: E402
+from bench_e2e import CONFIGS, config_env, dummy_model_args, shape_model_dir  # noqa: E402
 from harness import name_list, refuse_unknown, sweep_configs, worker_result  # noqa: E402
 from shapes import MODELS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
@@ -153,8 +153,7 @@ def trace_config(model_dir: str, args) -> dict:
 
 def run_config(name: str, model_dir: str, args) -> dict:
     """One configuration in a fresh process with its environment: the worker's result."""
-    env = {**os.environ, **CONFIGS[name]}
-    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    env = config_env(name)
     argv = [
         sys.executable, __file__, "--worker", model_dir, f"--mode={args.mode}",
         f"--prompts={args.prompts}", f"--input-len={args.input_len}",

@@ -104,6 +104,11 @@ def prompts(workload: Workload, seed: int = 0) -> list:
     ]
 
 
+def cut_prompts(batch: list[dict], length: int) -> list[dict]:
+    """Token-id prompts cut to their first ``length`` tokens (the decode-heavy batch)."""
+    return [{"prompt_token_ids": p["prompt_token_ids"][:length]} for p in batch]
+
+
 def run(model: str | Path, workload: Workload) -> dict:
     """Build the engine, generate, report (see the module docstring)."""
     started = time.perf_counter()
@@ -147,8 +152,7 @@ def run(model: str | Path, workload: Workload) -> dict:
         "in_process": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0",
     }
     if workload.decode_prompt_len is not None:
-        cut = workload.decode_prompt_len
-        shorts = [[{"prompt_token_ids": p["prompt_token_ids"][:cut]} for p in b] for b in batches]
+        shorts = [cut_prompts(b, workload.decode_prompt_len) for b in batches]
         decoded, decode_times = _timed_generate(llm, shorts, params)
         result["decode_s"] = round(min(decode_times), 4)
         result["decode_s_all"] = [round(t, 4) for t in decode_times]
@@ -213,8 +217,7 @@ def serve(model: str | Path, workload: Workload, commands, replies, compared: in
             "tokens": [list(o.outputs[0].token_ids) for o in outputs[:compared]],
         }
         if workload.decode_prompt_len is not None:
-            cut = workload.decode_prompt_len
-            shorts = [{"prompt_token_ids": p["prompt_token_ids"][:cut]} for p in batch]
+            shorts = cut_prompts(batch, workload.decode_prompt_len)
             decoded, (decode_s,) = _timed_generate(llm, [shorts], params)
             result["decode_s"] = round(decode_s, 4)
             result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
