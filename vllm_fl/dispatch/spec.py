@@ -101,6 +101,8 @@ class FLBackendBase(abc.ABC):
         "moe_sum",
         "grouped_topk",
         "fused_experts",
+        "scaled_int8_quant",
+        "int8_scaled_mm",
     )
 
     @abc.abstractmethod
@@ -323,4 +325,42 @@ class FLBackendBase(abc.ABC):
         up. expert_map maps global to local experts (-1: not on this rank).
 
         Signature: ``fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def scaled_int8_quant(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor | None = None,
+        azp: torch.Tensor | None = None,
+        symmetric: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """INT8 activation quantisation of x [tokens, hidden]: with scale (per-tensor, static)
+        round(x / scale) (+ azp when asymmetric), else dynamic per token (symmetric: scale = max|x|
+        / 127; asymmetric: scale = (max - min) / 255 and azp = round(-128 - min / scale)), saturated
+        to int8. Returns (x_q int8, scales float32 [tokens, 1] or a copy of scale, azp int32 or
+        None).
+
+        Signature: ``scaled_int8_quant(Tensor x, Tensor? scale=None, Tensor? azp=None, bool symmetric=True) -> (Tensor, Tensor, Tensor?)``.
+        """
+
+    @abc.abstractmethod
+    def int8_scaled_mm(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale_a: torch.Tensor,
+        scale_b: torch.Tensor,
+        out_dtype: str,
+        bias: torch.Tensor | None = None,
+        azp_adj: torch.Tensor | None = None,
+        azp: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """INT8 W8A8 GEMM: scale_a * scale_b^T * (a @ b - azp * azp_adj) + bias in out_dtype, with a
+        [M, K] int8, b [K, N] int8 (the transposed weight), scale_a [M, 1] or [1], scale_b [N, 1] or
+        [1] (float32), azp_adj [1, N] int32 (the weight's column sums, times the zero point for a
+        static input), azp [M, 1] int32 for a dynamic asymmetric input (None when folded in
+        azp_adj).
+
+        Signature: ``int8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, str out_dtype, Tensor? bias=None, Tensor? azp_adj=None, Tensor? azp=None) -> Tensor``.
         """

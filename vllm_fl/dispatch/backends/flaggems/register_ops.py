@@ -25,10 +25,12 @@ from vllm_fl.dispatch.backends.flaggems.impl import activation as _flagos_activa
 from vllm_fl.dispatch.backends.flaggems.impl import attention as _flagos_attention
 from vllm_fl.dispatch.backends.flaggems.impl import moe as _flagos_moe
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as _flagos_normalization
+from vllm_fl.dispatch.backends.flaggems.impl import quant as _flagos_quant
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as _flagos_rotary
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
+from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
 
@@ -462,8 +464,56 @@ def fused_experts(
 fused_experts.functional = _flagos_moe.fused_experts  # type: ignore[attr-defined]
 
 
+def _int8_scaled_mm_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _flagos_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def _int8_scaled_mm_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def int8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None = None,
+    azp_adj: torch.Tensor | None = None,
+    azp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``int8_scaled_mm``: a direct call, or custom op ``vllm_fl::flagos_int8_scaled_mm`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _flagos_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+    return torch.ops.vllm_fl.flagos_int8_scaled_mm(
+        a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp
+    )
+
+
+int8_scaled_mm.functional = _flagos_quant.int8_scaled_mm  # type: ignore[attr-defined]
+
+
 def register(registry: OpRegistry) -> None:
-    """Register the 15 implementation(s) of backend ``flagos``."""
+    """Register the 16 implementation(s) of backend ``flagos``."""
     available = Probe(
         requires=("vllm_fl.dispatch.backends.flaggems.load_order", "flag_gems"), device="cuda"
     )
@@ -626,6 +676,17 @@ def register(registry: OpRegistry) -> None:
             "default.flagos",
             BackendImplKind.DEFAULT,
             fused_experts,
+            priority=150,
+            available=available,
+        )
+    )
+    _opaque.define("vllm_fl::flagos_int8_scaled_mm", _int8_scaled_mm_kernel, _int8_scaled_mm_fake)
+    registry.register_impl(
+        OpImpl(
+            "int8_scaled_mm",
+            "default.flagos",
+            BackendImplKind.DEFAULT,
+            int8_scaled_mm,
             priority=150,
             available=available,
         )

@@ -9,11 +9,12 @@ from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
+from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 14 implementation(s) of backend ``reference``."""
+    """Register the 16 implementation(s) of backend ``reference``."""
     registry.register_impl(
         OpImpl(
             "silu_and_mul",
@@ -150,6 +151,26 @@ def register(registry: OpRegistry) -> None:
             "reference.torch",
             BackendImplKind.REFERENCE,
             _reference_moe.fused_experts,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "scaled_int8_quant",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_quant.scaled_int8_quant,
+            priority=50,
+            available=None,
+        )
+    )
+    registry.register_impl(
+        OpImpl(
+            "int8_scaled_mm",
+            "reference.torch",
+            BackendImplKind.REFERENCE,
+            _reference_quant.int8_scaled_mm,
             priority=50,
             available=None,
         )

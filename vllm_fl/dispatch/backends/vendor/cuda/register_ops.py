@@ -25,10 +25,12 @@ from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activ
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe
 from vllm_fl.dispatch.backends.vendor.cuda.impl import normalization as _cuda_normalization
+from vllm_fl.dispatch.backends.vendor.cuda.impl import quant as _cuda_quant
 from vllm_fl.dispatch.backends.vendor.cuda.impl import rotary as _cuda_rotary
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
+from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
 
@@ -462,8 +464,85 @@ def fused_experts(
 fused_experts.functional = _cuda_moe.fused_experts  # type: ignore[attr-defined]
 
 
+def _scaled_int8_quant_kernel(
+    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
+) -> list[torch.Tensor]:
+    return _opaque.flatten(_cuda_quant.scaled_int8_quant(x, scale, azp, symmetric))
+
+
+def _scaled_int8_quant_fake(
+    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
+) -> list[torch.Tensor]:
+    return _opaque.flatten(_reference_quant.scaled_int8_quant(x, scale, azp, symmetric))
+
+
+def scaled_int8_quant(
+    x: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    azp: torch.Tensor | None = None,
+    symmetric: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``scaled_int8_quant``: a direct call, or custom op ``vllm_fl::cuda_scaled_int8_quant`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_quant.scaled_int8_quant(x, scale, azp, symmetric)
+    out = torch.ops.vllm_fl.cuda_scaled_int8_quant(x, scale, azp, symmetric)
+    return (out[0], out[1], None) if len(out) == 2 else (out[0], out[1], out[2])
+
+
+scaled_int8_quant.functional = _cuda_quant.scaled_int8_quant  # type: ignore[attr-defined]
+
+
+def _int8_scaled_mm_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def _int8_scaled_mm_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def int8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None = None,
+    azp_adj: torch.Tensor | None = None,
+    azp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``int8_scaled_mm``: a direct call, or custom op ``vllm_fl::cuda_int8_scaled_mm`` under Dynamo."""
+    if not torch.compiler.is_compiling():
+        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
+        return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+    return torch.ops.vllm_fl.cuda_int8_scaled_mm(
+        a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp
+    )
+
+
+int8_scaled_mm.functional = _cuda_quant.int8_scaled_mm  # type: ignore[attr-defined]
+
+
 def register(registry: OpRegistry) -> None:
-    """Register the 15 implementation(s) of backend ``cuda``."""
+    """Register the 17 implementation(s) of backend ``cuda``."""
     available = Probe(requires=("vllm._custom_ops",), device="cuda")
     _opaque.define("vllm_fl::cuda_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
     registry.register_impl(
@@ -638,6 +717,32 @@ def register(registry: OpRegistry) -> None:
             "vendor.cuda",
             BackendImplKind.VENDOR,
             fused_experts,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    _opaque.define(
+        "vllm_fl::cuda_scaled_int8_quant", _scaled_int8_quant_kernel, _scaled_int8_quant_fake
+    )
+    registry.register_impl(
+        OpImpl(
+            "scaled_int8_quant",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            scaled_int8_quant,
+            vendor="cuda",
+            priority=100,
+            available=available,
+        )
+    )
+    _opaque.define("vllm_fl::cuda_int8_scaled_mm", _int8_scaled_mm_kernel, _int8_scaled_mm_fake)
+    registry.register_impl(
+        OpImpl(
+            "int8_scaled_mm",
+            "vendor.cuda",
+            BackendImplKind.VENDOR,
+            int8_scaled_mm,
             vendor="cuda",
             priority=100,
             available=available,
