@@ -54,7 +54,7 @@ from harness import (
     text_table,
     write_json,
 )
-from shapes import MODELS, model_config
+from shapes import MODELS, QUANTIZATIONS, model_config
 from vllm_harness import launch
 from vllm_runner import Workload
 from vllm_runner import run as run_in_process
@@ -89,10 +89,11 @@ DETAIL_KEYS = (
 )
 
 
-def shape_model_dir(shape: str, layers: int | None) -> str:
-    """A temporary model directory holding only the config.json of `shape` (dummy weights)."""
+def shape_model_dir(shape: str, layers: int | None, quant: str | None = None) -> str:
+    """A temporary model directory holding only the config.json of `shape` (dummy weights), as a
+    checkpoint of format `quant` if given."""
     model_dir = tempfile.mkdtemp(prefix=f"{shape}-shape-")
-    write_json(Path(model_dir, "config.json"), model_config(shape, layers))
+    write_json(Path(model_dir, "config.json"), model_config(shape, layers, quant))
     return model_dir
 
 
@@ -163,6 +164,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, input_len: int) -> None
     """The shape (and its layer count) and the batch of an end-to-end run."""
     parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
     parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument(
+        "--quant", choices=sorted(QUANTIZATIONS), help="a quantized checkpoint of this format"
+    )
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=input_len)
     parser.add_argument("--output-len", type=int, default=128)
@@ -366,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
     refuse_unknown(parser, "--configs", args.configs, CONFIGS)
     refuse_unknown(parser, "--modes", args.modes, MODES)
-    model_dir = shape_model_dir(args.shape, args.layers)
+    model_dir = shape_model_dir(args.shape, args.layers, args.quant)
     runs = []
     for mode in args.modes:
         for round_no in range(1, args.repeat + 1):

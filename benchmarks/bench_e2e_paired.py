@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 1:
         parser.error(f"--pairs is {args.pairs}; allowed: 1 or more")
 
-    model_dir = shape_model_dir(args.shape, args.layers)
+    model_dir = shape_model_dir(args.shape, args.layers, args.quant)
     engines: dict[str, Engine] = {}
     result = {"configs": args.configs, "mode": args.mode, "shape": args.shape, "startup": {}}
     result["workload"] = {

@@ -32,6 +32,11 @@
 #                (16 layers)
 #   moe-tune     tune_moe.py: the flagos fused experts' configs for the Qwen3-MoE shape on this GPU,
 #                written into the backend's tuned table (about 130 s on an H100)
+#   quant        quantized checkpoints (QUANTS, default fp8-block fp8-tensor int8-w8a8 w4a16-gptq)
+#                of SHAPE (default llama3-8b, LAYERS 4): vanilla, the shipped policy and
+#                flagos-deny-cuda, eager, one round each: greedy tokens against vanilla's
+#   quant-census the operator census of vLLM's compiled ops (moe_kernel_census.py) for each of
+#                QUANTS under flagos-deny-cuda, in one process
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (trace_engine.py)
 #
@@ -39,7 +44,7 @@
 # `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -114,6 +119,20 @@ moe-trace)
     "$py" benchmarks/trace_engine.py --configs vanilla,prefer=flagos --shape qwen3-moe \
         --layers 16 --mode compile --json "$out/h100_moe_trace_compile.json"
     ;;
+quant)
+    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+        "$py" benchmarks/bench_e2e.py --configs vanilla,plugin,flagos-deny-cuda \
+            --shape "${SHAPE:-llama3-8b}" --layers "${LAYERS:-4}" --quant "$q" --modes eager \
+            --repeat 1 --prompts 32 --input-len 128 --output-len 32 \
+            --json "$out/h100_quant_${SHAPE:-llama3-8b}_$q.json"
+    done
+    ;;
+quant-census)
+    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+        VLLM_FL_PREFER=flagos VLLM_FL_DENY_VENDORS=cuda "$py" benchmarks/moe_kernel_census.py \
+            --shape "${SHAPE:-llama3-8b}" --layers "${LAYERS:-4}" --quant "$q"
+    done
+    ;;
 moe-ab-steps)
     "$py" benchmarks/profile_e2e.py --configs plugin --shape qwen3-moe --layers 16 --ab-steps \
         --ab-batches 16 --output-len 64 --ab-policies "$aa" \
@@ -122,7 +141,7 @@ moe-ab-steps)
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace)" >&2
+        "moe-tune, moe-trace, quant, quant-census)" >&2
     exit 2
     ;;
 esac

@@ -1,6 +1,6 @@
-"""Which of vLLM's own kernels still run in a MoE model under the plugin (torch profiler).
+"""Which of vLLM's own kernels still run in a model under the plugin (torch profiler).
 
-Builds a Qwen3-MoE-shaped engine with dummy weights in this process (the profiler sees only its
+Builds a Qwen3-MoE-shaped engine (``--shape`` another, ``--quant`` a quantized checkpoint) with dummy weights in this process (the profiler sees only its
 own process, so VLLM_ENABLE_V1_MULTIPROCESSING=0 here), generates a few tokens under
 ``torch.profiler`` and counts the operator events of vLLM's compiled libraries (``_moe_C::*``,
 ``_C::*``) and of vLLM's own custom ops (``vllm::*``), separately for the ones that belong to the
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from harness import write_json
-from shapes import model_config
+from shapes import MODELS, QUANTIZATIONS, model_config
 from vllm_runner import build_llm, sampling_params
 
 #: vLLM op names that are part of the MoE computation (everything else is counted apart)
@@ -48,6 +48,8 @@ def census(events) -> dict[str, dict[str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(MODELS), default="qwen3-moe")
+    parser.add_argument("--quant", choices=sorted(QUANTIZATIONS), help="a quantized checkpoint")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--model", help="a model directory instead of the Qwen3-MoE shape")
     parser.add_argument("--dtype", default="bfloat16")
@@ -61,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = args.model
     if model_dir is None:
-        model_dir = tempfile.mkdtemp(prefix="qwen3-moe-census-")
-        write_json(Path(model_dir, "config.json"), model_config("qwen3-moe", args.layers))
+        model_dir = tempfile.mkdtemp(prefix=f"{args.shape}-census-")
+        write_json(
+            Path(model_dir, "config.json"), model_config(args.shape, args.layers, args.quant)
+        )
     llm = build_llm(
         model_dir,
         "eager",
@@ -90,11 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from vllm_fl.dispatch import used_impls
 
-        result["used_impls"] = {
-            op: impl
-            for op, impl in used_impls().items()
-            if op in ("topk_softmax", "moe_align_block_size", "moe_sum", "fused_experts")
-        }
+        result["used_impls"] = used_impls()
     except ImportError:
         pass
     result["moe_kernel_calls"] = sum(result["moe"].values())

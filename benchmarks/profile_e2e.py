@@ -63,7 +63,7 @@ from harness import (  # noqa: E402
 )
 from profile_flagos import _origin  # noqa: E402
 from report_flagos import ab_steps_table, ab_table  # noqa: E402
-from shapes import MODELS  # noqa: E402
+from shapes import MODELS, QUANTIZATIONS  # noqa: E402
 from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
 
 RESULT_PREFIX = "PROFILE_E2E "
@@ -448,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
         help="compile: torch.compile and CUDA graphs, as vLLM runs by default",
     )
     parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument(
+        "--quant", choices=sorted(QUANTIZATIONS), help="a quantized checkpoint of this format"
+    )
     parser.add_argument("--prompts", type=int, default=256)
     parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--output-len", type=int, default=32)
@@ -490,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(AB_POLICIES)}, prefer=vendor among them"
             )
     refuse_unknown(parser, "--configs", args.configs, CONFIGS)
-    model_dir = shape_model_dir(args.shape, args.layers)
+    model_dir = shape_model_dir(args.shape, args.layers, args.quant)
     sweep_configs(
         args.configs, lambda name: run_config(name, model_dir, args), print_report, args.json
     )

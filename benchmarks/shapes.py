@@ -106,11 +106,62 @@ class ModelShape:
         return self.kv_heads * self.head_dim
 
 
-def model_config(name: str, layers: int | None = None) -> dict:
-    """The Hugging Face config of model `name`, with `layers` decoder layers if given."""
+#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
+#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
+QUANTIZATIONS: dict[str, dict] = {
+    # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
+    "fp8-block": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
+    # per-tensor weights, dynamic activations
+    "fp8-tensor": {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    # compressed-tensors INT8 W8A8: per-channel weights, dynamic per-token activations
+    "int8-w8a8": {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 8,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "channel",
+                    "dynamic": False,
+                },
+                "input_activations": {
+                    "num_bits": 8,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "token",
+                    "dynamic": True,
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+    # GPTQ 4-bit weights, groups of 128 (W4A16)
+    "w4a16-gptq": {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+    },
+}
+
+
+def model_config(name: str, layers: int | None = None, quant: str | None = None) -> dict:
+    """The Hugging Face config of model `name`, with `layers` decoder layers if given, as a
+    checkpoint of format `quant` (a key of QUANTIZATIONS) if given."""
     config = dict(MODELS[name])
     if layers:
         config["num_hidden_layers"] = layers
+    if quant:
+        config["quantization_config"] = QUANTIZATIONS[quant]
     return config
 
 
