@@ -84,6 +84,40 @@ def apply_custom_ops_default(compilation_config, op_names: list[str]) -> list[st
     return added
 
 
+_FORWARD_OOT_ATTR = "_vllm_fl_stand_in_forward"
+
+
+def route_unreplaced_ops_to_cuda(policy=None) -> bool:
+    """Make vLLM's CustomOps that the plugin does not replace run their CUDA path on `PlatformFL`.
+
+    On an out-of-tree platform vLLM calls `forward_oot`, whose default is `forward_native`: plain
+    PyTorch where vanilla vLLM on the same GPU runs its kernel (`QuantFP8`'s
+    `per_token_group_fp8_quant`, ...). `PlatformFL` is vLLM's CUDA platform in everything but
+    its enum, so the default becomes `forward_cuda`; the classes the plugin registers define
+    their own `forward_oot`. Not where the policy denies the cuda vendor: vLLM's CUDA kernels are
+    then what the user asked not to run, and `forward_native` stays. Runs where the model is
+    built; idempotent. Returns True when it changed the default.
+    """
+    base = compat.custom_op_base()
+    if getattr(base, _FORWARD_OOT_ATTR, False):
+        return False
+    if policy is None:
+        from vllm_fl.dispatch.policy import get_policy
+
+        policy = get_policy()
+    if "cuda" in policy.deny_vendors or (
+        policy.allow_vendors is not None and "cuda" not in policy.allow_vendors
+    ):
+        return False
+
+    def forward_oot(self, *args, **kwargs):
+        return self.forward_cuda(*args, **kwargs)
+
+    base.forward_oot = forward_oot
+    setattr(base, _FORWARD_OOT_ATTR, True)
+    return True
+
+
 def cuda_build_missing() -> str | None:
     """Why the plugin's CUDA platform cannot be built with the installed vLLM, or None.
 

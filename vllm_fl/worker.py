@@ -7,7 +7,9 @@ classes, apply the plugin's `custom_ops` default where the user left vLLM's, res
 That is why nothing of this happens in vLLM's front-end, which must stay free of CUDA so that vLLM
 may fork.
 
-- `WorkerFL` (`vllm_fl.platform.PlatformFL`): vLLM's GPU worker; after vLLM's own warm-up it
+- `WorkerFL` (`vllm_fl.platform.PlatformFL`): vLLM's GPU worker; vLLM's CustomOps the plugin
+  does not replace run their CUDA path, as in vanilla vLLM
+  (`vllm_fl.platform.route_unreplaced_ops_to_cuda`); after vLLM's own warm-up it
   also lets the selected MoE backend compile its kernel variants (`vllm_fl.moe.warm_up`).
 - `CPUWorkerFL` (`vllm_fl.platform.PlatformFLCpu`): vLLM's CPU worker with a null memory-pool
   context. vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache
@@ -33,8 +35,10 @@ def _build_gpu_worker() -> type:
 
         def init_device(self) -> None:
             super().init_device()
+            from vllm_fl.platform import route_unreplaced_ops_to_cuda
             from vllm_fl.registration import prepare_model_process
 
+            route_unreplaced_ops_to_cuda()
             prepare_model_process(self.vllm_config)
 
         def compile_or_warm_up_model(self):
