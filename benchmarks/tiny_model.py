@@ -106,6 +106,58 @@ def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
     return path
 
 
+#: compressed-tensors' INT8 W8A8 layout: int8 weights with per-channel scales, activations
+#: quantised per token at run time
+INT8_W8A8_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "int-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "channel",
+                "dynamic": False,
+            },
+            "input_activations": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "token",
+                "dynamic": True,
+            },
+        }
+    },
+    "ignore": ["lm_head"],
+}
+
+
+def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
+    """The tiny Llama as an INT8 W8A8 checkpoint (compressed-tensors): every projection's weights
+    quantised symmetrically per output channel (``weight`` int8, ``weight_scale`` [N, 1])."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    quantised: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            quantised[name] = tensor
+            continue
+        scale = tensor.abs().amax(dim=1, keepdim=True) / 127
+        quantised[name] = torch.round(tensor / scale).clamp(-128, 127).to(torch.int8)
+        quantised[name.removesuffix("weight") + "weight_scale"] = scale.float()
+    save_file(quantised, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = INT8_W8A8_CONFIG
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 if __name__ == "__main__":
     import sys
 
