@@ -106,39 +106,12 @@ def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
     return path
 
 
-#: compressed-tensors' INT8 W8A8 layout: int8 weights with per-channel scales, activations
-#: quantised per token at run time
-INT8_W8A8_CONFIG = {
-    "quant_method": "compressed-tensors",
-    "format": "int-quantized",
-    "quantization_status": "compressed",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {
-                "num_bits": 8,
-                "type": "int",
-                "symmetric": True,
-                "strategy": "channel",
-                "dynamic": False,
-            },
-            "input_activations": {
-                "num_bits": 8,
-                "type": "int",
-                "symmetric": True,
-                "strategy": "token",
-                "dynamic": True,
-            },
-        }
-    },
-    "ignore": ["lm_head"],
-}
-
-
 def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
-    """The tiny Llama as an INT8 W8A8 checkpoint (compressed-tensors): every projection's weights
-    quantised symmetrically per output channel (``weight`` int8, ``weight_scale`` [N, 1])."""
+    """The tiny Llama as an INT8 W8A8 checkpoint (compressed-tensors, the layout of
+    ``shapes.QUANTIZATIONS["int8-w8a8"]``): every projection's weights quantised symmetrically per
+    output channel (``weight`` int8, ``weight_scale`` [N, 1])."""
     import torch
+    from shapes import QUANTIZATIONS
     from safetensors.torch import load_file, save_file
 
     path = build_tiny_llama(path, hidden_size=hidden_size)
@@ -153,7 +126,7 @@ def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
         quantised[name.removesuffix("weight") + "weight_scale"] = scale.float()
     save_file(quantised, str(path / "model.safetensors"))
     config = json.loads((path / "config.json").read_text())
-    config["quantization_config"] = INT8_W8A8_CONFIG
+    config["quantization_config"] = QUANTIZATIONS["int8-w8a8"]
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
 
