@@ -29,7 +29,7 @@ import logging
 import sys
 import threading
 
-from vllm_fl import functions
+from vllm_fl import compat, functions
 
 logger = logging.getLogger("vllm_fl.vllm")
 
@@ -49,7 +49,7 @@ DISPATCHED_FORMATS: dict[str, str] = {
 }
 
 PLATFORM_MODULE = "vllm_fl.platform"
-_lock = threading.RLock()
+_lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
 
 
@@ -86,16 +86,12 @@ def _build_int8_kernel() -> type:
     return Int8ScaledMMKernelFL
 
 
-_BUILDERS = {"Int8ScaledMMKernelFL": _build_int8_kernel}
-_classes: dict[str, type] = {}
+__getattr__ = compat.lazy_classes(globals(), {"Int8ScaledMMKernelFL": _build_int8_kernel})
 
 
 def plugin_kernel(name: str) -> type:
     """The plugin's kernel class `name` (built on first use: its base needs vLLM)."""
-    with _lock:
-        if name not in _classes:
-            _classes[name] = _BUILDERS[name]()
-        return _classes[name]
+    return getattr(sys.modules[__name__], name)
 
 
 def kernel_tables() -> dict[str, dict]:
