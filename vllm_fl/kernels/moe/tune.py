@@ -320,7 +320,7 @@ def write_table(result: dict) -> Path:
     name = tuned_configs.table_name(result["experts"], result["intermediate"], device, dtype)
     path = tuned_configs.TABLE_DIR / name
     text = table_json({row["tokens"]: row["best"] for row in result["rows"]})
-    tuned_configs.parse_table(path, text)  # what is written is what the backend loads
+    tuned_configs.parse_table(path, text)  # what is written is what tuned_configs loads
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
