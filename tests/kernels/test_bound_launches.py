@@ -1,9 +1,9 @@
 """The kernel functions that launch FlagGems' kernels through launches bound to a call signature:
 the first call of a layout launches through the plan, later calls with the same signature
 launch the same compiled kernel with the new tensors' data pointers and the first call's other
-arguments, and a new layout is bound anew. FlagGems is not needed: the kernels are stand-ins with FlagGems'
-parameters and the compiled kernel a recorder (no GPU here); the GPU parity tests run the real
-ones, twice per layout.
+arguments, and a new layout is bound anew. FlagGems is not needed: the kernels are stand-ins
+with FlagGems' parameters and the compiled kernel a recorder (no GPU here); the GPU parity tests
+run the real ones, twice per layout.
 """
 
 import pytest

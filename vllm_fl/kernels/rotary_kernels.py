@@ -2,9 +2,10 @@
 
 FlagGems' rotary kernels run one program per token that loops over all of its heads: at decode
 batch sizes a few programs do all the work, and the kernel is slower than vLLM's CUDA kernel,
-which spreads a token's heads over its threads. This kernel, in FlagGems' Triton and with its float32 arithmetic, gives each
-program ``BLOCK_H`` heads of one token, query heads first, then key heads, and rotates only the
-first ``rotary_dim`` features of each head (vLLM's partial rotary), in GPT-NeoX or GPT-J layout.
+which spreads a token's heads over its threads. This kernel, in FlagGems' Triton and with its
+float32 arithmetic, gives each program ``BLOCK_H`` heads of one token, query heads first, then
+key heads, and rotates only the first ``rotary_dim`` features of each head (vLLM's partial
+rotary), in GPT-NeoX or GPT-J layout.
 Out of place (the functional op, which torch.compile graphs call) it writes whole new query and
 key tensors in the same one launch, where FlagGems' functional kernel takes as long as its
 in-place one.

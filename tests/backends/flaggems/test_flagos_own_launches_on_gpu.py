@@ -159,8 +159,8 @@ def test_fused_experts_at_qwen3_moe_sizes(tokens):
 
 
 def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_them():
-    """On the Triton release whose C launcher ``vllm_fl.kernels.launch`` calls directly, the add-and-normalise
-    eager variant's bound launch is that direct call; with a launch hook registered (as a
+    """On the Triton release whose C launcher ``vllm_fl.kernels.launch`` calls directly, the
+    add-and-normalise eager variant's bound launch is that direct call; with a launch hook registered (as a
     profiler registers one) the launch goes through Triton's runner, which calls the hook."""
     from triton import knobs
 
@@ -195,8 +195,9 @@ def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_the
 
 
 def test_fused_experts_with_every_tuned_config_of_this_device():
-    """Each config of the kernel library's tuned tables for this GPU (``tuned_configs``), at the token
-    count it was tuned for, is the one the impl takes and computes what the reference does."""
+    """Each config of the kernel library's tuned tables for this GPU (``tuned_configs``), at the
+    token count it was tuned for, is the one the impl takes and computes what the reference
+    does."""
     from vllm_fl.kernels.moe import experts as flagos_experts
     from vllm_fl.kernels.moe import tuned_configs
 
