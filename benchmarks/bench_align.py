@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import int_list, write_json  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import routing_kernels  # noqa: E402
+from vllm_fl.kernels import routing_kernels  # noqa: E402
 
 EXPERTS, TOP_K, BLOCK = 128, 8, 16
 WARPS = (4, 8, 16)

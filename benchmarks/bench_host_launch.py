@@ -28,13 +28,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_fl.dispatch.backends.flaggems import experts, launch, moe_launch  # noqa: E402
 from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
     activation,
     moe,
     normalization,
     rotary,
 )
+from vllm_fl.kernels import launch  # noqa: E402
+from vllm_fl.kernels.moe import experts  # noqa: E402
+from vllm_fl.kernels.moe import launch as moe_launch  # noqa: E402
 
 
 class _NoLaunch:
@@ -65,7 +67,7 @@ def stubbed_launches():
     )
     stubs = [
         (launch, "on_current_gpu", lambda t: True),
-        (launch, "own_plans", lambda module, kernel: nothing),
+        (launch, "plans_for", lambda kernel: nothing),
         (launch, "plans_of", lambda public, kernel: nothing),
         (experts, "flag_gems_kernels", lambda: kernels),
         (moe_launch, "topk_softmax_plans", lambda: nothing),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.kernels import launch
 
 HIDDEN, INTERMEDIATE = 4096, 14336
 

@@ -345,7 +345,7 @@ def _slow_path_counter() -> Iterator[collections.Counter]:
     import flag_gems
     import torch
 
-    from vllm_fl.dispatch.backends.flaggems import launch
+    from vllm_fl.kernels import launch
 
     counts: collections.Counter = collections.Counter()
 

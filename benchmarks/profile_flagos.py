@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print("profile_flagos: no CUDA device; host launch costs need one", file=sys.stderr)
         return 0
     if args.triton_runner:
-        from vllm_fl.dispatch.backends.flaggems import launch
+        from vllm_fl.kernels import launch
 
         launch._DIRECT_TRITON = ()
     from vllm_fl.dispatch import get_default_manager

@@ -5,8 +5,9 @@ by a served step would stall that step for the compilation."""
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import experts, launch
 from vllm_fl.dispatch.backends.flaggems.impl import moe
+from vllm_fl.kernels import launch, routing
+from vllm_fl.kernels.moe import experts
 
 
 def warm_up_experts(
@@ -28,7 +29,7 @@ def warm_up_experts(
     if kernels is None or not kernels.takes_our_arguments:
         return 0
     routed = w1.size(0) if global_num_experts == -1 else global_num_experts
-    align_max = launch.own("routing_kernels").ALIGN_MAX_PAIRS
+    align_max = routing.align_max_pairs()
     counts = experts.warm_up_token_counts(kernels, w1, w2, top_k, max_tokens, routed, align_max)
     for tokens in counts:
         hidden = torch.zeros(tokens, w1.size(2), dtype=w1.dtype, device=w1.device)

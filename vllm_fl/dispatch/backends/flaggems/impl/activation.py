@@ -1,121 +1,39 @@
-"""FlagGems activations.
+"""FlagGems activations: vLLM's activation layers mapped to ``vllm_fl.kernels.pointwise``.
 
-Which FlagGems entry point matters: ``flag_gems.swiglu`` reads the whole ``[..., 2d]`` row in
-one kernel and is several times faster than ``flag_gems.silu_and_mul`` fed the two strided
-halves (see DESIGN.md, measured on the H100). FlagGems' fused kernels compute in float32 and
-round once, so they agree with the reference within the parity tolerances.
-
-The kernels are FlagGems' own; they are launched through the backend's launch plans
-(``launch.py``), which skip FlagGems' per-call wrapper work once a layout has been seen. Where a
-FlagGems release lacks a kernel this module knows, the public FlagGems function runs instead.
+vLLM's SiluAndMul takes the whole ``[..., 2d]`` row: it maps to FlagGems' ``swiglu`` kernel,
+not to ``silu_and_mul`` on two strided halves (see ``vllm_fl.kernels.pointwise``).
 """
-
-import functools
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch
-
-
-@functools.cache
-def _pointwise(public: str, name: str) -> launch.PointwisePlans | None:
-    function = launch.kernel_of(public, name)
-    return None if function is None else launch.PointwisePlans(function)
-
-
-_SWIGLU_BLOCK = 64  # FlagGems' swiglu launch: 64 x 64 tiles
+from vllm_fl.kernels import pointwise
 
 
 def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """silu(x[..., :d]) * x[..., d:]: FlagGems' ``swiglu`` kernel over whole rows."""
-    plans = launch.plans_of("swiglu", "swiglu_kernel")
-    if (
-        plans is None
-        or not x.is_contiguous()
-        or not launch.on_current_gpu(x)
-        or (found := launch.pointers(x)) is None
-    ):
-        import flag_gems
-
-        return flag_gems.swiglu(x)
-    shape = x.shape
-    d = shape[-1] // 2
-    out = torch.empty((*shape[:-1], d), dtype=x.dtype, device=x.device)
-    signature = (shape, x.dtype, x.get_device())  # a layer's calls share all but the tensors
-    # out: a fresh allocation on x's device, aligned as every allocation of torch's allocator
-    if plans.launch_bound(signature, (*found, out.data_ptr())):
-        return out
-    rows = x.numel() // (2 * d) if d else 0
-    if out.numel() == 0:
-        return out
-    key = (x.dtype, rows == 1, rows % 16 == 0, d, x.device.index)
-    grid = (launch.cdiv(rows, _SWIGLU_BLOCK), launch.cdiv(d, _SWIGLU_BLOCK))
-    args = (x, out, rows, d, 2 * d, 1, d, 1)
-    kwargs = {"BLOCK_SIZE_M": _SWIGLU_BLOCK, "BLOCK_SIZE_H": _SWIGLU_BLOCK}
-    plans.run(launch.Launch(grid, args, kwargs, key), signature, dynamic=2)
-    return out
+    """silu(x[..., :d]) * x[..., d:]."""
+    return pointwise.silu_and_mul(x)
 
 
 def mul_and_silu(self, x: torch.Tensor) -> torch.Tensor:
-    """x[..., :d] * silu(x[..., d:]): FlagGems' ``silu_and_mul(a, b) = silu(a) * b`` with the
-    halves swapped."""
-    d = x.shape[-1] // 2
-    kernel = _pointwise("silu_and_mul", "silu_and_mul_kernel")
-    if kernel is None:
-        import flag_gems
-
-        return flag_gems.silu_and_mul(x[..., d:], x[..., :d])
-    return kernel(x[..., d:], x[..., :d])
+    """x[..., :d] * silu(x[..., d:])."""
+    return pointwise.mul_and_silu(x)
 
 
 def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """gelu(x[..., :d]) * x[..., d:] (``approximate`` "none" or "tanh"), FlagGems' fused kernel."""
-    d = x.shape[-1] // 2
-    name = {"none": "gelu_none_and_mul_kernel", "tanh": "gelu_tanh_and_mul_kernel"}.get(
-        self.approximate
-    )
-    kernel = None if name is None else _pointwise("gelu_and_mul", name)
-    if kernel is None:
-        import flag_gems
-
-        return flag_gems.gelu_and_mul(x[..., :d], x[..., d:], self.approximate)
-    return kernel(x[..., :d], x[..., d:])
-
-
-def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    kernel = _pointwise("gelu", "gelu_tanh")
-    if kernel is None:
-        import flag_gems
-
-        return flag_gems.gelu(x, approximate="tanh")
-    return kernel(x)
+    """gelu(x[..., :d]) * x[..., d:], with the layer's ``approximate`` ("none" or "tanh")."""
+    return pointwise.gelu_and_mul(x, self.approximate)
 
 
 def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
-    """GPT-2's GELU is exactly the tanh-approximated GELU (FlagGems' ``gelu_tanh`` kernel)."""
-    return _gelu_tanh(x)
+    """GPT-2's GELU is exactly the tanh-approximated GELU."""
+    return pointwise.gelu_tanh(x)
 
 
 def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
     """0.7978845608 * x * (1 + 0.044715 x^2) = sqrt(2/pi) * (x + 0.044715 x^3): the tanh GELU."""
-    return _gelu_tanh(x)
-
-
-@functools.cache
-def _quick_gelu() -> launch.PointwisePlans | None:
-    try:
-        from vllm_fl.dispatch.backends.flaggems.kernels import quick_gelu as kernel
-    except ImportError:  # a FlagGems without ``pointwise_dynamic``
-        return None
-    return launch.PointwisePlans(kernel)
+    return pointwise.gelu_tanh(x)
 
 
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
-    """x * sigmoid(1.702 x) in one kernel generated by FlagGems' ``pointwise_dynamic`` (FlagGems
-    has no quick GELU); without it, three FlagGems pointwise ops."""
-    kernel = _quick_gelu()
-    if kernel is None:
-        import flag_gems
-
-        return flag_gems.mul(x, flag_gems.sigmoid(flag_gems.mul(x, 1.702)))
-    return kernel(x)
+    """x * sigmoid(1.702 x)."""
+    return pointwise.quick_gelu(x)

@@ -1,18 +1,20 @@
 """FlagGems' unquantized fused experts, its kernels launched through launch plans.
 
 ``flag_gems.fused_experts_impl`` (FlagGems' port of vLLM's) spends most of a decode step's MoE
-time on the host: at one token 636 µs per call against vLLM's 233
-(``benchmarks/results/h100_flagos_profile_after.json``), in FlagGems' config lookup, its
-alignment and activation wrappers and two launches of ``fused_moe_kernel`` through Triton's
-argument binding. ``fused_experts`` runs the same sequence for the unquantized case — the
-GEMM config for the shape (the backend's tuned table for the device, ``tuned_configs``, else
-FlagGems'; looked up once per chunk size), the alignment (the backend's impl), both
-grouped GEMMs on FlagGems' ``fused_moe_kernel`` with the arguments FlagGems'
-``invoke_fused_moe_triton_kernel`` passes it, the activation and the top-k sum — with every
-kernel launched through launch plans. It returns None for a call it does not take (quantised or
-expert-parallel weights, more than one chunk of tokens, misaligned operands, a FlagGems whose
-kernel has other parameters); the impl then calls FlagGems' function. Freshly allocated
-buffers are 16-byte aligned (the caching allocator's blocks), so only the inputs are checked.
+time on the host, several times vLLM's: in FlagGems' config lookup, its alignment and
+activation wrappers and two launches of ``fused_moe_kernel`` through Triton's argument binding.
+``fused_experts_in_plans`` runs the same sequence for the unquantized case — the GEMM config for
+the shape (this library's tuned table for the device, ``tuned_configs``, else FlagGems'; looked
+up once per chunk size), the alignment, both grouped GEMMs on FlagGems' ``fused_moe_kernel``
+with the arguments FlagGems' ``invoke_fused_moe_triton_kernel`` passes it, the activation and
+the top-k sum — with every kernel launched through launch plans. It returns None for a call it
+does not take (quantised or expert-parallel weights, more than one chunk of tokens, misaligned
+operands, a FlagGems whose kernel has other parameters); ``fused_experts`` then calls FlagGems'
+function. Freshly allocated buffers are 16-byte aligned (the caching allocator's blocks), so
+only the inputs are checked.
+
+``warm_up_token_counts`` names the calls that compile, before serving, every kernel variant
+``fused_experts`` can need for a layer.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Any
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch, tuned_configs
+from vllm_fl.kernels import launch, pointwise, routing
+from vllm_fl.kernels.moe import launch as moe_launch
+from vllm_fl.kernels.moe import tuned_configs
 
 #: FlagGems' chunking: more tokens than this run in several chunks (through FlagGems' function)
 CHUNK_SIZE = 16 * 1024
@@ -196,7 +200,7 @@ def gemm_launch(
     return launch.Launch(grid, args, kwargs, layout)
 
 
-def fused_experts(
+def fused_experts_in_plans(
     kernels: ExpertKernels,
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -213,8 +217,8 @@ def fused_experts(
     """silu-gated experts of every (token, slot) pair, summed per token; None where not taken.
 
     ``align(topk_ids, experts, block, sorted_ids, expert_ids, total)``, ``activate(gate_up)``
-    (silu(x[:, :d]) * x[:, d:]) and ``reduce(per_slot, out)`` (the top-k sum) are the backend's
-    impls of those ops."""
+    (silu(x[:, :d]) * x[:, d:]) and ``reduce(per_slot, out)`` (the top-k sum) are the kernels
+    of those steps (``STEPS``: this library's)."""
     tokens = hidden_states.size(0)
     if (
         not kernels.takes_our_arguments
@@ -278,13 +282,11 @@ def specialisation(
     beyond what is fixed per layer: the GEMMs' tuned config and the integer classes of both
     GEMMs' rows (Triton specialises integers on == 1 and divisibility by 16), the alignment's
     path (the one-program kernel, keyed by its pair count up to ``align_max_pairs``; FlagGems'
-    stages by ``moe_launch.stage_tokens_per_thread``) and the classes of the pair and token
+    stages by ``moe.launch.stage_tokens_per_thread``) and the classes of the pair and token
     counts (the GEMMs' valid rows, the activation, the top-k sum). Calls of equal
     specialisation compile nothing the other has not. The rows come from ``sorted_length`` and
     ``gemm_rows``, as ``fused_experts`` launches them: the first GEMM over the tokens with their
     top-k slots, the second over the pairs with one."""
-    from vllm_fl.dispatch.backends.flaggems import moe_launch
-
     config, config_key = kernels.config(w1, w2, top_k, w1.dtype, tokens)
     block_m = config["BLOCK_SIZE_M"]
     pairs = tokens * top_k
@@ -317,8 +319,8 @@ def warm_up_token_counts(
 ) -> list[int]:
     """The smallest token count of each distinct ``specialisation`` of calls of 1 to
     ``max_tokens`` tokens (at most one chunk): calls of these counts compile every kernel
-    variant a served step can need, so that none compiles while serving (a new variant costs
-    about half a second of Triton compilation on an H100, in the middle of a batch)."""
+    variant a served step can need, so that none compiles while serving (a new variant costs a
+    Triton compilation in the middle of a batch)."""
     first: dict[tuple, int] = {}
     with quiet_flag_gems():
         for tokens in range(1, min(max_tokens, CHUNK_SIZE) + 1):
@@ -359,7 +361,7 @@ def gems_config(w1: torch.Tensor, w2: torch.Tensor, top_k: int, dtype: torch.dty
 
 @functools.cache
 def flag_gems_kernels() -> ExpertKernels | None:
-    """FlagGems' ``fused_moe_kernel`` with the config per call: the backend's tuned table
+    """FlagGems' ``fused_moe_kernel`` with the config per call: this library's tuned table
     (``tuned_configs``) where it has one for the device and shape, else ``gems_config``; None
     where FlagGems' fused-experts module lacks the kernel or its config lookup."""
     module = launch.defining_module("fused.fused_experts_impl")
@@ -379,3 +381,57 @@ def flag_gems_kernels() -> ExpertKernels | None:
 
     plans = launch.KernelPlans(kernel)
     return ExpertKernels(plans, plans.parameter_names, config)
+
+
+#: the steps around the GEMMs: the alignment, the gated activation and the top-k sum
+STEPS: dict[str, Callable[..., Any]] = {
+    "align": routing.moe_align_block_size,
+    "activate": pointwise.silu_and_mul,
+    "reduce": moe_launch.moe_sum,
+}
+
+
+def fused_experts(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """silu-gated experts: FlagGems' grouped-GEMM kernel and config launched through launch
+    plans with this library's alignment, activation and sum (``fused_experts_in_plans``); what
+    that does not take (an expert map, quantised or chunked calls),
+    ``flag_gems.fused_experts_impl``."""
+    if expert_map is None and launch.on_current_gpu(hidden_states):
+        kernels = flag_gems_kernels()
+        if kernels is not None:
+            out = fused_experts_in_plans(
+                kernels,
+                hidden_states,
+                w1,
+                w2,
+                topk_weights,
+                topk_ids,
+                apply_router_weight_on_input,
+                global_num_experts,
+                **STEPS,
+            )
+            if out is not None:
+                return out
+    from flag_gems.fused import fused_experts_impl
+
+    return fused_experts_impl(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        inplace=False,
+        activation="silu",
+        apply_router_weight_on_input=apply_router_weight_on_input,
+        global_num_experts=global_num_experts,
+        expert_map=expert_map,
+    )

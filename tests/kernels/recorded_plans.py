@@ -20,7 +20,7 @@ def recorded_plans(kernel: Any, constexprs: dict[str, Any] | None = None):
     """(plans, compiled, entry): ``KernelPlans`` of ``kernel`` whose first launch per layout is
     appended to ``entry`` as (grid, args, kwargs) and reports ``constexprs`` as the entry's
     values, and whose later launches go to ``compiled``."""
-    from vllm_fl.dispatch.backends.flaggems import launch
+    from vllm_fl.kernels import launch
 
     plans = launch.KernelPlans(kernel)
     plans._plannable = True  # the calling convention of this Triton release is not the point

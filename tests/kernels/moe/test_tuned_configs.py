@@ -1,4 +1,4 @@
-"""The flaggems backend's tuned fused-MoE configs (``tuned_configs``): the tables it ships, what
+"""The kernel library's tuned fused-MoE configs (``tuned_configs``): the tables it ships, what
 a table may hold, the config a call takes, and that a tuned config comes before FlagGems' own."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import types
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import experts, launch, tuned_configs
+from vllm_fl.kernels import launch
+from vllm_fl.kernels.moe import experts, tuned_configs
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 CONFIG = {
@@ -39,7 +40,7 @@ def _write(folder, table, experts_=8, inter=32, device="GPU_X", dtype=torch.bflo
 
 def test_every_shipped_table_parses_and_is_named_by_its_shape_device_and_dtype():
     tables = sorted(tuned_configs.TABLE_DIR.glob("*.json"))
-    assert tables, "the backend ships no tuned table"
+    assert tables, "the library ships no tuned table"
     for path in tables:
         fields = dict(part.split("=", 1) for part in path.stem.split(","))
         assert sorted(fields) == ["E", "N", "device_name", "dtype"], path.name

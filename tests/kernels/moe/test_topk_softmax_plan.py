@@ -1,4 +1,4 @@
-"""flagos ``topk_softmax`` launches FlagGems' top-k softmax kernel through a launch plan with the
+"""``routing.topk_softmax`` launches FlagGems' top-k softmax kernel through a launch plan with the
 launch parameters FlagGems' function derives: the first call of a layout through the kernel's
 entry, later ones straight to the compiled kernel with their own tensors and token count; calls
 FlagGems' function rejects or that the plan cannot key go to that function. FlagGems is not
@@ -16,8 +16,8 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 from recorded_plans import recorded_plans  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import launch, moe_launch  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems.impl import moe  # noqa: E402
+from vllm_fl.kernels import launch, routing  # noqa: E402
+from vllm_fl.kernels.moe import launch as moe_launch  # noqa: E402
 
 
 @triton.jit
@@ -71,9 +71,9 @@ def _buffers(tokens, experts, topk, index_dtype=torch.int32):
 def test_first_call_through_the_entry_later_ones_to_the_compiled_kernel(recorded):
     _plans, compiled, entry, gems_calls = recorded
     first = _buffers(3, 128, 8)
-    moe.topk_softmax(*first, True)
+    routing.topk_softmax(*first, True)
     second = _buffers(3, 128, 8)
-    moe.topk_softmax(*second, True)
+    routing.topk_softmax(*second, True)
     assert not gems_calls and len(entry) == 1
     grid, args, kwargs = entry[0]
     # FlagGems' choice for 128 experts: 128-wide blocks, 8 rows per program, 4 warps
@@ -94,7 +94,7 @@ def test_first_call_through_the_entry_later_ones_to_the_compiled_kernel(recorded
 def test_token_counts_share_a_plan_unless_triton_specialises_on_them(recorded):
     _plans, compiled, entry, _gems = recorded
     for tokens in (3, 5, 16, 1, 9):
-        moe.topk_softmax(*_buffers(tokens, 64, 4), False)
+        routing.topk_softmax(*_buffers(tokens, 64, 4), False)
     # 3 and 5 (and 9) compile alike; 16 (divisible by 16) and 1 are their own specialisations
     assert [args[5] for _grid, args, _kwargs in entry] == [3, 16, 1]
     assert [(grid, args[5]) for grid, args in compiled.launches] == [((1, 1, 1), 5), ((1, 1, 1), 9)]
@@ -102,7 +102,7 @@ def test_token_counts_share_a_plan_unless_triton_specialises_on_them(recorded):
 
 def test_many_experts_get_one_row_and_one_warp_per_program(recorded):
     _plans, _compiled, entry, _gems = recorded
-    moe.topk_softmax(*_buffers(5, 256, 8), False)
+    routing.topk_softmax(*_buffers(5, 256, 8), False)
     grid, _args, kwargs = entry[0]
     assert grid == (5,) and kwargs["BLOCK_SIZE_ROWS"] == 1 and kwargs["num_warps"] == 1
     assert kwargs["BLOCK_SIZE_EXPERTS"] == 256
@@ -123,7 +123,7 @@ def test_calls_the_plan_cannot_take_go_to_flag_gems(recorded, case):
         logits = torch.randn(4 * 64 + 1, dtype=torch.bfloat16)[1:].view(4, 64)
     elif case == "three-dimensional logits":
         logits = logits.view(2, 2, 64)
-    moe.topk_softmax(weights, ids, sources, logits, False)
+    routing.topk_softmax(weights, ids, sources, logits, False)
     assert len(gems_calls) == 1 and not entry and not compiled.launches
     assert gems_calls[0][3] is logits
 

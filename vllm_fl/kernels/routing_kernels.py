@@ -3,16 +3,15 @@
 FlagGems computes ``grouped_topk`` in three launches (a sigmoid, the per-group top-2 sums, the
 selection) and ``moe_align_block_size`` in five (a zeroed counter buffer and four stages),
 each launch paying the host's launch cost; vLLM's CUDA kernels take one. At decode sizes that
-host time is the op's whole cost (``benchmarks/results/h100_ops_1tok_launch_plans.json``:
-68.8 and 59.1 µs against 6.5 and 9.0). These kernels do each op in one program per token
+host time is the op's whole cost. These kernels do each op in one program per token
 (grouped top-k) or in one program for all pairs (alignment of up to ``ALIGN_MAX_PAIRS`` pairs,
 in chunks of a pairs-by-experts tile), in float32 as the reference computes. Larger alignments
 stay on FlagGems' staged kernels, whose buffers ``align_prepare_kernel`` fills beforehand in one
-launch (``moe_launch.align_in_stages``).
+launch (``moe.launch.align_in_stages``).
 
 The ``*_launch`` functions derive the launch from vLLM's tensors, or None for what the kernel
 does not take; they need Triton but no GPU, so the CPU tests run the kernels in Triton's
-interpreter.
+interpreter. ``routing`` launches them.
 """
 
 from __future__ import annotations
@@ -21,17 +20,16 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
+from vllm_fl.kernels.launch import Launch, next_pow2
 
 #: the most experts one grouped top-k program holds in registers
 GROUPED_TOPK_MAX_EXPERTS = 1024
 #: the most (token, slot) pairs the one-program alignment takes (a decode step of 16 tokens with
-#: top-8 routing): its GPU time grows with the pairs (``benchmarks/bench_align.py``, CUDA graphs
-#: on an H100, 8 warps: 4.6 µs at 8 pairs, 6.7 at 64, 10.3 at 128, 18.7 at 256, against 10 for
-#: FlagGems' five launches), while it saves about 30 µs of host time per call in eager mode
+#: top-8 routing): its GPU time grows with the pairs and passes that of FlagGems' five launches
+#: beyond this (``benchmarks/bench_align.py``), while it saves their host time in eager mode
 ALIGN_MAX_PAIRS = 128
-#: warps of the one-program alignment: 8 was the fastest of 4, 8 and 16 at every pair count
-#: (``benchmarks/results/h100_align_graph.json``)
+#: warps of the one-program alignment: the fastest of 4, 8 and 16 at every pair count measured
+#: (``benchmarks/bench_align.py``)
 ALIGN_WARPS = 8
 ALIGN_MAX_EXPERTS = 512
 #: the most elements of a pairs-by-experts comparison one program holds

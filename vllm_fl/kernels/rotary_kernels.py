@@ -1,18 +1,18 @@
 """Rotary embedding with a token's heads spread over programs, in place or into new tensors.
 
 FlagGems' rotary kernels run one program per token that loops over all of its heads: at decode
-batch sizes a few programs do all the work, and the kernel takes 8 µs where vLLM's CUDA kernel,
-which spreads a token's heads over its threads, takes 3 (``benchmarks/results/h100_ops.json``,
-in a CUDA graph). This kernel, in FlagGems' Triton and with its float32 arithmetic, gives each
-program ``BLOCK_H`` heads of one token, query heads first, then key heads, and rotates only the
-first ``rotary_dim`` features of each head (vLLM's partial rotary), in GPT-NeoX or GPT-J layout.
+batch sizes a few programs do all the work, and the kernel is slower than vLLM's CUDA kernel,
+which spreads a token's heads over its threads. This kernel, in FlagGems' Triton and with its
+float32 arithmetic, gives each program ``BLOCK_H`` heads of one token, query heads first, then
+key heads, and rotates only the first ``rotary_dim`` features of each head (vLLM's partial
+rotary), in GPT-NeoX or GPT-J layout.
 Out of place (the functional op, which torch.compile graphs call) it writes whole new query and
 key tensors in the same one launch, where FlagGems' functional kernel takes as long as its
 in-place one.
 
 ``launch_of`` derives the launch (grid, arguments, constexprs and the layout key the compiled
 kernel is specialised on) from vLLM's tensors; it needs Triton but no GPU, so the CPU tests run
-the kernel in Triton's interpreter.
+the kernel in Triton's interpreter. ``rotary`` launches it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch, cdiv, next_pow2
+from vllm_fl.kernels.launch import Launch, cdiv, next_pow2
 
 #: heads per program; 8 heads of Llama's 128 features are 1024 elements, four warps' worth
 BLOCK_H = 8

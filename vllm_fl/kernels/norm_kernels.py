@@ -2,9 +2,9 @@
 
 The functional rms_norm with a residual (the op torch.compile graphs call: they may not write
 into their inputs) returns ``(rms_norm(x + residual), x + residual)``. FlagGems' fused kernel
-writes both into its inputs, so the backend used to add with torch and normalise the sum with
-FlagGems' out-of-place kernel: two launches where Inductor, compiling vLLM's native formula,
-makes one. This kernel reads x and the residual once and writes both results, one program per
+writes both into its inputs; adding with torch and normalising the sum with FlagGems'
+out-of-place kernel takes two launches where Inductor, compiling vLLM's native formula, makes
+one. This kernel reads x and the residual once and writes both results, one program per
 row, with the arithmetic of FlagGems' rms_norm kernel: the sum rounded to x's dtype (as torch's
 add and vLLM's CUDA kernel round it), its mean square in float32, then
 ``sum * rrms * weight`` in float32, rounded once.
@@ -15,7 +15,7 @@ contiguous tensor, with the same arithmetic and without copying them first, as F
 function does.
 
 ``add_rms_norm_launch`` and ``rms_norm_rows_launch`` need Triton but no GPU, so the CPU tests run
-the kernels in Triton's interpreter.
+the kernels in Triton's interpreter. ``norm`` launches them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_fl.dispatch.backends.flaggems.launch import Launch, next_pow2
+from vllm_fl.kernels.launch import Launch, next_pow2
 
 #: the widest row one program holds (Llama-3-8B's hidden size is 4096)
 MAX_ROW = 16384

@@ -1,4 +1,5 @@
-"""Launch FlagGems' Triton kernels with launch plans cached by input layout.
+"""Launch Triton kernels (FlagGems' and this library's own) with launch plans cached by input
+layout.
 
 In eager mode a decode step is bound by the host, and most of a FlagGems op's host time is its
 Python wrappers, not the kernel: ``libentry`` rebuilds a specialisation key from every argument,
@@ -17,10 +18,9 @@ through FlagGems' entry.
 A plan launches a compiled kernel as ``compiled[grid](*args)`` does. On Triton releases whose C
 launcher this module knows (``_DIRECT_TRITON``), it calls that launcher itself: Triton's runner
 looks up the current device and stream, builds launch metadata for the launch hooks and calls
-an empty hook chain before and after every launch, several microseconds of Python per launch
-that an eager decode step pays about 130 times. Where a hook is registered (a profiler), the
-kernel needs scratch memory, or its launcher is wrapped (tensor descriptors), the runner
-launches it as before.
+an empty hook chain before and after every launch: Python that an eager decode step pays for
+each of its launches. Where a hook is registered (a profiler), the kernel needs scratch memory,
+or its launcher is wrapped (tensor descriptors), the runner launches it as before.
 """
 
 from __future__ import annotations
@@ -142,13 +142,13 @@ def _has_pre_hooks(kernel: Any) -> bool:
 
 
 def cdiv(a: int, b: int) -> int:
-    """ceil(a / b). Plain Python: ``triton.cdiv`` called from the host costs microseconds."""
+    """ceil(a / b). Plain Python: ``triton.cdiv`` called from the host costs more host time."""
     return -(-a // b)
 
 
 def next_pow2(n: int) -> int:
     """The smallest power of two that is at least ``n`` (1 for ``n`` <= 1); plain Python, as
-    ``triton.next_power_of_2`` called from the host costs microseconds."""
+    ``triton.next_power_of_2`` called from the host costs more host time."""
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
@@ -169,7 +169,8 @@ class Launch:
 
 
 class KernelPlans:
-    """Compiled launches of one FlagGems Triton kernel, by a caller-computed layout key.
+    """Compiled launches of one Triton kernel (FlagGems' or this library's), by a
+    caller-computed layout key.
 
     ``launch(key, grid, args, kwargs)`` behaves like ``kernel[grid](*args, **kwargs)``. The
     key must determine everything the compiled kernel was specialised on: dtypes, 16-byte
@@ -470,16 +471,7 @@ def plans_of(public: str, kernel: str) -> KernelPlans | None:
 
 
 @functools.cache
-def own(module: str) -> Any:
-    """The backend's own module ``vllm_fl.dispatch.backends.flaggems.<module>``, imported on first
-    use: its kernels need Triton, the impl modules that call them do not."""
-    import importlib
-
-    return importlib.import_module(f"vllm_fl.dispatch.backends.flaggems.{module}")
-
-
-@functools.cache
-def own_plans(module: str, kernel: str) -> KernelPlans:
-    """Launch plans of one of this backend's own Triton kernels, ``kernel`` of ``own(module)``,
-    one table per process."""
-    return KernelPlans(getattr(own(module), kernel))
+def plans_for(kernel: Any) -> KernelPlans:
+    """Launch plans of one of this library's own Triton kernels, one table per kernel and
+    process (the kernel modules import Triton: callers import them on first use)."""
+    return KernelPlans(kernel)

@@ -1,4 +1,4 @@
-"""The flagos backend's rotary kernel (``rotary_kernel.py``), in place and into new tensors,
+"""The kernel library's rotary kernel (``rotary_kernels``), in place and into new tensors,
 against the reference impl, run in
 Triton's interpreter on the CPU, and compiled for an H100 (sm_90) by Triton's own compiler where
 its NVIDIA backend is installed (no GPU needed to compile). The GPU parity tests run it for real.
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
 from triton_helpers import compile_for_h100, interpret, needs_nvidia_compiler  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import rotary_kernel  # noqa: E402
+from vllm_fl.kernels import rotary_kernels  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl.rotary import rotary_embedding  # noqa: E402
 
 MAX_POSITIONS = 64
@@ -53,7 +53,7 @@ def _qkv(tokens: int, q_heads: int, k_heads: int | None, head_size: int, dtype):
 
 
 def _run_interpreted(launch) -> None:
-    interpret(rotary_kernel.rotary_kernel, launch.grid, launch.args, launch.kwargs)
+    interpret(rotary_kernels.rotary_kernel, launch.grid, launch.args, launch.kwargs)
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "new-tensors"])
@@ -82,7 +82,7 @@ def test_matches_the_reference(layout, dtype, in_place):
         outputs = (torch.full(query.shape, float("nan"), dtype=dtype),)
         outputs += (None if key is None else torch.full(key.shape, float("nan"), dtype=dtype),)
     args = (positions, query, key, cos, sin, head_size, rotary_dim, neox, *outputs)
-    launch = rotary_kernel.launch_of(*args)
+    launch = rotary_kernels.launch_of(*args)
     assert launch is not None
     _run_interpreted(launch)
     got_q, got_k = (query, key) if in_place else outputs
@@ -103,16 +103,16 @@ def test_layouts_it_does_not_take():
     positions = torch.zeros(3, dtype=torch.int64)
     query = torch.randn(3, 64)
     args = (cos, sin, 16, 16, True)
-    assert rotary_kernel.launch_of(positions[:0], query[:0], None, *args) is None  # no tokens
+    assert rotary_kernels.launch_of(positions[:0], query[:0], None, *args) is None  # no tokens
     strided = torch.randn(3, 128)[:, ::2]
-    assert rotary_kernel.launch_of(positions, strided, None, *args) is None  # features strided
-    assert rotary_kernel.launch_of(positions, query.view(3, 4, 16), None, *args) is None
-    assert rotary_kernel.launch_of(positions, query, query.half(), *args) is None  # mixed dtypes
-    assert rotary_kernel.launch_of(positions, query, None, *args) is not None
+    assert rotary_kernels.launch_of(positions, strided, None, *args) is None  # features strided
+    assert rotary_kernels.launch_of(positions, query.view(3, 4, 16), None, *args) is None
+    assert rotary_kernels.launch_of(positions, query, query.half(), *args) is None  # mixed dtypes
+    assert rotary_kernels.launch_of(positions, query, None, *args) is not None
     out = torch.empty(3, 64)
-    assert rotary_kernel.launch_of(positions, query, None, *args, out, None) is not None
-    assert rotary_kernel.launch_of(positions, query, None, *args, out[:, :32], None) is None
-    assert rotary_kernel.launch_of(positions, query, query, *args, out, None) is None  # no key out
+    assert rotary_kernels.launch_of(positions, query, None, *args, out, None) is not None
+    assert rotary_kernels.launch_of(positions, query, None, *args, out[:, :32], None) is None
+    assert rotary_kernels.launch_of(positions, query, query, *args, out, None) is None  # no key out
 
 
 @needs_nvidia_compiler
@@ -134,5 +134,5 @@ def test_compiles_for_an_h100(neox, dtype, rest):
         BLOCK_H=8,
         NEOX=neox,
     )
-    kernel = rotary_kernel.rotary_kernel
-    assert compile_for_h100(kernel, signature, constexprs, rotary_kernel.NUM_WARPS)
+    kernel = rotary_kernels.rotary_kernel
+    assert compile_for_h100(kernel, signature, constexprs, rotary_kernels.NUM_WARPS)

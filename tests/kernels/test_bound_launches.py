@@ -1,12 +1,10 @@
-"""The eager impls that launch FlagGems' kernels through launches bound to a call signature:
+"""The kernel functions that launch FlagGems' kernels through launches bound to a call signature:
 the first call of a layout launches through the plan, later calls with the same signature
 launch the same compiled kernel with the new tensors' data pointers and the first call's other
-arguments, and a new layout is bound anew. FlagGems is not needed: the kernels are stand-ins with FlagGems'
-parameters and the compiled kernel a recorder (no GPU here); the GPU parity tests run the real
-ones, twice per layout.
+arguments, and a new layout is bound anew. FlagGems is not needed: the kernels are stand-ins
+with FlagGems' parameters and the compiled kernel a recorder (no GPU here); the GPU parity tests
+run the real ones, twice per layout.
 """
-
-import types
 
 import pytest
 
@@ -15,8 +13,7 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 from recorded_plans import recorded_plans  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems.impl import activation, normalization  # noqa: E402
+from vllm_fl.kernels import launch, norm, pointwise  # noqa: E402
 
 
 @triton.jit
@@ -69,30 +66,30 @@ def recorded(monkeypatch):
 
 def test_silu_and_mul_launches_the_bound_kernel_with_its_new_tensors(recorded):
     first, second = torch.randn(3, 2 * 96), torch.randn(3, 2 * 96)
-    out1 = activation.silu_and_mul(None, first)
-    out2 = activation.silu_and_mul(None, second)
+    out1 = pointwise.silu_and_mul(first)
+    out2 = pointwise.silu_and_mul(second)
     _, compiled, entry = recorded["swiglu_kernel"]
     assert len(entry) == 1 and entry[0][1][:2] == (first, out1)
     grid, args = compiled.launches[0]
     assert grid == (1, 2, 1) and args[:2] == (second.data_ptr(), out2.data_ptr())
     assert args[2:] == (3, 96, 192, 1, 96, 1, 64, 64) and out2.shape == (3, 96)
     for _ in range(2):  # another layout: launched with its own arguments, then bound to them
-        activation.silu_and_mul(None, torch.randn(5, 2 * 96))
+        pointwise.silu_and_mul(torch.randn(5, 2 * 96))
     assert len(entry) == 1 and [args[2] for _grid, args in compiled.launches] == [3, 5, 5]
 
 
 def test_add_and_normalise_in_place_launches_the_bound_kernel(recorded):
-    layer = types.SimpleNamespace(weight=torch.nn.Parameter(torch.ones(64)), variance_epsilon=1e-5)
+    weight = torch.nn.Parameter(torch.ones(64))
     x, residual = torch.randn(4, 64), torch.randn(4, 64)
-    normalization.rms_norm_inplace(layer, x, residual)
+    norm.fused_add_rms_norm_inplace(x, residual, weight, 1e-5)
     x2, residual2 = torch.randn(4, 64), torch.randn(4, 64)
-    assert normalization.rms_norm_inplace(layer, x2, residual2) == (x2, residual2)
+    norm.fused_add_rms_norm_inplace(x2, residual2, weight, 1e-5)
     _, compiled, entry = recorded["fused_add_rms_norm_kernel"]
     assert len(entry) == 1
     grid, args = compiled.launches[0]
     assert grid == (4, 1, 1)
-    assert args[:3] == (x2.data_ptr(), residual2.data_ptr(), layer.weight.data_ptr())
+    assert args[:3] == (x2.data_ptr(), residual2.data_ptr(), weight.data_ptr())
     assert args[3:] == (64, 1, 64, 1, 64, 1e-5, 64)
-    layer.variance_epsilon = 1e-6  # another layer's constant: not the bound launch's
-    normalization.rms_norm_inplace(layer, x2, residual2)
+    # another layer's constant: not the bound launch's
+    norm.fused_add_rms_norm_inplace(x2, residual2, weight, 1e-6)
     assert len(entry) == 1 and compiled.launches[-1][1][8] == 1e-6

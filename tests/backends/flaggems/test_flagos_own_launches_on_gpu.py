@@ -17,13 +17,13 @@ import pytest
 import torch
 from ops_helpers import cos_sin_cache, op_tolerance
 
-from vllm_fl.dispatch.backends.flaggems import launch, routing_kernels
 from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary
 from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
 from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.kernels import launch, routing_kernels
 
 pytestmark = pytest.mark.gpu("flag_gems")
 
@@ -57,7 +57,7 @@ def test_rotary_eager_variant_on_llama_qkv_views(tokens, neox):
 @pytest.mark.parametrize("tokens", [1, 300])
 def test_per_head_norms_on_qwen3_qkv_views(tokens):
     """Qwen3-MoE's q_norm and k_norm: [tokens, heads, 128] views of the qkv projection's rows,
-    through the eager variant as vLLM calls it (no residual: the backend's rows kernel)."""
+    through the eager variant as vLLM calls it (no residual: the kernel library's rows kernel)."""
     head, q_heads, kv_heads = 128, 32, 4
     qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head, dtype=torch.bfloat16, device=DEVICE)
     q, k, _v = qkv.split([q_heads * head, kv_heads * head, kv_heads * head], dim=-1)
@@ -159,8 +159,8 @@ def test_fused_experts_at_qwen3_moe_sizes(tokens):
 
 
 def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_them():
-    """On the Triton release whose C launcher ``launch.py`` calls directly, the add-and-normalise
-    eager variant's bound launch is that direct call; with a launch hook registered (as a
+    """On the Triton release whose C launcher ``vllm_fl.kernels.launch`` calls directly, the
+    add-and-normalise eager variant's bound launch is that direct call; with a launch hook registered (as a
     profiler registers one) the launch goes through Triton's runner, which calls the hook."""
     from triton import knobs
 
@@ -195,15 +195,16 @@ def test_bound_launches_call_tritons_c_launcher_and_a_launch_hook_still_sees_the
 
 
 def test_fused_experts_with_every_tuned_config_of_this_device():
-    """Each config of the backend's tuned tables for this GPU (``tuned_configs``), at the token
-    count it was tuned for, is the one the impl takes and computes what the reference does."""
-    from vllm_fl.dispatch.backends.flaggems import experts as flagos_experts
-    from vllm_fl.dispatch.backends.flaggems import tuned_configs
+    """Each config of the kernel library's tuned tables for this GPU (``tuned_configs``), at the
+    token count it was tuned for, is the one the impl takes and computes what the reference
+    does."""
+    from vllm_fl.kernels.moe import experts as flagos_experts
+    from vllm_fl.kernels.moe import tuned_configs
 
     device = tuned_configs.device_name(torch.device(DEVICE))
     tables = sorted(tuned_configs.TABLE_DIR.glob(f"*,device_name={device},dtype=bfloat16.json"))
     if not tables:
-        pytest.skip(f"the backend has no tuned bf16 table for {device}")
+        pytest.skip(f"the kernel library has no tuned bf16 table for {device}")
     hidden, top_k = 1024, 8
     kernels = flagos_experts.flag_gems_kernels()
     for path in tables:

@@ -1,4 +1,4 @@
-"""Launch plans of the FlagGems backend: the first call per layout goes through FlagGems' entry,
+"""Launch plans of the kernel library: the first call per layout goes through FlagGems' entry,
 later calls launch the compiled kernel with every parameter in signature order.
 
 The compiled kernel is a recording stand-in (no GPU here); the kernel signature is a real
@@ -11,7 +11,7 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 from recorded_plans import recorded_plans  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
+from vllm_fl.kernels import launch  # noqa: E402
 
 
 @triton.jit

@@ -1,7 +1,8 @@
-"""The flagos impls that launch the backend's own kernels, end to end on the CPU: the impl
-believes it is on the GPU, and its launch plans run the kernel in Triton's interpreter. What is
-checked is the impl's part (which calls take the kernel, the arguments and outputs it builds),
-against the reference impl; calls the kernels do not take are left to FlagGems' functions.
+"""The kernel functions that launch the library's own kernels, end to end on the CPU: the
+function believes it is on the GPU, and its launch plans run the kernel in Triton's interpreter.
+What is checked is the host's part (which calls take the kernel, the arguments and outputs it
+builds), against the reference impl; calls the kernels do not take are left to FlagGems'
+functions.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from triton_helpers import needs_interpreter_loops, interpret  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import launch  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary  # noqa: E402
+from vllm_fl.kernels import launch, norm, rotary, routing  # noqa: E402
 
 
 class _Interpreted:
@@ -50,14 +49,15 @@ class _Interpreted:
 
 @pytest.fixture
 def own_kernels(monkeypatch) -> dict[str, _Interpreted]:
-    """The impls see the current GPU; their own-kernel plans interpret. Returns the plans made,
-    by kernel name."""
+    """The kernel functions see the current GPU; their own-kernel plans interpret. Returns the
+    plans made, by kernel name."""
     made: dict[str, _Interpreted] = {}
 
-    def own_plans(module: str, kernel: str) -> _Interpreted:
-        if kernel not in made:
-            made[kernel] = _Interpreted(getattr(launch.own(module), kernel))
-        return made[kernel]
+    def plans_for(kernel) -> _Interpreted:
+        name = kernel.fn.__name__
+        if name not in made:
+            made[name] = _Interpreted(kernel)
+        return made[name]
 
     data_pointers = launch.pointers
 
@@ -66,7 +66,7 @@ def own_kernels(monkeypatch) -> dict[str, _Interpreted]:
         return list(tensors) if data_pointers(*tensors) is not None else None
 
     monkeypatch.setattr(launch, "on_current_gpu", lambda t: True)
-    monkeypatch.setattr(launch, "own_plans", own_plans)
+    monkeypatch.setattr(launch, "plans_for", plans_for)
     monkeypatch.setattr(launch, "pointers", tensors_if_aligned)
     return made
 
@@ -76,7 +76,7 @@ def test_grouped_topk_runs_the_one_launch_kernel(own_kernels):
     scores = torch.randn(3, 256, generator=gen)
     bias = torch.randn(256, generator=gen) * 0.1
     args = (scores, 8, 4, 6, True, 2.5, bias, 1)  # topk 6: FlagGems' kernel cannot compile it
-    got = flagos_moe.grouped_topk(*args)
+    got = routing.grouped_topk(*args)
     assert own_kernels["grouped_topk_kernel"].launches == 1
     assert got[0].dtype == torch.float32 and got[1].dtype == torch.int32
     got_w, got_ids = ref_moe.grouped_topk_canonical(got, *args)
@@ -86,7 +86,7 @@ def test_grouped_topk_runs_the_one_launch_kernel(own_kernels):
 
 
 def test_grouped_topk_of_no_tokens(own_kernels):
-    weights, ids = flagos_moe.grouped_topk(torch.empty(0, 64), 4, 2, 4, True, 1.0, torch.zeros(64))
+    weights, ids = routing.grouped_topk(torch.empty(0, 64), 4, 2, 4, True, 1.0, torch.zeros(64))
     assert weights.shape == ids.shape == (0, 4)
     assert "grouped_topk_kernel" not in own_kernels
 
@@ -97,7 +97,7 @@ def test_alignment_of_a_decode_step_runs_the_one_program_kernel(own_kernels):
     n_sorted = topk_ids.numel() + 128 * 15
     got = [torch.empty(n, dtype=torch.int32) for n in (n_sorted, -(-n_sorted // 16), 1)]
     expected = [t.clone() for t in got]
-    flagos_moe.moe_align_block_size(topk_ids, 128, 16, *got)
+    routing.moe_align_block_size(topk_ids, 128, 16, *got)
     assert own_kernels["align_pairs_kernel"].launches == 1
     ref_moe.moe_align_block_size(topk_ids, 128, 16, *expected)
     for g, e in zip(got, expected):
@@ -115,6 +115,12 @@ def _rope_layer(head: int, rotary_dim: int, neox: bool, positions_max: int = 512
     )
 
 
+def _rotate(function, layer, positions, query, key):
+    """``function`` (``rotary.rotary_embedding`` or its in-place variant) with the layer's state."""
+    state = (layer.cos_sin_cache, layer.head_size, layer.rotary_dim, layer.is_neox_style)
+    return function(positions, query, key, *state)
+
+
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("rotary_dim", [64, 32])
 def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, neox, rotary_dim):
@@ -125,7 +131,7 @@ def test_rotary_inplace_runs_the_heads_spread_kernel_on_qkv_views(own_kernels, n
     positions = torch.randint(0, positions_max, (5,))
     expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
     value_before = value.clone()
-    got = flagos_rotary.rotary_embedding_inplace(layer, positions, query, key)
+    got = _rotate(rotary.rotary_embedding_inplace, layer, positions, query, key)
     assert own_kernels["rotary_kernel"].launches == 1
     assert got[0] is query and got[1] is key
     torch.testing.assert_close(query, expected[0])
@@ -141,12 +147,12 @@ def test_rotary_calls_of_one_layout_launch_what_the_first_bound(own_kernels):
         query, key, _ = qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)
         positions = torch.randint(0, 512, (tokens,))
         expected = ref_rotary.rotary_embedding(layer, positions, query.clone(), key.clone())
-        flagos_rotary.rotary_embedding_inplace(layer, positions, query, key)
+        _rotate(rotary.rotary_embedding_inplace, layer, positions, query, key)
         calls.append(own_kernels["rotary_kernel"].bound_launches)
         torch.testing.assert_close(query, expected[0])
         torch.testing.assert_close(key, expected[1])
     assert calls == [0, 1, 1]
-    got = flagos_rotary.rotary_embedding(layer, positions, query, key)  # functional: its own
+    got = _rotate(rotary.rotary_embedding, layer, positions, query, key)  # functional: its own
     assert own_kernels["rotary_kernel"].bound_launches == 1
     expected = ref_rotary.rotary_embedding(layer, positions, query, key)
     torch.testing.assert_close(got[0], expected[0])
@@ -160,7 +166,7 @@ def test_rotary_functional_writes_new_tensors_in_one_launch(own_kernels, with_ke
     key = key if with_key else None
     positions = torch.randint(0, 512, (5,))
     before = qkv.clone()
-    got = flagos_rotary.rotary_embedding(layer, positions, query, key)
+    got = _rotate(rotary.rotary_embedding, layer, positions, query, key)
     assert own_kernels["rotary_kernel"].launches == 1
     assert torch.equal(qkv, before), "the functional op changed its inputs"
     expected = ref_rotary.rotary_embedding(layer, positions, query, key)
@@ -207,10 +213,10 @@ CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZ
     ids=["sparse-pairs-unaligned", "aligned", "weights-on-input"],
 )
 def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens, on_input):
-    """The orchestration of ``experts.py``: config, alignment (the backend's kernel), both GEMMs
+    """The orchestration of ``experts``: config, alignment (the library's kernel), both GEMMs
     with FlagGems' launch arguments, activation and sum, against the reference."""
     pytest.importorskip("vllm.model_executor.layers.fused_moe.fused_moe")
-    from vllm_fl.dispatch.backends.flaggems import experts
+    from vllm_fl.kernels.moe import experts
     from vllm_fl.dispatch.backends.reference.impl import activation as ref_activation
 
     kernel = _fused_moe_kernel(tmp_path)
@@ -228,7 +234,7 @@ def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens
         [torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)]
     ).to(torch.int32)
     topk_weights = torch.rand(tokens, top_k, generator=gen)
-    got = experts.fused_experts(
+    got = experts.fused_experts_in_plans(
         kernels,
         x,
         w1,
@@ -237,7 +243,7 @@ def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens
         topk_ids,
         on_input,
         -1,
-        align=flagos_moe.moe_align_block_size,
+        align=routing.moe_align_block_size,
         activate=lambda gate_up: ref_activation.silu_and_mul(None, gate_up),
         reduce=ref_moe.moe_sum,
     )
@@ -251,13 +257,16 @@ def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens
 
 
 def test_fused_experts_leaves_other_kernels_to_flag_gems():
-    from vllm_fl.dispatch.backends.flaggems import experts
+    from vllm_fl.kernels.moe import experts
 
     other = experts.ExpertKernels(None, ("a_ptr", "b_ptr"), lambda *shape: (CONFIG, ()))
     x, w1, w2 = torch.randn(2, 32), torch.randn(8, 64, 32), torch.randn(8, 32, 32)
     ids, weights = torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 2)
     no_steps = dict(align=None, activate=None, reduce=None)
-    assert experts.fused_experts(other, x, w1, w2, weights, ids, False, -1, **no_steps) is None
+    assert (
+        experts.fused_experts_in_plans(other, x, w1, w2, weights, ids, False, -1, **no_steps)
+        is None
+    )
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "gemma_rms_norm"])
@@ -266,7 +275,6 @@ def test_functional_norm_with_residual_is_one_launch(own_kernels, monkeypatch, o
     """Gemma's takes it where FlagGems has no gemma_rms_norm (5.0.2 has none)."""
     import sys
 
-    from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
     from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
 
     monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
@@ -276,7 +284,11 @@ def test_functional_norm_with_residual_is_one_launch(own_kernels, monkeypatch, o
     )
     x, residual = torch.randn(shape), torch.randn(shape)
     before = (x.clone(), residual.clone())
-    out, total = getattr(flagos_norm, op)(layer, x, residual)
+    weight, eps = layer.weight, layer.variance_epsilon
+    if op == "rms_norm":
+        out, total = norm.add_rms_norm(x, residual, weight.data, eps)
+    else:
+        out, total = norm.gemma_rms_norm(layer, x, residual, weight, eps)
     assert own_kernels["add_rms_norm_kernel"].launches == 1
     assert torch.equal(x, before[0]) and torch.equal(residual, before[1])
     expected_out, expected_total = getattr(ref_norm, op)(layer, x, residual)
@@ -289,7 +301,6 @@ def test_per_head_norm_on_qkv_views_runs_the_rows_kernel(own_kernels, monkeypatc
     contiguous tensor without a copy first; the second call of the layout is the bound launch."""
     import sys
 
-    from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
     from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
 
     monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
@@ -300,7 +311,7 @@ def test_per_head_norm_on_qkv_views_runs_the_rows_kernel(own_kernels, monkeypatc
         qkv = torch.randn(tokens, (4 + 2 * 2) * 64)
         q_by_head = qkv[:, : 4 * 64].view(tokens, 4, 64)
         before = qkv.clone()
-        got = flagos_norm.rms_norm(layer, q_by_head)
+        got = norm.rms_norm(q_by_head, layer.weight.data, layer.variance_epsilon)
         assert got.is_contiguous() and got.shape == q_by_head.shape
         assert torch.equal(qkv, before)
         expected = ref_norm.rms_norm(layer, q_by_head)

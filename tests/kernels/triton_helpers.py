@@ -1,4 +1,4 @@
-"""Running the flagos backend's own Triton kernels without a GPU: in Triton's interpreter on CPU
+"""Running the kernel library's own Triton kernels without a GPU: in Triton's interpreter on CPU
 tensors, and through Triton's compiler to an H100 cubin (its NVIDIA backend compiles without a
 driver)."""
 

@@ -1,4 +1,4 @@
-"""The flagos backend's one-launch routing kernels (``routing_kernels.py``) against the
+"""The kernel library's one-launch routing kernels (``routing_kernels``) against the
 reference impls, run in Triton's interpreter on the CPU, and compiled for an H100 (sm_90) by
 Triton's own compiler. The GPU parity tests run them for real.
 """
@@ -16,7 +16,7 @@ from triton_helpers import (
     interpret,
     needs_nvidia_compiler,
 )  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems import routing_kernels as rk  # noqa: E402
+from vllm_fl.kernels import routing_kernels as rk  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import moe as ref  # noqa: E402
 
 #: tokens, experts, groups, topk_group, topk, renormalize, scale, scoring_func, scores dtype

@@ -1,10 +1,11 @@
-"""Tuned ``fused_moe_kernel`` configs of the flaggems backend, per device and experts' shape.
+"""Tuned configs of FlagGems' ``fused_moe_kernel``, per device and experts' shape.
 
 FlagGems looks its fused-MoE configs up in a table it ships per device (5.0.2 ships one for
 Ascend only) and elsewhere takes a default heuristic: on an H100, at a 128-token decode of
 Qwen3-30B-A3B's experts, that heuristic picks 16-row blocks where the best config is several
-percent faster. This module holds the backend's own tables, measured on the device by
-``benchmarks/tune_moe.py``, one JSON file per device, experts' shape and dtype in ``tuned/``::
+percent faster. This module holds this library's own tables (package data), measured on the
+device by ``python -m vllm_fl.kernels.moe.tune``, one JSON file per device, experts' shape and
+dtype in ``tuned/``::
 
     E=<experts>,N=<intermediate>,device_name=<device>,dtype=<dtype>.json
 

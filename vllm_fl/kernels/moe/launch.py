@@ -1,17 +1,20 @@
-"""Launches of FlagGems' MoE kernels through the backend's launch plans (``launch.py``).
+"""Launches of FlagGems' MoE kernels through launch plans (``vllm_fl.kernels.launch``).
 
 ``flag_gems.fused``'s ``moe_align_block_size_triton`` allocates, derives launch parameters and
 launches four Triton kernels per call; these helpers launch the same kernels with the same
 parameters, keyed by the input layout, so that only the first call per layout pays FlagGems'
-Python. Where a FlagGems release lacks a kernel this module knows, ``align_stages`` is None and
-the impl calls FlagGems' function.
+Python; likewise FlagGems' top-k softmax and ``moe_sum``. Where a FlagGems release lacks a
+kernel this module knows, ``align_stages`` and ``topk_softmax_plans`` are None and the caller
+calls FlagGems' function.
 """
+
+from __future__ import annotations
 
 import functools
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems import launch
+from vllm_fl.kernels import launch
 
 
 _ALIGN_STAGES = ("stage1", "stage2_vec", "stage2", "stage3", "stage4")
@@ -44,11 +47,11 @@ def prepare_buffers(
     pairs: int, sorted_ids: torch.Tensor, expert_ids: torch.Tensor, scratch: torch.Tensor
 ) -> None:
     """``sorted_ids`` all ``pairs`` (the padding value), ``expert_ids`` and ``scratch`` zero:
-    the backend's ``routing_kernels.align_prepare_kernel`` in one launch."""
-    planned = launch.own("routing_kernels").align_prepare_launch(
-        pairs, sorted_ids, expert_ids, scratch
-    )
-    launch.own_plans("routing_kernels", "align_prepare_kernel").run(planned)
+    ``routing_kernels.align_prepare_kernel`` in one launch."""
+    from vllm_fl.kernels import routing_kernels  # Triton: imported on first use
+
+    planned = routing_kernels.align_prepare_launch(pairs, sorted_ids, expert_ids, scratch)
+    launch.plans_for(routing_kernels.align_prepare_kernel).run(planned)
 
 
 def align_in_stages(
@@ -58,8 +61,8 @@ def align_in_stages(
     scratch buffer for its two counters.
 
     FlagGems' first stage also writes the padding of ``sorted_ids`` and zeroes ``expert_ids``,
-    taking both lengths as constexprs: every new token count would compile it again (about
-    80 ms each on an H100, in the middle of serving when a step's token count is new). Here
+    taking both lengths as constexprs: every new token count would compile it again, in the
+    middle of serving when a step's token count is new. Here
     both buffers and the scratch are filled beforehand in one launch (``prepare_buffers``) and
     the stage is given lengths of zero, so its specialisations depend only on
     ``tokens_per_thread`` (a power of two per pairs / experts) and the layout key holds no
@@ -232,3 +235,30 @@ def topk_softmax_in_plan(
     args += (tokens, topk, experts, 0, experts)
     plans.launch(layout, (launch.cdiv(tokens, block_rows),), args, kwargs)
     return True
+
+
+def moe_sum(input: torch.Tensor, output: torch.Tensor) -> None:
+    """output[t] = sum over k of input[t, k]: FlagGems' ``moe_sum`` kernel through a launch plan
+    on the current GPU, its function otherwise."""
+    plans = launch.plans_of("moe_sum", "moe_sum_kernel")
+    if plans is None or not launch.on_current_gpu(input) or not launch.aligned(input, output):
+        from flag_gems.fused import moe_sum as gems_moe_sum
+
+        gems_moe_sum(input, output)
+        return
+    tokens, topk, hidden = input.shape
+    if tokens == 0:
+        return
+    layout = (
+        input.dtype,
+        output.dtype,
+        tokens == 1,
+        tokens % 16 == 0,
+        topk,
+        hidden,
+        input.stride(),
+        output.stride(),
+        input.device.index,
+    )
+    args = (input, output, tokens, topk, hidden, *input.stride(), *output.stride())
+    plans.launch(layout, lambda meta: (tokens, launch.cdiv(hidden, meta["BLOCK_SIZE"])), args, {})

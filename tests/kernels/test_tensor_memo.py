@@ -1,10 +1,10 @@
-"""The FlagGems backend's per-tensor memo: one derivation per tensor, version and key."""
+"""The kernel library's per-tensor memo: one derivation per tensor, version and key."""
 
 import gc
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems.memo import TensorMemo
+from vllm_fl.kernels.memo import TensorMemo
 
 
 def test_derived_once_per_tensor_and_key():
