@@ -22,9 +22,9 @@ The modules, one job each, in the order a call meets them:
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 
-from .availability import Probe
-from .config_loader import DispatchConfig, load_config
-from .default_manager import (
+from .backends.availability import Probe
+from .config.loader import DispatchConfig, load_config
+from .runtime.default_manager import (
     call_method_op,
     call_op,
     dispatch_method,
@@ -33,7 +33,7 @@ from .default_manager import (
     resolve_op,
     used_impls,
 )
-from .policy import (
+from .policy.current import (
     get_config,
     get_policy,
     oot_allowed,
@@ -45,9 +45,9 @@ from .policy import (
     with_preference,
     with_strict_mode,
 )
-from .op_manager import OpManager
+from .runtime.manager import OpManager
 from .registry import OpRegistry
-from .selection import SelectionPolicy
+from .policy.selection import SelectionPolicy
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
 __all__ = [

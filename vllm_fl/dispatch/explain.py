@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from .config_loader import DispatchConfig
-from .default_manager import get_default_manager
-from .name_checks import unknown_names
-from .op_manager import OpManager
-from .policy import get_config, get_policy
-from .selection import SelectionPolicy
+from .config.loader import DispatchConfig
+from .runtime.default_manager import get_default_manager
+from .policy.name_checks import unknown_names
+from .runtime.manager import OpManager
+from .policy.current import get_config, get_policy
+from .policy.selection import SelectionPolicy
 from .stubs import stub_functions
 from .types import OpImpl
 

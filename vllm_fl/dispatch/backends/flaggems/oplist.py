@@ -1,7 +1,8 @@
 """``FLAGGEMS_ENABLE_OPLIST_PATH``: the ops the dispatch currently runs on FlagGems, one per line.
 
-``write_oplist`` listens to the default manager's selections (the package ``__init__``
-subscribes it with ``default_manager.on_default_selection``). It rewrites the file whenever the
+``write_oplist`` is a selection listener of the backend (``BACKEND.selection_listeners`` in the
+package ``__init__``): the manager whose registry holds the backend calls it after every
+selection it installs. It rewrites the file whenever the
 set of ops whose selected implementation (for eager calls or calls traced by torch.compile) is a
 FlagGems one changes, and never writes it while that set stays empty.
 
@@ -19,8 +20,8 @@ import tempfile
 import weakref
 
 from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.op_manager import OpManager
-from vllm_fl.dispatch.policy import get_config
+from vllm_fl.dispatch.runtime.manager import OpManager
+from vllm_fl.dispatch.policy.current import get_config
 from vllm_fl.dispatch.types import BackendImplKind
 
 __all__ = ["write_oplist", "write_atomically"]

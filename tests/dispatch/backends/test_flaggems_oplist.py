@@ -3,30 +3,38 @@ on FlagGems, rewritten atomically when they change."""
 
 import os
 
+import pytest
+
 from dispatch_helpers import build_default as build
 
 import vllm_fl.dispatch as d
-import vllm_fl.dispatch.backends.flaggems  # noqa: F401 - subscribes the op list writer
+from vllm_fl.dispatch.backends import flaggems
 from vllm_fl.dispatch import OpImpl
 
 
-def test_flaggems_oplist_written_for_default_manager(
-    clean_dispatch_env, tmp_path, no_entry_points, fresh_default, monkeypatch
-):
+@pytest.fixture
+def flaggems_builtins(monkeypatch, no_entry_points, fresh_default):
+    """Built-ins registered for the FlagGems backend object: its op list writer listens."""
+
+    def register(reg, errors=None):
+        with reg.registering_for(flaggems.BACKEND):
+            reg.register_many(
+                [
+                    OpImpl("silu_and_mul", "default.flagos", "flagos", lambda x: x),
+                    OpImpl("rms_norm", "default.flagos", "flagos", lambda x: x),
+                    OpImpl("rms_norm", "reference.torch", "reference", lambda x: -x),
+                ]
+            )
+        return ["flaggems"]
+
+    monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
+
+
+def test_flaggems_oplist_written_for_default_manager(clean_dispatch_env, tmp_path, flaggems_builtins):
     path = tmp_path / "ops.txt"
     clean_dispatch_env.setenv("FLAGGEMS_ENABLE_OPLIST_PATH", str(path))
     d.reset_global_policy()
-    monkeypatch.setattr(
-        "vllm_fl.dispatch.builtin_backends.register_builtins", lambda reg, errors=None: []
-    )
-    m = d.get_default_manager()
-    m.registry.register_many(
-        [
-            OpImpl("silu_and_mul", "default.flagos", "flagos", lambda x: x),
-            OpImpl("rms_norm", "default.flagos", "flagos", lambda x: x),
-            OpImpl("rms_norm", "reference.torch", "reference", lambda x: -x),
-        ]
-    )
+    d.get_default_manager()
     assert not path.exists()
     d.call_op("rms_norm", 1)
     assert path.read_text() == "rms_norm\n"
@@ -38,7 +46,7 @@ def test_flaggems_oplist_written_for_default_manager(
 
 
 def test_oplist_written_atomically_not_through_a_foreign_symlink(
-    clean_dispatch_env, fake_builtins, tmp_path
+    clean_dispatch_env, flaggems_builtins, tmp_path
 ):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")

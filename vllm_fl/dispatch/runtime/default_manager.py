@@ -1,5 +1,4 @@
-"""The process-wide default manager (and who hears of its selections), and the ways to call an op
-through it or any manager.
+"""The process-wide default manager, and the ways to call an op through it or any manager.
 
 Hot path: each op has one trampoline (``trampoline``) installed by its ``Binding`` (``binding``);
 ``dispatch_method`` puts it on the layer class as a plain function, so ``layer.forward_oot(x)``
@@ -14,12 +13,12 @@ import threading
 from types import MethodType
 from typing import Any, Callable
 
+from ..policy.current import get_config, get_policy
+from ..policy.name_checks import warn_unknown_names
+from ..registry import OpRegistry
 from . import sync
-from .binding import Binding
-from .name_checks import warn_unknown_names
-from .op_manager import OpManager, SelectionListener
-from .policy import get_config, get_policy
-from .registry import OpRegistry
+from .binding import BindingTable
+from .manager import OpManager
 
 __all__ = [
     "dispatch_method",
@@ -29,7 +28,6 @@ __all__ = [
     "resolve_op",
     "call_method_op",
     "used_impls",
-    "on_default_selection",
 ]
 
 # --------------------------------------------------------------------------- default manager
@@ -37,9 +35,6 @@ __all__ = [
 # Held while the default manager is built, i.e. while built-in backends and plugins register.
 _DEFAULT_LOCK = threading.RLock()
 _DEFAULT: OpManager | None = None
-_DEFAULT_BINDINGS: dict[str, Binding] = {}
-# The selection listeners of the default manager, kept across reset_default_manager.
-_DEFAULT_SELECTION_LISTENERS: list[SelectionListener] = []
 
 
 def _reinit_default_lock() -> None:
@@ -54,27 +49,32 @@ sync.after_fork_in_child(_reinit_default_lock)
 
 def get_default_manager() -> OpManager:
     """The process-wide manager: built-in backends and plugins registered on first use."""
-    global _DEFAULT
     m = _DEFAULT
     if m is not None:
         return m
+    return _build_default_manager()
+
+
+def _build_default_manager() -> OpManager:
+    global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            from .builtin_backends import register_builtins
-            from .discovery import load_plugins
+            from ..backends.builtin import register_builtins
+            from ..backends.discovery import load_plugins
 
             cfg = get_config()
-            m = OpManager(OpRegistry())
-            register_builtins(m.registry, m.load_errors)
-            load_plugins(m.registry, cfg.plugin_modules, m.load_errors)
-            warn_unknown_names(get_policy(), m.registry)
-            with sync.LOCK:
-                m._bindings = _DEFAULT_BINDINGS
-                m._get_self = get_default_manager
-                m._selection_listeners = _DEFAULT_SELECTION_LISTENERS
-                m._on_registry_change()
-            _DEFAULT = m
+            registry = OpRegistry()
+            errors: list[tuple[str, str]] = []
+            register_builtins(registry, errors)
+            load_plugins(registry, cfg.plugin_modules, errors)
+            warn_unknown_names(get_policy(), registry)
+            _DEFAULT = OpManager(registry, bindings=_DEFAULT_BINDINGS, load_errors=errors)
         return _DEFAULT
+
+
+# The default manager's trampolines: layer classes hold them, so they outlive any one manager.
+_DEFAULT_BINDINGS = BindingTable(get_default_manager)
+_BY_OP = _DEFAULT_BINDINGS.by_op
 
 
 def reset_default_manager() -> None:
@@ -83,45 +83,27 @@ def reset_default_manager() -> None:
     with _DEFAULT_LOCK:
         old, _DEFAULT = _DEFAULT, None
         with sync.LOCK:
-            sync.bump_generation()  # a fallback of the old manager must not install its impl
             if old is not None:
-                old._bindings = {}
-                old._selection_listeners = []
-            for b in _DEFAULT_BINDINGS.values():
+                old.close()
+            sync.bump_generation()  # a fallback of the old manager must not install its impl
+            for b in _DEFAULT_BINDINGS:
                 b.invalidate(registry_changed=True)
-
-
-def on_default_selection(callback: SelectionListener) -> None:
-    """Call ``callback(manager)`` after every selection the default manager installs, also
-    once a reset built a new default manager (see ``OpManager.add_selection_listener``)."""
-    with sync.LOCK:
-        if callback not in _DEFAULT_SELECTION_LISTENERS:
-            _DEFAULT_SELECTION_LISTENERS.append(callback)
-
-
-def _default_binding(op_name: str) -> Binding:
-    b = _DEFAULT_BINDINGS.get(op_name)
-    if b is None:
-        with sync.LOCK:
-            b = _DEFAULT_BINDINGS.get(op_name)
-            if b is None:
-                b = _DEFAULT_BINDINGS[op_name] = Binding(op_name, get_default_manager)
-    return b
+                b.forget_use()
 
 
 def call_op(op_name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the selected implementation of ``op_name`` (default manager)."""
-    b = _DEFAULT_BINDINGS.get(op_name)
+    b = _BY_OP.get(op_name)
     if b is None:
-        b = _default_binding(op_name)
+        b = _DEFAULT_BINDINGS.get(op_name)
     return b.fn(*args, **kwargs)
 
 
 def call_method_op(op_name: str, instance: Any, *args: Any, **kwargs: Any) -> Any:
     """Call the selected implementation of ``op_name`` with ``self`` = ``instance``."""
-    b = _DEFAULT_BINDINGS.get(op_name)
+    b = _BY_OP.get(op_name)
     if b is None:
-        b = _default_binding(op_name)
+        b = _DEFAULT_BINDINGS.get(op_name)
     return b.fn(instance, *args, **kwargs)
 
 
@@ -161,14 +143,14 @@ class dispatch_method:  # noqa: N801 - reads like a decorator: forward_oot = dis
         # (also inside a torch.compile trace), and no layer ever binds the descriptor.
         self._owner, self._name = owner, name
         if self.manager is None:
-            _default_binding(self.op_name).add_site(owner, name)
+            _DEFAULT_BINDINGS.get(self.op_name).add_site(owner, name)
         else:
-            self.manager._binding(self.op_name).add_site(owner, name)
+            self.manager.binding(self.op_name).add_site(owner, name)
 
     def function(self) -> Callable[..., Any]:
         if self.manager is None:
-            return _default_binding(self.op_name).fn
-        return self.manager._binding(self.op_name).fn
+            return _DEFAULT_BINDINGS.get(self.op_name).fn
+        return self.manager.binding(self.op_name).fn
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         fn = self.function()

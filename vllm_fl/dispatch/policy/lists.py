@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-from .settings import LIST_FAMILIES
-from .types import ConfigError
+from ..config.settings import LIST_FAMILIES
+from ..types import ConfigError
 
 __all__ = ["verdict", "check_exclusive", "displaced"]
 

@@ -14,7 +14,7 @@ def fn(self, x):
 
 
 def test_default_manager_registers_builtins(monkeypatch, no_entry_points, fresh_default):
-    """Against a fake generated `backends` module, so the test does not depend on the real one."""
+    """Against a fake list of built-in backends, so the test does not depend on the real one."""
     calls = []
 
     def reg_ref(reg):
@@ -30,10 +30,8 @@ def test_default_manager_registers_builtins(monkeypatch, no_entry_points, fresh_
     def reg_broken(reg):
         raise ImportError("torch_npu")
 
-    monkeypatch.setitem(
-        sys.modules,
-        "vllm_fl.dispatch.backends",
-        types.SimpleNamespace(BUILTIN_BACKENDS=("fake_gems", "fake_broken", "fake_ref")),
+    monkeypatch.setattr(
+        "vllm_fl.dispatch.backends.builtin.BUILTIN_BACKENDS", ("fake_gems", "fake_broken", "fake_ref")
     )
     monkeypatch.setitem(
         sys.modules, "fake_gems.register_ops", module("fake_gems.register_ops", reg_gems)

@@ -12,11 +12,11 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from . import sync
-from .config_loader import DispatchConfig, load_config
-from .logger_manager import configure_logging
+from ..runtime import sync
+from ..config.loader import DispatchConfig, load_config
+from ..logger_manager import configure_logging
 from .selection import SelectionPolicy
-from .values import parse_name_set
+from ..config.values import parse_name_set
 
 __all__ = [
     "add_policy_listener",

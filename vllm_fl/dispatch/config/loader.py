@@ -18,12 +18,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from . import name_lists, values
-from .config_files import read_yaml_mapping
-from .logger_manager import get_logger
-from .selection import SelectionPolicy
+from ..policy import lists
+from . import values
+from .files import read_yaml_mapping
+from ..logger_manager import get_logger
+from ..policy.selection import SelectionPolicy
 from .settings import BY_FILE_KEY, FILE_KEYS, SELECTION_ENV, SETTINGS, env_value, parse_env
-from .types import ConfigError
+from ..types import ConfigError
 
 __all__ = ["DispatchConfig", "load_config", "detect_platform"]
 
@@ -88,7 +89,7 @@ def _from_file(data: Mapping[str, Any], path: Path, label: str) -> _SourceSettin
     unknown = [k for k in data if k not in BY_FILE_KEY]
     if unknown:
         raise ConfigError(f"{path}:{unknown[0]}: unknown key; allowed keys: {', '.join(FILE_KEYS)}")
-    name_lists.check_exclusive(data.__contains__, f"{path}: ")
+    lists.check_exclusive(data.__contains__, f"{path}: ")
     out = _SourceSettings()
     for key, value in data.items():
         setting = BY_FILE_KEY[key]
@@ -111,7 +112,7 @@ def _from_env(env: Mapping[str, str]) -> _SourceSettings:
                 "%s=%r is overridden by %s (higher precedence)", other.name, other_raw, var.name
             )
         raws[setting.name] = (var.name, raw)
-    name_lists.check_exclusive(
+    lists.check_exclusive(
         raws.__contains__, label=lambda name: f"{raws[name][0]}={raws[name][1]!r}"
     )
     for setting in SETTINGS:
@@ -131,7 +132,7 @@ def _merge(by_precedence: Sequence[_SourceSettings]) -> tuple[dict[str, Any], di
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for given in reversed(by_precedence):  # lowest first, higher ones replace
-        for name in name_lists.displaced(given.values):
+        for name in lists.displaced(given.values):
             merged.pop(name, None)
             sources.pop(name, None)
         merged.update(given.values)

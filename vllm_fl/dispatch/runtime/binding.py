@@ -1,5 +1,9 @@
 """One op's trampoline and what it currently calls: resolution, installation and fallback.
 
+A binding asks its manager (a ``Resolver``: the candidates, the failure log, what to tell once a
+selection is installed) and knows nothing else of it, so the manager owns bindings and failures and
+the binding only changes its own trampoline.
+
 Every state change happens under ``sync.LOCK`` and nothing else does: availability checks and
 implementations run outside it. A selection computed outside the lock is installed only when the
 dispatch generation has not moved since it started (see ``sync``), so a policy or registry change
@@ -9,27 +13,46 @@ always wins over a resolution or fallback that began before it.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from ..logger_manager import get_logger
+from ..policy.current import get_policy
+from ..registry import OpRegistry
+from ..types import DispatchError, OpImpl
 from . import sync
-from .policy import get_policy
+from .failures import FailureLog
 from .trampoline import build, same_key, signature_key, tracing_now
-from .types import DispatchError, OpImpl
 
-if TYPE_CHECKING:
-    from .op_manager import OpManager
+__all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error"]
 
-__all__ = ["Binding", "all_failed_error"]
+logger = get_logger()
+
+
+class Resolver(Protocol):
+    """What a binding needs of its manager."""
+
+    @property
+    def registry(self) -> OpRegistry: ...
+
+    @property
+    def failures(self) -> FailureLog: ...
+
+    def resolve_candidates(self, op_name: str, traced: bool = False) -> list[OpImpl]: ...
+
+    def selection_installed(self) -> None: ...
 
 
 class Binding:
     """The trampoline of one op of one manager, and what it currently calls."""
 
-    def __init__(self, op_name: str, get_manager: Callable[[], "OpManager"]) -> None:
+    def __init__(self, op_name: str, get_manager: Callable[[], Resolver]) -> None:
         self.op = op_name
         self._get_manager = get_manager
         self.active: OpImpl | None = None
         self.active_traced: OpImpl | None = None
+        # The selections installed last (kept when a change puts the resolver back).
+        self.used: OpImpl | None = None
+        self.used_traced: OpImpl | None = None
         # Whether the op had a selection since the last registry change: a policy change
         # re-selects those ops right away, so a compiled graph never traces a resolution.
         self.in_use = False
@@ -123,9 +146,34 @@ class Binding:
                 self._set("_traced", traced_impl.fn)
                 self.active, self.active_traced = impl, traced_impl
                 self.in_use = True
-                manager._record_use(self.op, impl, fallback=False)
-                manager._record_use(self.op, traced_impl, fallback=False, traced=True, log=split)
+                self._record_use(impl, fallback=False)
+                self._record_use(traced_impl, fallback=False, traced=True, log=split)
+                manager.selection_installed()
         return (traced_impl if traced else impl), policy.strict
+
+    def _record_use(
+        self, impl: OpImpl, fallback: bool, traced: bool = False, log: bool = True
+    ) -> None:
+        prev = self.used_traced if traced else self.used
+        if traced:
+            self.used_traced = impl
+        else:
+            self.used = impl
+        if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
+            logger.info(
+                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
+                self.op,
+                "fallback to" if fallback else "using",
+                impl.impl_id,
+                " under torch.compile" if traced else "",
+                impl.kind.value,
+                impl.vendor,
+            )
+
+    def forget_use(self) -> None:
+        """Forget the selections installed last (their manager is gone)."""
+        with sync.LOCK:
+            self.used = self.used_traced = None
 
     def _strict_now(self) -> bool:
         return bool(self._cells["_strict"].cell_contents)
@@ -174,7 +222,7 @@ class Binding:
         if failed is not None:
             errors.append((failed.impl_id, exc))
             tried.add(failed.impl_id)
-            if manager._mark_failed(op, failed, exc):
+            if manager.failures.mark(op, failed, exc):
                 newly_failed.append(failed.impl_id)
         while True:
             with sync.LOCK:
@@ -191,7 +239,7 @@ class Binding:
             except Exception as err:  # noqa: BLE001 - every impl gets its chance
                 errors.append((nxt.impl_id, err))
                 tried.add(nxt.impl_id)
-                if manager._mark_failed(op, nxt, err):
+                if manager.failures.mark(op, nxt, err):
                     newly_failed.append(nxt.impl_id)
                 continue
             self._install_fallback(manager, nxt, candidates, traced, gen)
@@ -199,7 +247,7 @@ class Binding:
         # Every candidate failed on these inputs: that says more about the inputs than about the
         # backends, so none of them is excluded from later calls.
         with sync.LOCK:
-            manager._unmark_failed(op, newly_failed)
+            manager.failures.unmark(op, newly_failed)
             self.invalidate()
         if not errors:
             raise exc
@@ -207,7 +255,7 @@ class Binding:
 
     def _install_fallback(
         self,
-        manager: "OpManager",
+        manager: Resolver,
         nxt: OpImpl,
         candidates: Sequence[OpImpl],
         traced: bool,
@@ -226,7 +274,31 @@ class Binding:
                 self.active_traced = nxt
             self.in_use = True
             self._set("_strict", get_policy().strict)
-            manager._record_use(self.op, nxt, fallback=True, traced=traced)
+            self._record_use(nxt, fallback=True, traced=traced)
+            manager.selection_installed()
+
+
+class BindingTable:
+    """op -> ``Binding`` of one manager, created on first use. The default manager's table
+    outlives the manager (``reset_default_manager``): layer classes hold its trampolines."""
+
+    def __init__(self, get_manager: Callable[[], Resolver]) -> None:
+        self._get_manager = get_manager
+        #: op -> binding; read without the lock on the hot path (a dict lookup is atomic)
+        self.by_op: dict[str, Binding] = {}
+
+    def get(self, op_name: str) -> Binding:
+        b = self.by_op.get(op_name)
+        if b is None:
+            with sync.LOCK:
+                b = self.by_op.get(op_name)
+                if b is None:
+                    b = self.by_op[op_name] = Binding(op_name, self._get_manager)
+        return b
+
+    def __iter__(self) -> Iterator[Binding]:
+        with sync.LOCK:
+            return iter(list(self.by_op.values()))
 
 
 def all_failed_error(op: str, errors: Sequence[tuple[str, Exception]]) -> Exception:

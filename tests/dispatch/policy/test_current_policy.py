@@ -21,7 +21,7 @@ from vllm_fl.dispatch import (
     with_preference,
     with_strict_mode,
 )
-from vllm_fl.dispatch import policy as pol
+from vllm_fl.dispatch.policy import current as pol
 
 
 def test_set_global_policy_returns_previous():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import values as v
-from .types import ConfigError
+from ..types import ConfigError
 
 __all__ = [
     "EnvVar",
@@ -84,7 +84,7 @@ def _names(what: str, optional: bool = False) -> Parser:
 
 
 def _read_op_config(raw: str, source: str) -> Any:
-    from .config_files import read_json
+    from .files import read_json
 
     path = Path(raw.strip()).expanduser()
     data = read_json(path, source)

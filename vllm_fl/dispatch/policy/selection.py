@@ -13,10 +13,10 @@ from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import name_lists
-from .settings import BY_NAME, SETTINGS
-from .types import BackendImplKind, ConfigError, OpImpl
-from .values import PREFER_CHOICES
+from . import lists
+from ..config.settings import BY_NAME, SETTINGS
+from ..types import BackendImplKind, ConfigError, OpImpl
+from ..config.values import PREFER_CHOICES
 
 __all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "token_matches"]
 
@@ -84,7 +84,7 @@ class SelectionPolicy:
     def __post_init__(self, source: str) -> None:
         for s in _FIELDS:
             object.__setattr__(self, s.name, s.parse(getattr(self, s.name), f"{source}:{s.name}"))
-        name_lists.check_exclusive(
+        lists.check_exclusive(
             lambda name: getattr(self, name) != BY_NAME[name].default, f"{source}: "
         )
         object.__setattr__(self, "per_op_order", MappingProxyType(dict(self.per_op_order)))
@@ -118,7 +118,7 @@ class SelectionPolicy:
         ``oot_blacklist``); None for any of them means its default.
         """
         cls._check_names(others, source)
-        name_lists.check_exclusive(lambda name: others.get(name) is not None, f"{source}: ")
+        lists.check_exclusive(lambda name: others.get(name) is not None, f"{source}: ")
         given = {
             "prefer": prefer,
             "strict": strict,
@@ -135,7 +135,7 @@ class SelectionPolicy:
         Setting one list of a white/black family clears the other one."""
         self._check_names(changes, source)
         base = {s.name: getattr(self, s.name) for s in _FIELDS}
-        for name in name_lists.displaced(changes):
+        for name in lists.displaced(changes):
             base[name] = BY_NAME[name].default
         base.update(changes)
         sources = {**self.sources, **{name: source for name in changes}}
@@ -167,7 +167,7 @@ class SelectionPolicy:
         src = self.sources.get
         if impl.kind is BackendImplKind.VENDOR:
             vendor = (impl.vendor or "").lower()
-            verdict = name_lists.verdict((vendor,), self.allow_vendors, self.deny_vendors)
+            verdict = lists.verdict((vendor,), self.allow_vendors, self.deny_vendors)
             if verdict == "whitelist":
                 return (
                     f"vendor '{vendor}' not in allow_vendors {sorted(self.allow_vendors or ())} "
@@ -180,7 +180,7 @@ class SelectionPolicy:
                 return f"dispatch features disabled ({src('enabled', 'default')})"
             if not self.use_flaggems:
                 return f"FlagGems disabled ({src('use_flaggems', 'default')})"
-            verdict = name_lists.verdict(
+            verdict = lists.verdict(
                 (impl.op_name.lower(),), self.flagos_whitelist, self.flagos_blacklist
             )
             if verdict == "whitelist":
@@ -218,7 +218,7 @@ class SelectionPolicy:
         if not self.oot_active:
             return False
         names = (n.lower() for n in (name, *aliases))
-        return name_lists.verdict(names, self.oot_whitelist, self.oot_blacklist) is None
+        return lists.verdict(names, self.oot_whitelist, self.oot_blacklist) is None
 
 
 if {f.name for f in dataclasses.fields(SelectionPolicy)} != _POLICY_NAMES | {"sources"}:

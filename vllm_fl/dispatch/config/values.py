@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .types import BackendImplKind, ConfigError
+from ..types import BackendImplKind, ConfigError
 
 __all__ = [
     "PREFER_CHOICES",
@@ -47,7 +47,7 @@ __all__ = [
 PREFER_CHOICES = ("flagos", "vendor", "reference")
 TOKEN_FORMS = "flagos, reference, vendor, vendor:<name>, impl:<impl_id>"
 # The platform YAML files; their names are the platforms the dispatch knows.
-CONFIG_DIR = Path(__file__).with_name("config")
+CONFIG_DIR = Path(__file__).parent
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

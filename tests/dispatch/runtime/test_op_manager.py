@@ -7,6 +7,7 @@ import pytest
 from dispatch_helpers import fn, impl, manager, norm_layer as setup, order
 
 import vllm_fl.dispatch as d
+from vllm_fl.dispatch.backends.backend import Backend
 from vllm_fl.dispatch import (
     DispatchError,
     OpImpl,
@@ -59,20 +60,21 @@ def test_manager_over_exactly_its_registry():
     assert m.resolve("op") is fn
 
 
-def test_selection_listeners_hear_every_installed_selection(caplog_dispatch):
-    m, Layer, calls = setup()
+def test_backend_selection_listeners_hear_every_installed_selection(caplog_dispatch):
     seen = []
 
     def broken(manager):
         raise RuntimeError("listener bug")
 
-    m.add_selection_listener(
-        lambda manager: seen.append([i.impl_id for i in manager.impls_in_use()])
-    )
-    m.add_selection_listener(broken)
+    def record(manager):
+        seen.append([i.impl_id for i in manager.impls_in_use()])
+
+    registry = OpRegistry()
+    with registry.registering_for(Backend("fake", selection_listeners=(record, broken))):
+        m, Layer, calls = setup(reg=registry)
     assert m.impls_in_use() == []
     assert Layer().forward_oot(1) == "flagos"  # a failing listener does not fail the call
-    assert seen == [["default.flagos"]] * 2  # the eager selection, then the traced one
+    assert seen == [["default.flagos"]]  # once per installed selection (eager and traced)
     with policy_context(SelectionPolicy.from_dict(prefer="reference")):
         assert Layer().forward_oot(1) == "reference"
         assert seen[-1] == ["reference.torch"]
@@ -117,7 +119,7 @@ def test_dispatch_debug_logs_resolution(clean_dispatch_env, caplog_dispatch):
         ]
     )
     d.OpManager(registry=reg).call("op", None, 1)
-    rec = [r for r in caplog_dispatch.records if "resolved" in r.getMessage()]
+    rec = [r for r in caplog_dispatch.records if r.getMessage().startswith("Op 'op' resolved")]
     assert rec and rec[0].levelno == logging.INFO
     assert "candidates [reference.torch]" in rec[0].getMessage()
     assert "'default.flagos' unavailable: available() returned False" in rec[0].getMessage()

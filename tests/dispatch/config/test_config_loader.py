@@ -8,7 +8,7 @@ import pytest
 from dispatch_helpers import cfg, user_file, write
 
 from vllm_fl.dispatch import ConfigError, load_config
-from vllm_fl.dispatch import config_loader, values
+from vllm_fl.dispatch.config import loader as config_loader, values
 
 
 def test_defaults():
@@ -89,7 +89,7 @@ def test_platform_autodetected_and_unknown(monkeypatch):
 
 
 def test_platform_auto_accepted_by_the_dispatch_as_by_the_plugin(monkeypatch):
-    from vllm_fl.dispatch import config_loader
+    from vllm_fl.dispatch.config import loader as config_loader
 
     monkeypatch.setattr(config_loader, "detect_platform", lambda: "cpu")
     c = load_config({"VLLM_FL_PLATFORM": "AUTO"})

@@ -49,13 +49,13 @@ def test_platform_hook_parsers_import_neither_torch_nor_vllm():
 def test_every_setting_has_one_row_and_is_documented():
     from pathlib import Path
 
-    from vllm_fl.dispatch import settings
+    from vllm_fl.dispatch.config import settings
 
     envs = [e.name for s in settings.SETTINGS for e in s.env]
     assert len(envs) == len(set(envs))
     keys = [s.file_key for s in settings.SETTINGS if s.file_key]
     assert len(keys) == len(set(keys))
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     for name in envs + keys:
         assert f"`{name}`" in section, f"{name} is not documented in README Configuration"
@@ -65,7 +65,7 @@ def _readme_defaults() -> dict[str, str]:
     """variable -> default column of the README's configuration table."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -76,7 +76,7 @@ def _readme_defaults() -> dict[str, str]:
 
 
 def test_every_variable_has_its_default_in_the_readme():
-    from vllm_fl.dispatch import settings
+    from vllm_fl.dispatch.config import settings
 
     rows = _readme_defaults()
     for setting in settings.SETTINGS:
@@ -100,7 +100,7 @@ def test_every_variable_the_code_reads_is_in_the_readme():
     import re
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     readme = (repo / "README.md").read_text()
     pattern = re.compile(r"(?:environ(?:\.get)?[\[(]|getenv\()\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
     read = set()

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-from vllm_fl.dispatch.trampoline import FREEVARS, build, same_key, signature_key, tracing_now
+from vllm_fl.dispatch.runtime.trampoline import FREEVARS, build, same_key, signature_key, tracing_now
 
 
 def cells(fn):

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .types import ConfigError
+from ..types import ConfigError
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_SCALAR_CHARS", "read_yaml_mapping", "read_json"]
 

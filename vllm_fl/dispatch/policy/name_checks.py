@@ -12,8 +12,8 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-from .logger_manager import get_logger
-from .registry import OpRegistry
+from ..logger_manager import get_logger
+from ..registry import OpRegistry
 from .selection import SelectionPolicy
 
 __all__ = ["unknown_names", "warn_unknown_names"]

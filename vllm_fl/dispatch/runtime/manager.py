@@ -1,6 +1,7 @@
-"""``OpManager``: the candidates of an op under the current policy (cached), which implementations
-failed, and one ``Binding`` (trampoline) per op. Selection listeners hear of every selection
-installed (the FlagGems backend's op list listens to the default manager's).
+"""``OpManager``: the candidates of an op under the current policy (cached), over one registry,
+minus the implementations that failed; it owns its bindings (one trampoline per op) and its
+failure log. After installing a selection it calls the selection listeners of the backends
+of its registry (``Backend.selection_listeners``).
 
 Concurrency: state changes happen under ``sync.LOCK`` only; availability checks, plugins and
 implementations run outside it, and ``sync``'s generation counter keeps a change of policy ahead of
@@ -9,23 +10,24 @@ any resolution or fallback that started before it.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any, Callable, Sequence
 
+from ..logger_manager import get_logger
+from ..policy.current import add_policy_listener, get_config, get_policy
+from ..policy.selection import SelectionPolicy
+from ..registry import OpRegistry
+from ..types import DispatchError, OpImpl
 from . import sync
-from .binding import Binding
-from .logger_manager import get_logger
-from .policy import add_policy_listener, get_config, get_policy
-from .registry import OpRegistry
-from .types import DispatchError, OpImpl
+from .binding import Binding, BindingTable
+from .failures import FailureLog
 
-__all__ = ["OpManager", "SelectionListener"]
+__all__ = ["OpManager"]
 
 logger = get_logger()
 
 _MANAGERS: "weakref.WeakSet[OpManager]" = weakref.WeakSet()
-# Called with the manager after it installed a selection (``sync.LOCK`` held).
-SelectionListener = Callable[["OpManager"], None]
 
 
 def _on_policy_change() -> None:
@@ -49,24 +51,49 @@ def _reselect(bindings: Sequence[Binding]) -> None:
 add_policy_listener(_on_policy_change)
 
 
-class OpManager:
-    """Dispatches over exactly the implementations in ``registry``."""
+def _forgetting(cache: dict[tuple[str, bool], tuple[OpImpl, ...]]) -> Callable[[str | None], None]:
+    def forget(op: str | None) -> None:
+        """Drop the cached candidates of ``op`` (every op: None) for both modes."""
+        if op is None:
+            cache.clear()
+        else:
+            cache.pop((op, False), None)
+            cache.pop((op, True), None)
 
-    def __init__(self, registry: OpRegistry | None = None) -> None:
+    return forget
+
+
+class OpManager:
+    """Dispatches over exactly the implementations in ``registry``.
+
+    ``bindings``: the table of trampolines to drive (default: a table of its own); the default
+    manager passes the process-wide one, which outlives it. ``load_errors``: (what, error) of the
+    backends and plugins that failed to register into ``registry``, for ``explain``.
+    """
+
+    def __init__(
+        self,
+        registry: OpRegistry | None = None,
+        *,
+        bindings: BindingTable | None = None,
+        load_errors: Sequence[tuple[str, str]] = (),
+    ) -> None:
         if registry is not None and not isinstance(registry, OpRegistry):
             raise TypeError(f"OpManager: registry must be an OpRegistry, got {registry!r}")
         self._registry = registry if registry is not None else OpRegistry()
         self._cache: dict[tuple[str, bool], tuple[OpImpl, ...]] = {}
-        self._failed: dict[str, set[str]] = {}
-        self._warned: set[tuple[str, str]] = set()
-        self._used: dict[str, OpImpl] = {}
-        self._used_traced: dict[str, OpImpl] = {}
-        self._bindings: dict[str, Binding] = {}
-        self._get_self: Callable[[], OpManager] = weakref.ref(self)  # type: ignore[assignment]
-        self._selection_listeners: list[SelectionListener] = []
+        # The log drops the cached candidates of an op whose failures change; it holds the cache,
+        # not the manager, so a manager nobody uses is freed at once (and stops hearing policy
+        # changes).
+        self.failures = FailureLog(_forgetting(self._cache))
+        if bindings is None:
+            ref = weakref.ref(self)
+            bindings = BindingTable(ref)  # type: ignore[arg-type]
+        self.bindings = bindings
         self.resolution_count = 0
-        self.load_errors: list[tuple[str, str]] = []
+        self.load_errors: list[tuple[str, str]] = list(load_errors)
         self._registry.add_listener(self._on_registry_change)
+        self._on_registry_change()  # a table that outlives its manager forgets the old one's
         _MANAGERS.add(self)
 
     @property
@@ -76,13 +103,13 @@ class OpManager:
     # -- resolution --------------------------------------------------------------------------
 
     def evaluate(
-        self, op_name: str, policy=None, traced: bool = False
+        self, op_name: str, policy: SelectionPolicy | None = None, traced: bool = False
     ) -> tuple[list[OpImpl], list[tuple[OpImpl, str]]]:
         """(candidates in order, [(impl, why not a candidate)]) under ``policy`` (default: the
         current one), for eager calls or calls traced by torch.compile. Pure: no caching, no
         logging of selections."""
         policy = policy if policy is not None else get_policy()
-        failed = self._failed.get(op_name, set())
+        failed = self.failures.ids(op_name)
         allowed: list[OpImpl] = []
         rejected: list[tuple[OpImpl, str]] = []
         for impl in self._registry.get_implementations(op_name):
@@ -93,7 +120,7 @@ class OpManager:
             if impl.impl_id in failed:
                 rejected.append((impl, "failed earlier (clear_failed_impls() retries it)"))
                 continue
-            ok, why = impl.check_available()
+            ok, why = self._registry.check_available(impl)
             if not ok:
                 rejected.append((impl, f"unavailable: {why}"))
                 continue
@@ -129,9 +156,9 @@ class OpManager:
         policy = get_policy()
         ordered, rejected = self.evaluate(op_name, policy, traced)
         debug = get_config().debug
-        if debug or logger.isEnabledFor(10):
+        if debug or logger.isEnabledFor(logging.DEBUG):
             logger.log(
-                20 if debug else 10,
+                logging.INFO if debug else logging.DEBUG,
                 "Op '%s' resolved%s: candidates [%s]; not candidates: %s",
                 op_name,
                 " under torch.compile" if traced else "",
@@ -162,7 +189,7 @@ class OpManager:
         out: dict[str, str | None] = {}
         for op in self._registry.list_operators():
             try:
-                impl, _ = self._binding(op).select()
+                impl, _ = self.bindings.get(op).select()
             except DispatchError as exc:
                 logger.info("%s", exc)
                 out[op] = None
@@ -172,44 +199,48 @@ class OpManager:
 
     # -- calling -----------------------------------------------------------------------------
 
-    def _binding(self, op_name: str) -> Binding:
-        b = self._bindings.get(op_name)
-        if b is None:
-            with sync.LOCK:
-                b = self._bindings.get(op_name)
-                if b is None:
-                    b = self._bindings[op_name] = Binding(op_name, self._get_self)
-        return b
+    def binding(self, op_name: str) -> Binding:
+        """The binding (trampoline) of ``op_name``."""
+        return self.bindings.get(op_name)
 
     def call(self, op_name: str, *args: Any, **kwargs: Any) -> Any:
-        b = self._bindings.get(op_name) or self._binding(op_name)
+        b = self.bindings.by_op.get(op_name) or self.bindings.get(op_name)
         return b.fn(*args, **kwargs)
 
     def call_as_method(self, op_name: str, instance: Any, *args: Any, **kwargs: Any) -> Any:
-        b = self._bindings.get(op_name) or self._binding(op_name)
+        b = self.bindings.by_op.get(op_name) or self.bindings.get(op_name)
         return b.fn(instance, *args, **kwargs)
 
     # -- state -------------------------------------------------------------------------------
 
-    def add_selection_listener(self, callback: SelectionListener) -> None:
-        """Call ``callback(manager)`` after every selection this manager installs (first use,
-        re-selection, fallback), with ``sync.LOCK`` held: it must not dispatch."""
-        with sync.LOCK:
-            if callback not in self._selection_listeners:
-                self._selection_listeners.append(callback)
+    def selection_installed(self) -> None:
+        """A binding installed a selection (``sync.LOCK`` held): call the selection listeners of
+        the registry's backends. A listener that raises is a WARNING, never a failed call."""
+        for backend in self._registry.backends():
+            for callback in backend.selection_listeners:
+                try:
+                    callback(self)
+                except Exception:  # noqa: BLE001 - a listener never breaks a call
+                    logger.warning(
+                        "selection listener %r of backend %s failed",
+                        callback,
+                        backend.name,
+                        exc_info=True,
+                    )
 
     def impls_in_use(self) -> list[OpImpl]:
         """The implementations selected now, for eager calls or for calls traced by
         torch.compile (each once)."""
         with sync.LOCK:
-            return list(dict.fromkeys([*self._used.values(), *self._used_traced.values()]))
+            used = [i for b in self.bindings for i in (b.used, b.used_traced) if i is not None]
+        return list(dict.fromkeys(used))
 
     def used_impls(self, traced: bool = False) -> dict[str, str]:
         """op -> impl id most recently selected for eager calls through this manager, or for
         calls traced by torch.compile."""
         with sync.LOCK:
-            used = self._used_traced if traced else self._used
-            return {op: impl.impl_id for op, impl in used.items()}
+            pairs = [(b.op, b.used_traced if traced else b.used) for b in self.bindings]
+        return {op: impl.impl_id for op, impl in pairs if impl is not None}
 
     def invalidate(self, reselect: bool = False) -> None:
         """Forget every selection; the next call of each op resolves again. With ``reselect``,
@@ -223,8 +254,9 @@ class OpManager:
     def _invalidate_locked(self) -> list[Binding]:
         """Drop caches and selections (``sync.LOCK`` held); returns the bindings in use."""
         self._cache.clear()
-        in_use = [b for b in self._bindings.values() if b.in_use]
-        for b in self._bindings.values():
+        bindings = list(self.bindings)
+        in_use = [b for b in bindings if b.in_use]
+        for b in bindings:
             b.invalidate()
         return in_use
 
@@ -232,78 +264,21 @@ class OpManager:
         with sync.LOCK:
             sync.bump_generation()
             self._cache.clear()
-            for b in self._bindings.values():
+            for b in self.bindings:
                 b.invalidate(registry_changed=True)
+
+    def close(self) -> None:
+        """Stop driving ``bindings`` (a table that outlives this manager, see
+        ``reset_default_manager``) and stop hearing policy changes."""
+        with sync.LOCK:
+            _MANAGERS.discard(self)
+            self.bindings = BindingTable(weakref.ref(self))  # type: ignore[arg-type]
 
     def clear_failed_impls(self, op_name: str | None = None) -> None:
         """Let implementations that failed (in non-strict mode) be tried again."""
-        with sync.LOCK:
-            if op_name is None:
-                self._failed.clear()
-            else:
-                self._failed.pop(op_name, None)
-            self.invalidate()
+        self.failures.clear(op_name)
+        self.invalidate()
 
     def failed_impls(self) -> dict[str, list[str]]:
         """op -> ids of the implementations excluded after failing (non-strict mode)."""
-        with sync.LOCK:
-            return {op: sorted(ids) for op, ids in self._failed.items() if ids}
-
-    def _record_use(
-        self, op: str, impl: OpImpl, fallback: bool, traced: bool = False, log: bool = True
-    ) -> None:
-        used = self._used_traced if traced else self._used
-        prev = used.get(op)
-        used[op] = impl
-        if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
-            logger.info(
-                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
-                op,
-                "fallback to" if fallback else "using",
-                impl.impl_id,
-                " under torch.compile" if traced else "",
-                impl.kind.value,
-                impl.vendor,
-            )
-        for callback in list(self._selection_listeners):
-            try:
-                callback(self)
-            except Exception:  # noqa: BLE001 - a listener never breaks a call
-                logger.warning("selection listener %r failed", callback, exc_info=True)
-
-    def _mark_failed(self, op: str, impl: OpImpl, exc: BaseException) -> bool:
-        """Exclude ``impl`` from ``op``'s candidates after it raised ``exc``; logs a WARNING with
-        the traceback the first time. True when it was not excluded before."""
-        with sync.LOCK:
-            key = (op, impl.impl_id)
-            warn = key not in self._warned
-            self._warned.add(key)
-            ids = self._failed.setdefault(op, set())
-            new = impl.impl_id not in ids
-            ids.add(impl.impl_id)
-            if new:  # a selection computed before this must not install the failed impl
-                sync.bump_generation()
-            self._forget(op)
-        if warn:
-            logger.warning(
-                "Implementation '%s' failed for op '%s': %s: %s",
-                impl.impl_id,
-                op,
-                type(exc).__name__,
-                exc,
-                exc_info=(type(exc), exc, exc.__traceback__),
-            )
-        return new
-
-    def _forget(self, op: str) -> None:
-        """Drop the cached candidates of ``op`` for both modes."""
-        self._cache.pop((op, False), None)
-        self._cache.pop((op, True), None)
-
-    def _unmark_failed(self, op: str, impl_ids: Sequence[str]) -> None:
-        with sync.LOCK:
-            ids = self._failed.get(op)
-            if ids and impl_ids:
-                ids.difference_update(impl_ids)
-                sync.bump_generation()
-            self._forget(op)
+        return self.failures.snapshot()
