@@ -5,7 +5,7 @@ import pytest
 
 from vllm_fl.dispatch import ConfigError
 from vllm_fl.dispatch.policy.lists import check_exclusive, displaced, verdict
-from vllm_fl.dispatch.config.settings import LIST_FAMILIES
+from vllm_fl.dispatch.policy.lists import LIST_FAMILIES
 
 
 def test_exclusive_pairs_come_from_the_settings_table():

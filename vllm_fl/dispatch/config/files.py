@@ -1,102 +1,329 @@
-"""Reading configuration files that a user (or anyone who can set an environment variable)
-controls: the ``VLLM_FL_CONFIG`` YAML, the platform YAML files and the ``VLLM_FL_OP_CONFIG`` JSON.
+"""The one hardened reader of YAML and JSON files that a user (or anyone who can set an
+environment variable) controls: the ``VLLM_FL_CONFIG`` YAML, the platform YAML files and the
+``VLLM_FL_OP_CONFIG`` JSON here, and the generator's manifest (``codegen.yamlnodes``).
 
-Both readers refuse what a settings file never needs, so hostile input fails in milliseconds
-with a ``file:line`` error instead of exhausting memory or the stack: files over
-``MAX_FILE_BYTES``, bytes that are not UTF-8, YAML anchors and aliases (alias bombs), explicit
-tags other than YAML's plain types (``!!python/...``), nesting deeper than ``MAX_DEPTH``, scalars
-longer than ``MAX_SCALAR_CHARS`` and duplicate mapping keys (which YAML and JSON parsers
-otherwise resolve silently to the last one).
+YAML is composed into located nodes (``Scalar``, ``Seq``, ``Map``: each knows its line), typed
+by PyYAML's safe constructor. Before composing, one streaming pass over the parser's events
+bounds the work a hostile file can cause, so it fails fast with a ``file:line`` error instead of
+exhausting memory or the stack: anchors and aliases (alias bombs, cycles), explicit tags other
+than YAML's plain types (``!!python/...``), nesting deeper than ``Limits.max_depth`` (the composer
+recurses) and scalars longer than ``Limits.max_scalar``; then duplicate and merge keys (which
+YAML would otherwise resolve silently), numbers that are not finite or do not fit in 64 bits.
+Files over ``Limits.max_bytes`` and bytes that are not UTF-8 are refused before parsing.
+
+Failures are ``YAMLRejected`` (file, line, problem, what was expected); the settings readers
+turn them into ``ConfigError``, the generator into its ``ManifestError``. This module imports
+neither torch nor vLLM.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import yaml
 
 from ..types import ConfigError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_SCALAR_CHARS", "read_yaml_mapping", "read_json"]
+__all__ = [
+    "Limits",
+    "SETTINGS_LIMITS",
+    "MANIFEST_LIMITS",
+    "YAMLRejected",
+    "Scalar",
+    "Seq",
+    "Entry",
+    "Map",
+    "Node",
+    "describe",
+    "clip",
+    "load_nodes",
+    "to_python",
+    "read_text",
+    "read_yaml_mapping",
+    "read_json",
+]
 
-MAX_FILE_BYTES = 1 << 20
-MAX_DEPTH = 16
-MAX_SCALAR_CHARS = 1024
-# Explicit tags a settings file may carry ("!" is the non-specific tag of quoted scalars).
+try:  # libyaml is much faster; fall back to the pure-Python parser
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_CORE = "tag:yaml.org,2002:"
+#: explicit tags a file may carry: YAML's plain types ("!" forces a string)
 _ALLOWED_TAGS = frozenset(
-    {"!"}
-    | {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
+    ["!"] + [_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq")]
 )
+#: integers are priorities, sizes and literals: a 64-bit range is plenty
+MAX_INT = 2**63 - 1
 
 
-class _Rejected(Exception):
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(message)
+@dataclass(frozen=True)
+class Limits:
+    """What a file may hold: bytes, nesting levels, characters per scalar."""
+
+    max_bytes: int
+    max_depth: int
+    max_scalar: int
+
+
+#: settings files: small, shallow, short values
+SETTINGS_LIMITS = Limits(max_bytes=1 << 20, max_depth=16, max_scalar=1024)
+#: the manifest nests about 9 levels and holds doc paragraphs
+MANIFEST_LIMITS = Limits(max_bytes=16 << 20, max_depth=32, max_scalar=64 * 1024)
+
+
+class YAMLRejected(ValueError):
+    """A file refused: ``file:line`` (line None: the whole file), the problem, what was
+    expected."""
+
+    def __init__(self, file: str, line: int | None, problem: str, expected: str) -> None:
+        where = f"{file}:{line}" if line is not None else file
+        super().__init__(f"{where}: {problem}, expected {expected}")
+        self.file = file
         self.line = line
-        self.message = message
+        self.problem = problem
+        self.expected = expected
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's pure-Python safe loader with the limits of this module.
+@dataclass(frozen=True)
+class Scalar:
+    value: object  # str, int, float, bool or None, typed by YAML's safe rules
+    line: int
+    end_line: int  # the last line of the scalar's text
 
-    The composer is the only recursive stage of PyYAML (scanner and parser keep explicit
-    stacks), so checking depth there bounds the recursion before it can grow.
-    """
+    def describe(self) -> str:
+        return describe(self)
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+@dataclass(frozen=True)
+class Seq:
+    items: tuple["Node", ...]
+    line: int
+    flow: bool
+    end_line: int  # the last line holding part of the list
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    key_line: int
+    value: "Node"
+
+
+@dataclass(frozen=True)
+class Map:
+    entries: dict[str, Entry] = field(hash=False)
+    line: int
+    end_line: int  # the last line holding part of the mapping (comments after it excluded)
+    flow: bool
+    column: int  # the column of its keys
+
+
+Node = Union[Scalar, Seq, Map]
+
+
+def describe(node: Node) -> str:
+    """A short name of a node's type for error messages ("a string 'x'", "a mapping", ...)."""
+    if isinstance(node, Map):
+        return "a mapping"
+    if isinstance(node, Seq):
+        return "a list"
+    value = node.value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    return f"the string {clip(str(value))!r}"
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters for an error message (a hostile value can be huge)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- YAML to nodes
+
+
+def load_nodes(text: str, file: str, limits: Limits) -> Node | None:
+    """Parse ``text`` into located nodes; ``None`` for an empty document."""
+    try:
+        _check_events(text, file, limits)
+        root = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = " ".join(filter(None, [exc.context, exc.problem]))
+        raise YAMLRejected(file, line, f"invalid YAML: {problem}", "well-formed YAML") from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        problem = f"invalid YAML: character {exc.character!r} is not allowed"
+        raise YAMLRejected(file, line, problem, "printable text") from None
+    except yaml.YAMLError as exc:
+        raise YAMLRejected(file, None, f"invalid YAML: {exc}", "well-formed YAML") from None
+    if root is None:
+        return None
+    return _convert(root, file, yaml.constructor.SafeConstructor())
+
+
+def _check_events(text: str, file: str, limits: Limits) -> None:
+    """Reject what would make composing unbounded or unsafe, in one pass over parser events."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
         line = event.start_mark.line + 1
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Rejected(line, "YAML anchors and aliases are not allowed in a settings file")
+        if isinstance(event, yaml.AliasEvent):
+            raise YAMLRejected(
+                file,
+                line,
+                f"alias *{clip(str(event.anchor))} is not supported",
+                "every value written out (no anchors or aliases)",
+            )
+        if not isinstance(event, yaml.NodeEvent):
+            if isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            continue
+        if event.anchor is not None:
+            raise YAMLRejected(
+                file,
+                line,
+                f"anchor &{clip(str(event.anchor))} is not supported",
+                "every value written out (no anchors or aliases)",
+            )
         tag = getattr(event, "tag", None)
         if tag is not None and tag not in _ALLOWED_TAGS:
-            raise _Rejected(
-                line, f"tag {tag!r} not allowed; settings are plain strings, numbers, lists, maps"
+            raise YAMLRejected(
+                file,
+                line,
+                f"unknown tag {clip(tag.replace(_CORE, '!!'))}",
+                "plain YAML values without tags",
             )
-        if isinstance(event, yaml.ScalarEvent) and len(event.value) > MAX_SCALAR_CHARS:
-            raise _Rejected(line, f"scalar longer than {MAX_SCALAR_CHARS} characters")
-        self._depth += 1
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > limits.max_depth:
+                raise YAMLRejected(
+                    file,
+                    line,
+                    f"nesting deeper than {limits.max_depth} levels",
+                    "a shallower file",
+                )
+        elif isinstance(event, yaml.ScalarEvent) and len(event.value) > limits.max_scalar:
+            raise YAMLRejected(
+                file,
+                line,
+                f"a scalar of {len(event.value)} characters",
+                f"at most {limits.max_scalar} characters",
+            )
+
+
+def _convert(node: yaml.Node, file: str, constructor: yaml.constructor.SafeConstructor) -> Node:
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
         try:
-            if self._depth > MAX_DEPTH:
-                raise _Rejected(line, f"nested deeper than {MAX_DEPTH} levels")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+            value = constructor.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise YAMLRejected(file, line, f"invalid scalar: {problem}", "a plain value") from None
+        except (ValueError, OverflowError):  # e.g. an integer of more than 4300 digits
+            raise YAMLRejected(
+                file,
+                line,
+                f"number {clip(node.value)} is out of range",
+                f"an integer within +-{MAX_INT} or a finite number",
+            ) from None
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise YAMLRejected(
+                file,
+                line,
+                f"integer {clip(node.value)} is out of range",
+                f"an integer within +-{MAX_INT}",
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise YAMLRejected(
+                file, line, f"number {clip(node.value)} is not finite", "a finite number"
+            )
+        if not isinstance(value, (str, int, float, bool, type(None))):
+            raise YAMLRejected(
+                file,
+                line,
+                f"unsupported YAML value of type {type(value).__name__}",
+                "a string, number, boolean or null",
+            )
+        return Scalar(value, line, _last_line(node))
+    if isinstance(node, yaml.SequenceNode):
+        items = tuple(_convert(item, file, constructor) for item in node.value)
+        flow = bool(node.flow_style)
+        end = _last_line(node) if flow or not items else items[-1].end_line
+        return Seq(items, line, flow, end)
+    if isinstance(node, yaml.MappingNode):
+        entries: dict[str, Entry] = {}
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            if key_node.tag == _MERGE_TAG:
+                raise YAMLRejected(
+                    file, key_line, "merge keys (<<) are not supported", "every key written out"
+                )
+            key = _convert(key_node, file, constructor)
+            if not isinstance(key, Scalar) or not isinstance(key.value, str):
+                raise YAMLRejected(file, key_line, f"mapping key is {describe(key)}", "a string key")
+            if key.value in entries:
+                first = entries[key.value].key_line
+                raise YAMLRejected(
+                    file,
+                    key_line,
+                    f"duplicate key {key.value!r} (first at line {first})",
+                    "each key once",
+                )
+            entries[key.value] = Entry(key.value, key_line, _convert(value_node, file, constructor))
+        flow = bool(node.flow_style)
+        if flow or not entries:
+            end_line = _last_line(node)
+        else:
+            end_line = list(entries.values())[-1].value.end_line
+        return Map(entries, line, end_line, flow, node.start_mark.column)
+    raise YAMLRejected(file, line, "unsupported YAML node", "a mapping, list or scalar")
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:  # an unhashable key: let PyYAML report it
-                continue
-            if duplicate:
-                raise _Rejected(key_node.start_mark.line + 1, f"duplicate key {key!r}")
-        return super().construct_mapping(node, deep=deep)
+
+def _last_line(node: yaml.Node) -> int:
+    """1-based last line of a node whose end mark is exact (scalars, flow collections)."""
+    end = node.end_mark
+    if end.column == 0 and end.line > node.start_mark.line:
+        return end.line  # ended with a line break: the content's last line is the one before
+    return end.line + 1
 
 
-_StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_yaml_map)
+def to_python(node: Node | None) -> Any:
+    """The plain value of a node: dicts, lists, scalars."""
+    if node is None:
+        return None
+    if isinstance(node, Scalar):
+        return node.value
+    if isinstance(node, Seq):
+        return [to_python(item) for item in node.items]
+    return {key: to_python(entry.value) for key, entry in node.entries.items()}
 
 
-def _read_text(path: Path, what: str) -> str:
+# --------------------------------------------------------------------------- settings files
+
+
+def read_text(path: Path, what: str, limits: Limits = SETTINGS_LIMITS) -> str:
     """The file's text; every failure is a ``ConfigError`` naming ``what`` and the file."""
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+            data = f.read(limits.max_bytes + 1)
     except FileNotFoundError:
         raise ConfigError(f"{what}={str(path)!r}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{what}={str(path)!r}: cannot read: {exc}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"{what}={str(path)!r}: file larger than {MAX_FILE_BYTES} bytes")
+    if len(data) > limits.max_bytes:
+        raise ConfigError(f"{what}={str(path)!r}: file larger than {limits.max_bytes} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -113,22 +340,12 @@ def read_yaml_mapping(path: Path, what: str, *, allow_empty: bool) -> dict[str, 
     ``allow_empty``: whether a file with no document (empty, or only comments) reads as no
     settings; otherwise it is an error, because it would silently replace everything.
     """
-    text = _read_text(path, what)
-    loader = _StrictLoader(text)
+    text = read_text(path, what)
     try:
-        data = loader.get_single_data()
-    except _Rejected as exc:
-        raise ConfigError(f"{path}:{exc.line}: {exc.message}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else f"{what}={str(path)!r}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an int too long to convert
-        raise ConfigError(f"{what}={str(path)!r}: invalid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-    if data is None:
+        root = load_nodes(text, str(path), SETTINGS_LIMITS)
+    except YAMLRejected as exc:
+        raise ConfigError(str(exc)) from None
+    if root is None or isinstance(root, Scalar) and root.value is None:  # "---" alone is empty
         if allow_empty:
             return {}
         raise ConfigError(
@@ -136,9 +353,10 @@ def read_yaml_mapping(path: Path, what: str, *, allow_empty: bool) -> dict[str, 
             "complete override it would drop every other setting, the platform YAML included. "
             "Write the settings, or '{}' for the built-in defaults"
         )
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data
+    if not isinstance(root, Map):
+        kind = "list" if isinstance(root, Seq) else type(root.value).__name__
+        raise ConfigError(f"{path}: expected a mapping of settings, got {kind}")
+    return to_python(root)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -151,8 +369,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """A JSON document, with the limits of this module (size, UTF-8, depth, duplicate keys)."""
-    text = _read_text(path, what)
+    """A JSON document, with the limits of settings files (size, UTF-8, depth, duplicate
+    keys)."""
+    text = read_text(path, what)
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except RecursionError:

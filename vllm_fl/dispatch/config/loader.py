@@ -4,7 +4,7 @@ Precedence (highest first): the ``VLLM_FL_CONFIG`` file (a complete override of 
 setting; a missing, empty or invalid file is an error) > individual environment variables > the
 platform YAML (``config/<platform>.yaml``) > built-in defaults. Process settings come from the
 environment only. An environment list replaces the list below it, it never merges; a whitelist
-and the blacklist of its family count as one setting (``name_lists``), so a whitelist from the
+and the blacklist of its family count as one setting (``policy.lists``), so a whitelist from the
 environment also replaces a blacklist from the platform file.
 """
 
@@ -13,41 +13,54 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from ..logger_manager import get_logger
 from ..policy import lists
+from ..policy.selection import POLICY_FIELDS, SelectionPolicy
+from ..types import ConfigError
 from . import values
 from .files import read_yaml_mapping
-from ..logger_manager import get_logger
-from ..policy.selection import SelectionPolicy
-from .settings import BY_FILE_KEY, FILE_KEYS, SELECTION_ENV, SETTINGS, env_value, parse_env
-from ..types import ConfigError
+from .settings import (
+    BY_FILE_KEY,
+    FILE_KEYS,
+    PROCESS_SETTINGS,
+    SELECTION_ENV,
+    SETTINGS,
+    env_value,
+    parse_env,
+)
 
 __all__ = ["DispatchConfig", "load_config", "detect_platform"]
 
 logger = get_logger()
 
 
-@dataclass(frozen=True)
-class DispatchConfig:
-    """Everything the environment and config files say, resolved and validated."""
+class _ConfigBase:
+    """Everything the environment and config files say, resolved and validated: ``policy`` (the
+    selection settings), one field per process setting of ``settings.PROCESS_SETTINGS``
+    (``platform``, ``log_level``, ...), and ``platform_file``, ``op_config_file`` (the files
+    read), ``sources`` (setting -> where its value came from) and ``overridden_env`` (the
+    variables a ``VLLM_FL_CONFIG`` file overrode)."""
 
-    policy: SelectionPolicy
-    platform: str
-    platform_file: str | None
-    config_file: str | None
-    log_level: int
-    debug: bool
-    plugin_modules: tuple[str, ...]
-    op_config_file: str | None
-    flaggems_enable_oplist_path: str
-    flagcx_path: str | None
-    sources: Mapping[str, str]
-    moe_warm_up: bool = True
-    overridden_env: tuple[str, ...] = ()
+
+# Derived from the settings table: a new process setting is a new field, with nothing to edit here.
+DispatchConfig = dataclasses.make_dataclass(
+    "DispatchConfig",
+    [
+        ("policy", SelectionPolicy),
+        *((s.name, Any) for s in PROCESS_SETTINGS),
+        ("platform_file", "str | None"),
+        ("op_config_file", "str | None"),
+        ("sources", Mapping[str, str]),
+        ("overridden_env", tuple[str, ...], dataclasses.field(default=())),
+    ],
+    bases=(_ConfigBase,),
+    frozen=True,
+    namespace={"__module__": __name__, "__doc__": _ConfigBase.__doc__},
+)
 
 
 def detect_platform() -> str:
@@ -146,7 +159,7 @@ def _process_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     for setting in SETTINGS:
         if setting.scope != "process":
             continue
-        (var,) = setting.env
+        (var,) = setting.env  # a process setting has one variable
         raw = env_value(env, var.name)
         out[setting.name] = setting.default if raw is None else parse_env(var.name, raw)
         sources[setting.name] = "default" if raw is None else var.label(raw)
@@ -159,7 +172,7 @@ def _process_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     return out, sources
 
 
-def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
+def load_config(environ: Mapping[str, str] | None = None) -> "DispatchConfig":
     """Read the environment and config files; raise ``ConfigError`` on any invalid value."""
     env = os.environ if environ is None else environ
     proc, proc_sources = _process_settings(env)
@@ -187,22 +200,15 @@ def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
     merged, sources = _merge(per_source)
     merged["enabled"] = proc["enabled"]
     sources["enabled"] = proc_sources["enabled"]
-    names = [f.name for f in dataclasses.fields(SelectionPolicy) if f.name != "sources"]
+    names = list(POLICY_FIELDS)
     all_sources = {name: sources.get(name, "default") for name in names}
     policy = SelectionPolicy(**merged, sources=all_sources, source="configuration")
     op_config = env_value(env, "VLLM_FL_OP_CONFIG")
     return DispatchConfig(
         policy=policy,
-        platform=proc["platform"],
+        **{s.name: proc[s.name] for s in PROCESS_SETTINGS},
         platform_file=platform_file,
-        config_file=config_path,
-        log_level=proc["log_level"],
-        debug=proc["debug"],
-        plugin_modules=proc["plugin_modules"],
         op_config_file=op_config.strip() if op_config else None,
-        flaggems_enable_oplist_path=proc["flaggems_enable_oplist_path"],
-        flagcx_path=proc["flagcx_path"],
-        moe_warm_up=proc["moe_warm_up"],
         sources=MappingProxyType({**proc_sources, **all_sources}),
         overridden_env=overridden,
     )

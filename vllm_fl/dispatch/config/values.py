@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..types import BackendImplKind, ConfigError
 
@@ -32,6 +32,7 @@ __all__ = [
     "parse_token",
     "parse_name_set",
     "parse_optional_name_set",
+    "name_set_parser",
     "parse_op_backends",
     "parse_per_op_string",
     "parse_platform",
@@ -140,6 +141,13 @@ def parse_name_set(value: Any, source: str, what: str = "vendor") -> frozenset[s
 def parse_optional_name_set(value: Any, source: str, what: str = "vendor") -> frozenset[str] | None:
     """A whitelist: None means "no whitelist"; an empty list allows nothing."""
     return None if value is None else parse_name_set(value, source, what)
+
+
+def name_set_parser(what: str, optional: bool = False) -> Callable[[Any, str], Any]:
+    """The parser of a list of ``what`` names (``optional``: a whitelist, None = no list)."""
+    if optional:
+        return lambda value, source: parse_optional_name_set(value, source, what)
+    return lambda value, source: parse_name_set(value, source, what)
 
 
 def parse_op_backends(value: Any, source: str) -> dict[str, tuple[str, ...]]:

@@ -6,8 +6,8 @@ Three pairs: vendors (``allow_vendors`` / ``deny_vendors``), the ops that may us
 
 - ``verdict``: a name passes when the whitelist, if there is one, lists it and the blacklist does
   not. A whitelist of None means "no whitelist"; an empty whitelist allows nothing.
-- ``check_exclusive``: the two lists of an exclusive pair (``settings.LIST_FAMILIES``: FlagGems
-  ops and OOT classes, not vendors) must not both be set by one source.
+- ``check_exclusive``: the two lists of an exclusive pair (``LIST_FAMILIES``: FlagGems ops and
+  OOT classes, not vendors) must not both be set by one source.
 - ``displaced``: a source that sets one list of an exclusive pair replaces the other list of the
   sources below it too, so a whitelist from the environment drops a blacklist from the platform
   YAML, and the other way round.
@@ -15,12 +15,20 @@ Three pairs: vendors (``allow_vendors`` / ``deny_vendors``), the ops that may us
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from ..config.settings import LIST_FAMILIES
 from ..types import ConfigError
 
-__all__ = ["verdict", "check_exclusive", "displaced"]
+__all__ = ["LIST_FAMILIES", "verdict", "check_exclusive", "displaced"]
+
+#: family -> (whitelist, blacklist): the exclusive pairs, as ``SelectionPolicy`` fields
+LIST_FAMILIES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "flagos": ("flagos_whitelist", "flagos_blacklist"),
+        "oot": ("oot_whitelist", "oot_blacklist"),
+    }
+)
 
 
 def verdict(

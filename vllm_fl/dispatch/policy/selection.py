@@ -1,9 +1,11 @@
-"""``SelectionPolicy``: what may run and in which order.
+"""``SelectionPolicy``: what may run and in which order, a plain value.
 
-Every way of making a policy (the constructor, ``from_dict``, ``replace``,
-``dataclasses.replace``, the configuration loader) runs each field through the parser of its
-row in ``settings.SETTINGS``, so ``SelectionPolicy(prefer="invalid")`` fails like
-``VLLM_FL_PREFER=invalid`` does, ``strict="false"`` is False and vendor names are lower-cased.
+Each field declares its parser (``config.values``); the settings table (``config.settings``)
+takes a policy setting's parser and default from here, so every way of making a policy (the
+constructor, ``from_dict``, ``replace``, ``dataclasses.replace``, the configuration loader) parses
+a value like its environment variable does: ``SelectionPolicy(prefer="invalid")`` fails like
+``VLLM_FL_PREFER=invalid``, ``strict="false"`` is False and vendor names are lower-cased. This
+module knows no environment variable and no file.
 """
 
 from __future__ import annotations
@@ -11,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import lists
-from ..config.settings import BY_NAME, SETTINGS
-from ..types import BackendImplKind, ConfigError, OpImpl
+from ..config import values as v
 from ..config.values import PREFER_CHOICES
+from ..types import BackendImplKind, ConfigError, OpImpl
+from . import lists
 
-__all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "token_matches"]
+__all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "POLICY_FIELDS", "token_matches"]
 
 DEFAULT_ORDERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -45,9 +47,11 @@ def token_matches(token: str, impl: OpImpl) -> bool:
     return False
 
 
-# The policy's settings, in table order.
-_FIELDS = tuple(s for s in SETTINGS if s.scope == "selection" or s.name == "enabled")
-_POLICY_NAMES = frozenset(s.name for s in _FIELDS)
+def _setting(default: Any, parse: Callable[[Any, str], Any]) -> Any:
+    """A policy field holding a setting: its default and its parser."""
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata={"parse": parse})
+    return field(default=default, metadata={"parse": parse})
 
 
 @dataclass(frozen=True, eq=True)
@@ -63,40 +67,37 @@ class SelectionPolicy:
     ``source`` (not a field) names the caller in error messages.
     """
 
-    prefer: str = "flagos"
-    compile_prefer: str | None = None
-    strict: bool = False
-    per_op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    deny_vendors: frozenset[str] = frozenset()
-    allow_vendors: frozenset[str] | None = None
-    enabled: bool = True
-    use_flaggems: bool = True
-    flagos_whitelist: frozenset[str] | None = None
-    flagos_blacklist: frozenset[str] = frozenset()
-    oot_enabled: bool = True
-    oot_whitelist: frozenset[str] | None = None
-    oot_blacklist: frozenset[str] = frozenset()
+    prefer: str = _setting("flagos", v.parse_prefer)
+    compile_prefer: str | None = _setting(None, v.parse_optional_prefer)
+    strict: bool = _setting(False, v.parse_bool)
+    per_op_order: Mapping[str, tuple[str, ...]] = _setting({}, v.parse_op_backends)
+    deny_vendors: frozenset[str] = _setting(frozenset(), v.name_set_parser("vendor"))
+    allow_vendors: frozenset[str] | None = _setting(None, v.name_set_parser("vendor", True))
+    enabled: bool = _setting(True, v.parse_bool)
+    use_flaggems: bool = _setting(True, v.parse_bool)
+    flagos_whitelist: frozenset[str] | None = _setting(None, v.name_set_parser("op", True))
+    flagos_blacklist: frozenset[str] = _setting(frozenset(), v.name_set_parser("op"))
+    oot_enabled: bool = _setting(True, v.parse_bool)
+    oot_whitelist: frozenset[str] | None = _setting(None, v.name_set_parser("op", True))
+    oot_blacklist: frozenset[str] = _setting(frozenset(), v.name_set_parser("op"))
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     source: InitVar[str] = "SelectionPolicy"
 
     __hash__ = None  # type: ignore[assignment]
 
     def __post_init__(self, source: str) -> None:
-        for s in _FIELDS:
-            object.__setattr__(self, s.name, s.parse(getattr(self, s.name), f"{source}:{s.name}"))
-        lists.check_exclusive(
-            lambda name: getattr(self, name) != BY_NAME[name].default, f"{source}: "
-        )
+        for name, parse in _PARSERS.items():
+            object.__setattr__(self, name, parse(getattr(self, name), f"{source}:{name}"))
+        lists.check_exclusive(lambda name: getattr(self, name) != _DEFAULTS[name], f"{source}: ")
         object.__setattr__(self, "per_op_order", MappingProxyType(dict(self.per_op_order)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     @staticmethod
     def _check_names(names: Iterable[str], source: str) -> None:
-        unknown = sorted(set(names) - _POLICY_NAMES)
+        unknown = sorted(set(names) - set(_PARSERS))
         if unknown:
             raise ConfigError(
-                f"{source}: unknown setting(s) {unknown}; allowed: "
-                + ", ".join(s.name for s in _FIELDS)
+                f"{source}: unknown setting(s) {unknown}; allowed: " + ", ".join(_PARSERS)
             )
 
     @classmethod
@@ -127,16 +128,16 @@ class SelectionPolicy:
             "allow_vendors": allow_vendors,
             **others,
         }
-        kw = {k: (BY_NAME[k].default if val is None else val) for k, val in given.items()}
+        kw = {k: (_DEFAULTS[k] if val is None else val) for k, val in given.items()}
         return cls(**kw, sources={k: source for k in kw}, source=source)
 
     def replace(self, source: str = "runtime", **changes: Any) -> "SelectionPolicy":
         """A copy with ``changes`` validated and applied, their source recorded as ``source``.
         Setting one list of a white/black family clears the other one."""
         self._check_names(changes, source)
-        base = {s.name: getattr(self, s.name) for s in _FIELDS}
+        base = {name: getattr(self, name) for name in _PARSERS}
         for name in lists.displaced(changes):
-            base[name] = BY_NAME[name].default
+            base[name] = _DEFAULTS[name]
         base.update(changes)
         sources = {**self.sources, **{name: source for name in changes}}
         return SelectionPolicy(**base, sources=sources, source=source)
@@ -221,5 +222,14 @@ class SelectionPolicy:
         return lists.verdict(names, self.oot_whitelist, self.oot_blacklist) is None
 
 
-if {f.name for f in dataclasses.fields(SelectionPolicy)} != _POLICY_NAMES | {"sources"}:
-    raise AssertionError("SelectionPolicy fields and the settings table drifted")
+#: the policy's settings: field name -> the field (``metadata["parse"]``: its parser)
+POLICY_FIELDS: Mapping[str, dataclasses.Field] = MappingProxyType(
+    {f.name: f for f in dataclasses.fields(SelectionPolicy) if "parse" in f.metadata}
+)
+_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {
+    name: f.metadata["parse"] for name, f in POLICY_FIELDS.items()
+}
+_DEFAULTS: Mapping[str, Any] = {
+    name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
+    for name, f in POLICY_FIELDS.items()
+}
