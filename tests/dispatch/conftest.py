@@ -54,7 +54,9 @@ def fake_builtins(monkeypatch):
         return ["fake"]
 
     monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
-    monkeypatch.setattr("vllm_fl.dispatch.backends.discovery.metadata.entry_points", lambda group: [])
+    monkeypatch.setattr(
+        "vllm_fl.dispatch.backends.discovery.metadata.entry_points", lambda group: []
+    )
     d.reset_default_manager()
     yield
     d.reset_default_manager()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from .config.loader import DispatchConfig
 from .config.settings import PROCESS_SETTINGS
-from .runtime.default_manager import get_default_manager
-from .policy.name_checks import unknown_names
-from .runtime.manager import OpManager
 from .policy.current import get_config, get_policy
+from .policy.name_checks import unknown_names
 from .policy.selection import POLICY_FIELDS, SelectionPolicy
+from .runtime.default_manager import get_default_manager
+from .runtime.manager import OpManager
 from .stubs import stub_functions
 from .types import OpImpl
 
@@ -79,7 +79,9 @@ def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
         shown = "None" if value is None else setting.show(value)
         lines.append(f"  {setting.name:<28} {shown:<36} {src}")
         if setting.name == "platform":
-            where = "platform YAML" if cfg.platform_file else "(none: VLLM_FL_CONFIG set or no file)"
+            where = (
+                "platform YAML" if cfg.platform_file else "(none: VLLM_FL_CONFIG set or no file)"
+            )
             lines.append(f"  {'platform_file':<28} {str(cfg.platform_file):<36} {where}")
     if cfg.overridden_env:
         lines.append(f"  ignored (VLLM_FL_CONFIG overrides): {', '.join(cfg.overridden_env)}")

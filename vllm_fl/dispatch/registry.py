@@ -7,7 +7,7 @@ import contextvars
 import weakref
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from .runtime import sync
+from . import sync
 from .types import OpImpl
 
 if TYPE_CHECKING:
@@ -128,7 +128,10 @@ class OpRegistry:
             try:
                 backend.prepare_once()
             except Exception as exc:  # noqa: BLE001 - availability must never break dispatch
-                return False, f"backend {backend.name!r} prepare() raised {type(exc).__name__}: {exc}"
+                return (
+                    False,
+                    f"backend {backend.name!r} prepare() raised {type(exc).__name__}: {exc}",
+                )
         return impl.check_available()
 
     def list_operators(self) -> list[str]:

@@ -31,7 +31,8 @@ def test_default_manager_registers_builtins(monkeypatch, no_entry_points, fresh_
         raise ImportError("torch_npu")
 
     monkeypatch.setattr(
-        "vllm_fl.dispatch.backends.builtin.BUILTIN_BACKENDS", ("fake_gems", "fake_broken", "fake_ref")
+        "vllm_fl.dispatch.backends.builtin.BUILTIN_BACKENDS",
+        ("fake_gems", "fake_broken", "fake_ref"),
     )
     monkeypatch.setitem(
         sys.modules, "fake_gems.register_ops", module("fake_gems.register_ops", reg_gems)

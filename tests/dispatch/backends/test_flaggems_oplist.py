@@ -30,7 +30,9 @@ def flaggems_builtins(monkeypatch, no_entry_points, fresh_default):
     monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
 
 
-def test_flaggems_oplist_written_for_default_manager(clean_dispatch_env, tmp_path, flaggems_builtins):
+def test_flaggems_oplist_written_for_default_manager(
+    clean_dispatch_env, tmp_path, flaggems_builtins
+):
     path = tmp_path / "ops.txt"
     clean_dispatch_env.setenv("FLAGGEMS_ENABLE_OPLIST_PATH", str(path))
     d.reset_global_policy()

@@ -85,7 +85,9 @@ HANG = 120
     "text",
     [
         'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
-        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [" + f"*{chr(97 + i)}," * 8 + "]\n" for i in range(9)),
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [" + f"*{chr(97 + i)}," * 8 + "]\n" for i in range(9)
+        ),
         "prefer: " + "[" * 60000 + "]" * 60000 + "\n",
     ],
     ids=["bomb", "very-deep"],

@@ -5,7 +5,13 @@ import inspect
 
 import pytest
 
-from vllm_fl.dispatch.runtime.trampoline import FREEVARS, build, same_key, signature_key, tracing_now
+from vllm_fl.dispatch.runtime.trampoline import (
+    FREEVARS,
+    build,
+    same_key,
+    signature_key,
+    tracing_now,
+)
 
 
 def cells(fn):

@@ -272,7 +272,9 @@ def _convert(node: yaml.Node, file: str, constructor: yaml.constructor.SafeConst
                 )
             key = _convert(key_node, file, constructor)
             if not isinstance(key, Scalar) or not isinstance(key.value, str):
-                raise YAMLRejected(file, key_line, f"mapping key is {describe(key)}", "a string key")
+                raise YAMLRejected(
+                    file, key_line, f"mapping key is {describe(key)}", "a string key"
+                )
             if key.value in entries:
                 first = entries[key.value].key_line
                 raise YAMLRejected(

@@ -12,11 +12,11 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
-from ..runtime import sync
+from .. import sync
 from ..config.loader import DispatchConfig, load_config
+from ..config.values import parse_name_set
 from ..logger_manager import configure_logging
 from .selection import SelectionPolicy
-from ..config.values import parse_name_set
 
 __all__ = [
     "add_policy_listener",

@@ -15,11 +15,11 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from .. import sync
 from ..logger_manager import get_logger
 from ..policy.current import get_policy
 from ..registry import OpRegistry
 from ..types import DispatchError, OpImpl
-from . import sync
 from .failures import FailureLog
 from .trampoline import build, same_key, signature_key, tracing_now
 

@@ -13,10 +13,10 @@ import threading
 from types import MethodType
 from typing import Any, Callable
 
+from .. import sync
 from ..policy.current import get_config, get_policy
 from ..policy.name_checks import warn_unknown_names
 from ..registry import OpRegistry
-from . import sync
 from .binding import BindingTable
 from .manager import OpManager
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from .. import sync
 from ..logger_manager import get_logger
 from ..types import OpImpl
-from . import sync
 
 __all__ = ["FailureLog"]
 

@@ -14,12 +14,12 @@ import logging
 import weakref
 from typing import Any, Callable, Sequence
 
+from .. import sync
 from ..logger_manager import get_logger
 from ..policy.current import add_policy_listener, get_config, get_policy
 from ..policy.selection import SelectionPolicy
 from ..registry import OpRegistry
 from ..types import DispatchError, OpImpl
-from . import sync
 from .binding import Binding, BindingTable
 from .failures import FailureLog
 
