@@ -18,11 +18,14 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
+from typing import TYPE_CHECKING
 
 from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.runtime.manager import OpManager
 from vllm_fl.dispatch.policy.current import get_config
 from vllm_fl.dispatch.types import BackendImplKind
+
+if TYPE_CHECKING:  # the runtime calls this backend, never the other way round
+    from vllm_fl.dispatch.runtime.manager import OpManager
 
 __all__ = ["write_oplist", "write_atomically"]
 
@@ -31,7 +34,7 @@ logger = get_logger()
 _written: "weakref.WeakKeyDictionary[OpManager, tuple[str, ...]]" = weakref.WeakKeyDictionary()
 
 
-def write_oplist(manager: OpManager) -> None:
+def write_oplist(manager: "OpManager") -> None:
     """Write the ops ``manager`` runs on FlagGems now to ``FLAGGEMS_ENABLE_OPLIST_PATH``, unless
     they are the ones written last. A file that cannot be written is a WARNING."""
     ops = tuple(
