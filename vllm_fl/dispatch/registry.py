@@ -50,7 +50,8 @@ class OpRegistry:
 
     @contextlib.contextmanager
     def registering_for(self, backend: "Backend") -> Iterator[None]:
-        """Inside the block, implementations registered (by this thread) belong to ``backend``."""
+        """Inside the block, implementations registered (by this thread) belong to ``backend``,
+        their availability checks behind its ``prepare`` (``Backend.guard``)."""
         token = _registering_for.set(backend)
         try:
             yield
@@ -69,9 +70,10 @@ class OpRegistry:
             for impl in impls:
                 self._check(impl, pending)
             for impl in impls:
-                self._impls.setdefault(impl.op_name, {})[impl.impl_id] = impl
                 if backend is not None:
+                    impl = backend.guard(impl)
                     self._backend_of[(impl.op_name, impl.impl_id)] = backend
+                self._impls.setdefault(impl.op_name, {})[impl.impl_id] = impl
             if impls:
                 self.generation += 1
         if impls:
@@ -120,19 +122,6 @@ class OpRegistry:
         """The backend objects of the registered implementations, in registration order."""
         with sync.LOCK:
             return list(dict.fromkeys(self._backend_of.values()))
-
-    def check_available(self, impl: OpImpl) -> tuple[bool, str | None]:
-        """``impl.check_available()``, after its backend's ``prepare`` hook ran (once)."""
-        backend = self.backend_of(impl)
-        if backend is not None:
-            try:
-                backend.prepare_once()
-            except Exception as exc:  # noqa: BLE001 - availability must never break dispatch
-                return (
-                    False,
-                    f"backend {backend.name!r} prepare() raised {type(exc).__name__}: {exc}",
-                )
-        return impl.check_available()
 
     def list_operators(self) -> list[str]:
         with sync.LOCK:

@@ -18,6 +18,7 @@ def test_registrations_belong_to_the_backend_they_were_made_for():
     reg.register_impl(OpImpl("op", "reference.torch", "reference", fn))  # a plugin's, say
     flagos, reference = reg.get_implementations("op")
     assert reg.backend_of(flagos) is backend and reg.backend_of(reference) is None
+    assert flagos.available is None  # a backend without prepare leaves the check alone
     assert reg.backends() == [backend]
     reg.unregister("op", "default.fake")
     assert reg.backends() == []
@@ -39,9 +40,11 @@ def test_prepare_runs_once_before_the_first_availability_check():
                 OpImpl("b", "default.fake", "flagos", fn, available=available),
             ]
         )
+    reg.get_impl("b", "default.fake").available()  # as the parity tests ask, no manager
+    assert events == ["prepare", "available"]
     m = OpManager(reg)
-    assert m.resolve("a") is fn and m.resolve("b") is fn
-    assert events == ["prepare", "available", "available"]
+    assert m.resolve("a") is fn and m.resolve("b") is fn  # each asks its check again
+    assert events == ["prepare", "available", "available", "available"]  # prepare ran once
 
 
 def test_a_failing_prepare_makes_the_backend_unavailable_and_says_why():

@@ -120,7 +120,7 @@ class OpManager:
             if impl.impl_id in failed:
                 rejected.append((impl, "failed earlier (clear_failed_impls() retries it)"))
                 continue
-            ok, why = self._registry.check_available(impl)
+            ok, why = impl.check_available()
             if not ok:
                 rejected.append((impl, f"unavailable: {why}"))
                 continue
