@@ -197,7 +197,7 @@ def ab_config(model_dir: str, args) -> dict:
     ratio of the medians. With ``args.ab_checks``, one more batch per policy counts what would
     make a launch cost more than its plan: calls that reached FlagGems' own entry points or
     missed a launch plan, and CUDA synchronisations (``torch.cuda.set_sync_debug_mode``)."""
-    from vllm_fl.dispatch.policy import policy_context
+    from vllm_fl.dispatch.policy.current import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
     names = list(args.ab_policies or AB_DEFAULT)
@@ -276,7 +276,7 @@ def ab_steps_config(model_dir: str, args) -> dict:
     each batch; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
     median with a bootstrap 95% interval, quartiles and the share of steps slower than their
     neighbours."""
-    from vllm_fl.dispatch.policy import policy_context
+    from vllm_fl.dispatch.policy.current import policy_context
 
     llm, params, fresh = _engine(model_dir, args)
     names = list(args.ab_policies or AB_DEFAULT)

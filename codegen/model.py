@@ -18,7 +18,7 @@ KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 DTYPE_PLACEHOLDER = "$dtype"
-#: device types ``vllm_fl.dispatch.availability.Probe`` understands
+#: device types ``vllm_fl.dispatch.backends.availability.Probe`` understands
 DEVICES = ("cuda", "npu", "cpu")
 
 

@@ -24,7 +24,6 @@ build, so a user's ``-unquantized_fused_moe`` cannot select it under this platfo
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 import time
@@ -107,9 +106,10 @@ def _expert_setups(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
 
 def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
     """Before serving: for each distinct setup of the model's MoE layers (``_expert_setups``),
-    call the ``warm_up_experts(w1, w2, top_k, max_tokens, apply_router_weight_on_input,
-    global_num_experts)`` of the package whose impl of ``fused_experts`` is selected, where it
-    defines one (a backend whose kernels compile on first use), unless ``VLLM_FL_MOE_WARMUP``
+    call the ``fused_experts`` warm-up hook ``(w1, w2, top_k, max_tokens,
+    apply_router_weight_on_input, global_num_experts)`` of the backend whose impl of
+    ``fused_experts`` is selected, where it declares one (``Backend.warm_up``: a backend whose
+    kernels compile on first use), unless ``VLLM_FL_MOE_WARMUP``
     is off. Returns the number of warm-up calls the backend made. A warm-up that fails is a
     warning, not an error: the engine serves as it would have without it (a real call that
     fails falls back through the dispatch)."""
@@ -119,13 +119,14 @@ def warm_up(model: torch.nn.Module, max_tokens: int) -> int:
     if not setups or not get_config().moe_warm_up:
         return 0
 
+    manager = get_default_manager()
     try:
-        selected = get_default_manager().resolve_candidates("fused_experts")[0]
+        selected = manager.resolve_candidates("fused_experts")[0]
     except DispatchError as exc:
         logger.info("vllm_fl: no MoE warm-up: %s", exc)
         return 0
-    package = selected.fn.__module__.rpartition(".")[0]
-    backend_warm_up = getattr(importlib.import_module(package), "warm_up_experts", None)
+    backend = manager.registry.backend_of(selected)
+    backend_warm_up = backend.warm_up_hook("fused_experts") if backend is not None else None
     if backend_warm_up is None:
         return 0
     start, calls = time.perf_counter(), 0

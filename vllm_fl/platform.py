@@ -102,7 +102,7 @@ def route_unreplaced_ops_to_cuda(policy=None) -> bool:
     if getattr(base, _FORWARD_OOT_ATTR, False):
         return False
     if policy is None:
-        from vllm_fl.dispatch.policy import get_policy
+        from vllm_fl.dispatch.policy.current import get_policy
 
         policy = get_policy()
     if "cuda" in policy.deny_vendors or (

@@ -28,7 +28,7 @@ def test_host_time_is_summed_by_origin_and_divided_by_steps():
 
 
 def test_every_ab_policy_is_a_valid_policy_change():
-    from vllm_fl.dispatch.policy import policy_context
+    from vllm_fl.dispatch.policy.current import policy_context
 
     for name, changes in profile_e2e.AB_POLICIES.items():
         with policy_context(**changes) as policy:
@@ -40,7 +40,7 @@ def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeyp
     taken round by round do not."""
     from argparse import Namespace
 
-    from vllm_fl.dispatch.policy import get_policy
+    from vllm_fl.dispatch.policy.current import get_policy
 
     order: list[str] = []
     host = iter([1.0] * 2 * len(profile_e2e.AB_DEFAULT) + [2.0] * 99)
@@ -124,7 +124,7 @@ def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
     vendor neighbours, read 1.1 whatever the drift; each batch starts with the next policy."""
     from argparse import Namespace
 
-    from vllm_fl.dispatch.policy import get_policy
+    from vllm_fl.dispatch.policy.current import get_policy
 
     class Engine:
         def __init__(self):

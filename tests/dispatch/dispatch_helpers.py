@@ -110,9 +110,10 @@ def candidates(manager):
 # --------------------------------------------------------------------------- layers
 
 
-def norm_layer(op="rms_norm"):
+def norm_layer(op="rms_norm", reg=None):
     """(manager, Layer class, calls): a flagos and a reference impl of a norm op that record
-    which one ran, and a layer class whose forward_oot dispatches it."""
+    which one ran (registered into ``reg``, default a new registry), and a layer class whose
+    forward_oot dispatches it."""
     calls = []
 
     def mk(tag):
@@ -122,7 +123,7 @@ def norm_layer(op="rms_norm"):
 
         return norm
 
-    reg = OpRegistry()
+    reg = OpRegistry() if reg is None else reg
     reg.register_many(
         [
             OpImpl(op, "default.flagos", "flagos", mk("flagos")),

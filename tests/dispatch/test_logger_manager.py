@@ -28,3 +28,24 @@ def test_no_handler_where_the_root_logger_has_one(monkeypatch):
     configure_logger(logger, logging.WARNING)
     assert logger.handlers == []
     assert logger.level == logging.WARNING
+
+
+def test_each_record_printed_once_when_root_logging_is_configured_later():
+    """vLLM's process: the plugin's handler first, then someone calls ``logging.basicConfig``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from vllm_fl.dispatch.logger_manager import configure_logging, get_logger\n"
+        "configure_logging(logging.INFO)\n"
+        "get_logger().info('before')\n"
+        "logging.basicConfig()\n"
+        "get_logger().info('after')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "[INFO] vllm_fl.dispatch (MainProcess): before",
+        "INFO:vllm_fl.dispatch:after",
+    ]

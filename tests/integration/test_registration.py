@@ -10,7 +10,7 @@ pytest.importorskip("vllm")
 
 import fake_oot  # noqa: E402
 from vllm_fl import registration  # noqa: E402
-from vllm_fl.dispatch import policy as dispatch_policy  # noqa: E402
+from vllm_fl.dispatch.policy import current as dispatch_policy  # noqa: E402
 
 OOT_ENV = (
     "VLLM_FL_PREFER_ENABLED",

@@ -18,8 +18,10 @@ vllm = pytest.importorskip("vllm")
 
 @pytest.fixture
 def backend(monkeypatch):
-    """A backend package with ``warm_up_experts`` whose impl of fused_experts is selected;
-    its calls are recorded."""
+    """A backend declaring a ``fused_experts`` warm-up (``package.warm_up_experts``) whose impl
+    of fused_experts is selected; its calls are recorded."""
+    from vllm_fl.dispatch.backends.backend import Backend
+
     package = types.ModuleType("fake_moe_backend")
     calls = []
 
@@ -33,9 +35,16 @@ def backend(monkeypatch):
     def impl(*args):
         return None
 
-    impl.__module__ = "fake_moe_backend.register_ops"
     selected = SimpleNamespace(fn=impl, impl_id="default.fake")
-    manager = SimpleNamespace(resolve_candidates=lambda op: [selected] if op else [])
+
+    def backend_of(impl):
+        hook = getattr(package, "warm_up_experts", None)
+        return Backend("fake", warm_up={"fused_experts": hook} if hook else {})
+
+    manager = SimpleNamespace(
+        resolve_candidates=lambda op: [selected] if op else [],
+        registry=SimpleNamespace(backend_of=backend_of),
+    )
     import vllm_fl.dispatch
 
     monkeypatch.setattr(vllm_fl.dispatch, "get_default_manager", lambda: manager)

@@ -2,38 +2,28 @@
 PyTorch reference (``reference``). Importing this package imports neither vLLM, FlagGems nor
 torch_npu.
 
-The modules, one job each, in the order a call meets them:
+Its parts, one job each, lower layers first:
 
 - ``types``: ``OpImpl`` (one implementation of one op), its kinds and priorities, the errors;
-- ``registry``: ``OpRegistry``, op -> implementations; ``availability``: ``Probe`` checks;
-- ``builtin_backends`` and ``discovery``: the built-in backends and the plugins registering;
-- ``values``: one parser per kind of setting value; ``settings``: the table of every setting;
-- ``config_files``: hardened YAML/JSON reading; ``config_loader``: the sources of settings and
-  their precedence (``load_config``); ``name_lists``: the white/black list rules;
-- ``selection``: ``SelectionPolicy``, what may run and in which order;
-- ``policy``: the process-wide configuration and current policy, ``policy_context`` and the
-  ``with_*`` helpers; ``name_checks``: names in the policy the registry does not know;
-- ``op_manager``: ``OpManager``, an op's candidates (cached) and failed implementations;
-- ``trampoline``: the code of an op's dispatch function; ``binding``: one op's trampoline and
-  what it calls (resolution, installation, fallback); ``sync``: the lock and the generation;
-- ``default_manager``: the process-wide manager, ``call_op`` and ``dispatch_method``;
+- ``registry``: ``OpRegistry``, op -> implementations, and the backend each belongs to;
+- ``config/``: the settings table, value parsers, the hardened YAML/JSON reader, the loader,
+  the generated docs, the platform YAMLs;
+- ``policy/``: ``SelectionPolicy`` (a plain value), the list rules, the process-wide current
+  policy and its context managers;
+- ``sync``: the one lock of every dispatch state change, the generation counter, fork safety;
+- ``runtime/``: trampolines, bindings, failures, ``OpManager``, the default manager;
+- ``backends/``: the ``Backend`` object (declared hooks), availability probes (``Probe``),
+  built-in backend registration, plugin discovery, and the backend packages themselves;
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
+  ``stubs``: recognising scaffolded impl stubs for it;
 - ``opaque``: runtime helpers of the generated ``register_ops`` of opaque backends;
+  ``spec``: the generated contract of every op; ``shapes``: argument shape checks;
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 
-from .availability import Probe
-from .config_loader import DispatchConfig, load_config
-from .default_manager import (
-    call_method_op,
-    call_op,
-    dispatch_method,
-    get_default_manager,
-    reset_default_manager,
-    resolve_op,
-    used_impls,
-)
-from .policy import (
+from .backends.availability import Probe
+from .config.loader import DispatchConfig, load_config
+from .policy.current import (
     get_config,
     get_policy,
     oot_allowed,
@@ -45,9 +35,18 @@ from .policy import (
     with_preference,
     with_strict_mode,
 )
-from .op_manager import OpManager
+from .policy.selection import SelectionPolicy
 from .registry import OpRegistry
-from .selection import SelectionPolicy
+from .runtime.default_manager import (
+    call_method_op,
+    call_op,
+    dispatch_method,
+    get_default_manager,
+    reset_default_manager,
+    resolve_op,
+    used_impls,
+)
+from .runtime.manager import OpManager
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
 __all__ = [

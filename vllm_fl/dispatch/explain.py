@@ -3,14 +3,13 @@ explain``). Pure: it neither installs selections nor logs them."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from .config_loader import DispatchConfig
-from .default_manager import get_default_manager
-from .name_checks import unknown_names
-from .op_manager import OpManager
-from .policy import get_config, get_policy
-from .selection import SelectionPolicy
+from .config.loader import DispatchConfig
+from .config.settings import PROCESS_SETTINGS
+from .policy.current import get_config, get_policy
+from .policy.name_checks import unknown_names
+from .policy.selection import POLICY_FIELDS, SelectionPolicy
+from .runtime.default_manager import get_default_manager
+from .runtime.manager import OpManager
 from .stubs import stub_functions
 from .types import OpImpl
 
@@ -65,36 +64,25 @@ def _stub_note(impl: OpImpl, stubs: dict) -> str:
 
 
 def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
+    """The policy's settings, then the process's (``settings.PROCESS_SETTINGS``), each with its
+    value and source."""
     lines = ["Policy settings (value, source):"]
-    for f in dataclasses.fields(policy):
-        if f.name == "sources":
-            continue
-        src = policy.sources.get(f.name, "default")
-        lines.append(f"  {f.name:<28} {_fmt(getattr(policy, f.name)):<36} {src}")
+    for name in POLICY_FIELDS:
+        src = policy.sources.get(name, "default")
+        lines.append(f"  {name:<28} {_fmt(getattr(policy, name)):<36} {src}")
     lines.append("Process settings (value, source):")
-    proc = [
-        ("platform", cfg.platform),
-        ("platform_file", cfg.platform_file),
-        ("config_file", cfg.config_file),
-        (
-            "log_level",
-            {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}.get(
-                cfg.log_level, cfg.log_level
-            ),
-        ),
-        ("debug", cfg.debug),
-        ("plugin_modules", ", ".join(cfg.plugin_modules) or "(none)"),
-        ("flaggems_enable_oplist_path", cfg.flaggems_enable_oplist_path),
-        ("flagcx_path", cfg.flagcx_path),
-        ("moe_warm_up", cfg.moe_warm_up),
-    ]
-    for name, value in proc:
-        src = cfg.sources.get(name, "-")
-        if name == "platform_file":
-            src = "platform YAML" if value else "(none: VLLM_FL_CONFIG set or no file)"
-        if name == "flagcx_path":
-            src += " (validated and exposed; FlagCX communication, not dispatch, uses it)"
-        lines.append(f"  {name:<28} {str(value):<36} {src}")
+    for setting in PROCESS_SETTINGS:
+        value = getattr(cfg, setting.name)
+        src = cfg.sources.get(setting.name, "-")
+        if setting.reserved:
+            src += " (reserved: validated, nothing in vllm_fl reads it)"
+        shown = "None" if value is None else setting.show(value)
+        lines.append(f"  {setting.name:<28} {shown:<36} {src}")
+        if setting.name == "platform":
+            where = (
+                "platform YAML" if cfg.platform_file else "(none: VLLM_FL_CONFIG set or no file)"
+            )
+            lines.append(f"  {'platform_file':<28} {str(cfg.platform_file):<36} {where}")
     if cfg.overridden_env:
         lines.append(f"  ignored (VLLM_FL_CONFIG overrides): {', '.join(cfg.overridden_env)}")
     return lines

@@ -1,4 +1,5 @@
-"""The plugin's loggers (``vllm_fl.dispatch``, ``vllm_fl.vllm``) and where their records go."""
+"""The plugin's loggers (``vllm_fl.dispatch``, ``vllm_fl.vllm``) and where their records go: each
+record printed once."""
 
 from __future__ import annotations
 
@@ -17,14 +18,27 @@ def get_logger() -> logging.Logger:
     return _logger
 
 
+def _root_prints() -> bool:
+    return bool(logging.getLogger().handlers)
+
+
+class _OwnHandler(logging.StreamHandler):
+    """The stderr handler a logger gets where nothing else prints its records. It stays quiet
+    while the root logger has handlers of its own (someone configured logging after us, e.g.
+    ``logging.basicConfig``): the record propagates there, and is printed once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter(FORMAT))
+        self.addFilter(lambda record: not _root_prints())
+
+
 def configure_logger(logger: logging.Logger, level: int) -> None:
     """Set ``logger``'s level and, when nothing else handles its records (vLLM configures only
     its own ``vllm`` logger), give it one stderr handler."""
     logger.setLevel(level)
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(FORMAT))
-        logger.addHandler(handler)
+    if not logger.handlers and not _root_prints():
+        logger.addHandler(_OwnHandler())
 
 
 def configure_logging(level: int) -> None:

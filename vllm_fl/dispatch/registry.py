@@ -1,31 +1,39 @@
-"""Thread-safe registry of operator implementations."""
+"""Thread-safe registry of operator implementations, and the backend each belongs to."""
 
 from __future__ import annotations
 
-import threading
+import contextlib
+import contextvars
 import weakref
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from . import sync
 from .types import OpImpl
 
+if TYPE_CHECKING:
+    from .backends.backend import Backend
+
 __all__ = ["OpRegistry"]
+
+# The backend whose package is registering now (``OpRegistry.registering_for``).
+_registering_for: contextvars.ContextVar["Backend | None"] = contextvars.ContextVar(
+    "vllm_fl_registering_for", default=None
+)
 
 
 class OpRegistry:
-    """op name -> implementations, in registration order; ``(op_name, impl_id)`` is unique."""
+    """op name -> implementations, in registration order; ``(op_name, impl_id)`` is unique.
+
+    Its state changes under ``sync.LOCK``, the lock of every dispatch state change (held around
+    dictionary updates only)."""
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
         self._impls: dict[str, dict[str, OpImpl]] = {}
+        self._backend_of: dict[tuple[str, str], "Backend"] = {}
         self._listeners: list[weakref.WeakMethod | Callable[[], None]] = []
         self.generation = 0
         # Bumped by clear(): plugin loading (discovery) registers into a cleared registry again.
         self.epoch = 0
-        sync.reinit_after_fork(self)
-
-    def _reinit_after_fork(self) -> None:
-        self._lock = threading.RLock()
 
     def _check(self, impl: OpImpl, pending: dict[tuple[str, str], OpImpl]) -> None:
         if not isinstance(impl, OpImpl):
@@ -40,17 +48,31 @@ class OpRegistry:
             )
         pending[key] = impl
 
+    @contextlib.contextmanager
+    def registering_for(self, backend: "Backend") -> Iterator[None]:
+        """Inside the block, implementations registered (by this thread) belong to ``backend``,
+        their availability checks behind its ``prepare`` (``Backend.guard``)."""
+        token = _registering_for.set(backend)
+        try:
+            yield
+        finally:
+            _registering_for.reset(token)
+
     def register_impl(self, impl: OpImpl) -> None:
         self.register_many((impl,))
 
     def register_many(self, impls: Iterable[OpImpl]) -> None:
         """Register all or nothing: every entry is checked before any is added."""
         impls = list(impls)
-        with self._lock:
+        backend = _registering_for.get()
+        with sync.LOCK:
             pending: dict[tuple[str, str], OpImpl] = {}
             for impl in impls:
                 self._check(impl, pending)
             for impl in impls:
+                if backend is not None:
+                    impl = backend.guard(impl)
+                    self._backend_of[(impl.op_name, impl.impl_id)] = backend
                 self._impls.setdefault(impl.op_name, {})[impl.impl_id] = impl
             if impls:
                 self.generation += 1
@@ -58,13 +80,14 @@ class OpRegistry:
             self._notify()
 
     def unregister(self, op_name: str, impl_id: str) -> OpImpl:
-        with self._lock:
+        with sync.LOCK:
             try:
                 impl = self._impls[op_name].pop(impl_id)
             except KeyError:
                 raise KeyError(f"no implementation {impl_id!r} registered for op {op_name!r}")
             if not self._impls[op_name]:
                 del self._impls[op_name]
+            self._backend_of.pop((op_name, impl_id), None)
             self.generation += 1
         self._notify()
         return impl
@@ -74,40 +97,52 @@ class OpRegistry:
 
         Plugins loaded into this registry earlier are registered again by the next
         ``discovery.load_plugins``."""
-        with self._lock:
+        with sync.LOCK:
             self._impls.clear()
+            self._backend_of.clear()
             self.generation += 1
             self.epoch += 1
         self._notify()
 
     def get_implementations(self, op_name: str) -> list[OpImpl]:
-        with self._lock:
+        with sync.LOCK:
             return list(self._impls.get(op_name, {}).values())
 
     def get_impl(self, op_name: str, impl_id: str) -> OpImpl | None:
-        with self._lock:
+        with sync.LOCK:
             return self._impls.get(op_name, {}).get(impl_id)
 
+    def backend_of(self, impl: OpImpl) -> "Backend | None":
+        """The backend object ``impl`` was registered for (None: a plugin's, or registered
+        directly)."""
+        with sync.LOCK:
+            return self._backend_of.get((impl.op_name, impl.impl_id))
+
+    def backends(self) -> list["Backend"]:
+        """The backend objects of the registered implementations, in registration order."""
+        with sync.LOCK:
+            return list(dict.fromkeys(self._backend_of.values()))
+
     def list_operators(self) -> list[str]:
-        with self._lock:
+        with sync.LOCK:
             return sorted(self._impls)
 
     def __contains__(self, op_name: object) -> bool:
-        with self._lock:
+        with sync.LOCK:
             return op_name in self._impls
 
     def __len__(self) -> int:
-        with self._lock:
+        with sync.LOCK:
             return sum(len(v) for v in self._impls.values())
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` after every change; bound methods are held weakly."""
         ref = weakref.WeakMethod(callback) if hasattr(callback, "__self__") else callback
-        with self._lock:
+        with sync.LOCK:
             self._listeners.append(ref)
 
     def _notify(self) -> None:
-        with self._lock:
+        with sync.LOCK:
             listeners = list(self._listeners)
         for ref in listeners:
             cb = ref() if isinstance(ref, weakref.WeakMethod) else ref

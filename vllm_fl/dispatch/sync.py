@@ -14,7 +14,7 @@ the call that computed it.
 Fork: ``os.fork()`` copies locks in whatever state other threads left them, and those threads do
 not exist in the child. ``LOCK`` is taken by the forking thread just before the fork and released
 on both sides after, so no state change is half done in the child. Objects whose locks may be held
-across slow work (availability probes, registries) are registered with ``reinit_after_fork`` and
+across slow work (availability probes) are registered with ``reinit_after_fork`` and
 get fresh locks in the child.
 """
 

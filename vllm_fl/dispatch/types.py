@@ -62,8 +62,8 @@ class OpImpl:
     """One implementation of one operator.
 
     ``available`` is a zero-argument callable returning whether the implementation can run here
-    (None = always available). If it has a ``reason`` attribute (see ``availability.Probe``),
-    ``explain`` shows it when the implementation is unavailable. A callable ``fn._is_available``
+    (None = always available). If it has a ``reason`` attribute (see
+    ``backends.availability.Probe``), ``explain`` shows it when the implementation is unavailable. A callable ``fn._is_available``
     (upstream vllm-plugin-FL's convention, read at each check) is honoured as well: the
     implementation is available only when every check present says so.
     """

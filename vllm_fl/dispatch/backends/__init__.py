@@ -2,7 +2,7 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """The backends built into vllm_fl, in manifest order.
 
-``vllm_fl.dispatch.builtin_backends.register_builtins`` imports ``<package>.register_ops`` of
+``vllm_fl.dispatch.backends.builtin.register_builtins`` imports ``<package>.register_ops`` of
 each and calls its ``register(registry)``.
 """
 

@@ -10,19 +10,18 @@ own Triton kernels where FlagGems' launch shape is the cost: ``rotary_kernel``, 
 ``routing_kernels``; ``experts`` runs FlagGems' fused-experts sequence through plans, with
 the GEMM configs of ``tuned_configs`` (tables per device in ``tuned/``) where it has them.
 
-``warm_up_experts`` (``warm_up``) is the backend's answer to ``vllm_fl.moe.warm_up``: before the
-engine serves, it compiles the kernel variants the backend's ``fused_experts`` can need for a
-layer.
+``BACKEND`` declares the backend's hooks:
 
-Importing this package subscribes ``oplist``, which keeps
-``FLAGGEMS_ENABLE_OPLIST_PATH`` listing the ops the default manager runs on FlagGems.
+- ``prepare``: vLLM's compiled MoE library must be loaded before ``flag_gems`` (``load_order``);
+- ``warm_up["fused_experts"]``: ``warm_up.warm_up_experts``, called by ``vllm_fl.moe.warm_up``
+  before the engine serves;
+- ``selection_listeners``: ``oplist.write_oplist`` keeps ``FLAGGEMS_ENABLE_OPLIST_PATH`` listing
+  the ops the manager runs on FlagGems.
 """
 
-from vllm_fl.dispatch.default_manager import on_default_selection
+from vllm_fl.dispatch.backends.backend import Backend
 
-from . import oplist
-
-on_default_selection(oplist.write_oplist)
+from . import load_order, oplist
 
 
 def warm_up_experts(*args, **kwargs) -> int:
@@ -30,3 +29,11 @@ def warm_up_experts(*args, **kwargs) -> int:
     from .warm_up import warm_up_experts as warm_up
 
     return warm_up(*args, **kwargs)
+
+
+BACKEND = Backend(
+    "flagos",
+    prepare=load_order.load_vllm_moe_library,
+    warm_up={"fused_experts": warm_up_experts},
+    selection_listeners=(oplist.write_oplist,),
+)

@@ -1,7 +1,8 @@
 """``FLAGGEMS_ENABLE_OPLIST_PATH``: the ops the dispatch currently runs on FlagGems, one per line.
 
-``write_oplist`` listens to the default manager's selections (the package ``__init__``
-subscribes it with ``default_manager.on_default_selection``). It rewrites the file whenever the
+``write_oplist`` is a selection listener of the backend (``BACKEND.selection_listeners`` in the
+package ``__init__``): the manager whose registry holds the backend calls it after every
+selection it installs. It rewrites the file whenever the
 set of ops whose selected implementation (for eager calls or calls traced by torch.compile) is a
 FlagGems one changes, and never writes it while that set stays empty.
 
@@ -17,11 +18,14 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
+from typing import TYPE_CHECKING
 
 from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.op_manager import OpManager
-from vllm_fl.dispatch.policy import get_config
+from vllm_fl.dispatch.policy.current import get_config
 from vllm_fl.dispatch.types import BackendImplKind
+
+if TYPE_CHECKING:  # the runtime calls this backend, never the other way round
+    from vllm_fl.dispatch.runtime.manager import OpManager
 
 __all__ = ["write_oplist", "write_atomically"]
 
@@ -30,7 +34,7 @@ logger = get_logger()
 _written: "weakref.WeakKeyDictionary[OpManager, tuple[str, ...]]" = weakref.WeakKeyDictionary()
 
 
-def write_oplist(manager: OpManager) -> None:
+def write_oplist(manager: "OpManager") -> None:
     """Write the ops ``manager`` runs on FlagGems now to ``FLAGGEMS_ENABLE_OPLIST_PATH``, unless
     they are the ones written last. A file that cannot be written is a WARNING."""
     ops = tuple(

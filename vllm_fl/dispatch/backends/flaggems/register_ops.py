@@ -20,7 +20,7 @@ import torch
 
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
 from vllm_fl.dispatch import opaque as _opaque
-from vllm_fl.dispatch.availability import Probe
+from vllm_fl.dispatch.backends.availability import Probe
 from vllm_fl.dispatch.backends.flaggems.impl import activation as _flagos_activation
 from vllm_fl.dispatch.backends.flaggems.impl import attention as _flagos_attention
 from vllm_fl.dispatch.backends.flaggems.impl import moe as _flagos_moe
@@ -514,9 +514,7 @@ int8_scaled_mm.functional = _flagos_quant.int8_scaled_mm  # type: ignore[attr-de
 
 def register(registry: OpRegistry) -> None:
     """Register the 16 implementation(s) of backend ``flagos``."""
-    available = Probe(
-        requires=("vllm_fl.dispatch.backends.flaggems.load_order", "flag_gems"), device="cuda"
-    )
+    available = Probe(requires=("flag_gems",), device="cuda")
     _opaque.define("vllm_fl::flagos_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
     registry.register_impl(
         OpImpl(

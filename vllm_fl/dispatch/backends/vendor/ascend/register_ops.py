@@ -16,7 +16,7 @@ import torch
 
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
 from vllm_fl.dispatch import opaque as _opaque
-from vllm_fl.dispatch.availability import Probe
+from vllm_fl.dispatch.backends.availability import Probe
 from vllm_fl.dispatch.backends.vendor.ascend.impl import activation as _ascend_activation
 from vllm_fl.dispatch.backends.vendor.ascend.impl import attention as _ascend_attention
 from vllm_fl.dispatch.backends.vendor.ascend.impl import normalization as _ascend_normalization

@@ -20,7 +20,7 @@ import torch
 
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
 from vllm_fl.dispatch import opaque as _opaque
-from vllm_fl.dispatch.availability import Probe
+from vllm_fl.dispatch.backends.availability import Probe
 from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activation
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe

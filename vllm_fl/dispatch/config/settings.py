@@ -1,0 +1,265 @@
+"""Every dispatch setting, one row each: its environment variable(s), its key in the config
+files, its parser, its default, its scope and its documentation (like vLLM's ``envs.py``).
+``DispatchConfig`` (``loader``), ``explain`` and the configuration table of the docs
+(``docs``) are derived from these rows: adding a setting is adding a row (and, for a selection
+setting, the ``SelectionPolicy`` field that acts on it).
+
+Scopes:
+
+- ``selection``: the environment, the ``VLLM_FL_CONFIG`` file and the platform YAML set it (the
+  file overrides every such variable); it is a ``SelectionPolicy`` field, whose parser and
+  default the row takes.
+- ``process``: the environment only; it belongs to the process (a ``DispatchConfig`` field),
+  except ``enabled`` which the policy carries too, so that ``explain`` and the OOT registration
+  read one object.
+
+Every source of a value goes through its row's parser: ``parse_env`` for the environment (the
+configuration loader and ``read_env``), the file keys for the YAML files, the policy fields for
+``SelectionPolicy``. ``vllm_fl/__init__.py`` reads ``VLLM_FL_PREFER_ENABLED`` and
+``VLLM_FL_PLATFORM`` through ``read_env`` before vLLM has chosen a platform: this module imports
+neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..policy.selection import POLICY_FIELDS
+from ..types import ConfigError
+from . import values as v
+
+__all__ = [
+    "EnvVar",
+    "Setting",
+    "SETTINGS",
+    "BY_NAME",
+    "BY_ENV",
+    "BY_FILE_KEY",
+    "FILE_KEYS",
+    "ENV_VARS",
+    "SELECTION_ENV",
+    "PROCESS_SETTINGS",
+    "DEFAULT_OPLIST_PATH",
+    "env_value",
+    "parse_env",
+    "read_env",
+]
+
+DEFAULT_OPLIST_PATH = "/tmp/flaggems_enable_oplist.txt"
+Parser = Callable[[Any, str], Any]
+SELECTION, PROCESS = "selection", "process"
+_FROM_POLICY: Any = object()  # a policy setting's parser and default come from its field
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An environment variable of a setting. ``read`` turns its text into what the setting's
+    parser takes (a file's content, another syntax); None passes the text itself.
+    ``names_file``: the value is a path, shown in the setting's source. ``doc``: what the
+    docs say of a setting's second variable (the setting's ``doc`` describes the first)."""
+
+    name: str
+    read: Callable[[str, str], Any] | None = None
+    names_file: bool = False
+    doc: str | None = None
+
+    def label(self, raw: str) -> str:
+        return f"env {self.name} ({raw.strip()})" if self.names_file else f"env {self.name}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting.
+
+    ``doc``: what it means (the docs' table); ``default_doc``: how the docs spell the default
+    when the value alone does not say it; ``show``: how ``explain`` prints the value;
+    ``reserved``: accepted and validated for compatibility, but nothing reads it. A setting of
+    the policy (``SelectionPolicy`` field of the same name) takes its ``parse`` and ``default``
+    from the field.
+    """
+
+    name: str
+    scope: str
+    doc: str
+    env: tuple[EnvVar, ...] = ()
+    file_key: str | None = None
+    parse: Parser = _FROM_POLICY
+    default: Any = _FROM_POLICY
+    default_doc: str | None = None
+    show: Callable[[Any], str] = str
+    reserved: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scope not in (SELECTION, PROCESS):
+            raise ValueError(f"setting {self.name}: invalid scope {self.scope!r}")
+        policy_field = POLICY_FIELDS.get(self.name)
+        if self.scope == SELECTION and policy_field is None:
+            raise ValueError(f"selection setting {self.name}: SelectionPolicy has no such field")
+        if policy_field is not None:
+            if self.parse is not _FROM_POLICY or self.default is not _FROM_POLICY:
+                raise ValueError(f"setting {self.name}: parser and default are the policy's")
+            default = policy_field.default
+            if default is dataclasses.MISSING:
+                default = policy_field.default_factory()  # type: ignore[misc]
+            object.__setattr__(self, "parse", policy_field.metadata["parse"])
+            object.__setattr__(self, "default", default)
+        elif self.parse is _FROM_POLICY or self.default is _FROM_POLICY:
+            raise ValueError(f"process setting {self.name}: give its parser and default")
+
+    @property
+    def in_policy(self) -> bool:
+        """Whether ``SelectionPolicy`` carries it."""
+        return self.name in POLICY_FIELDS
+
+
+def _read_op_config(raw: str, source: str) -> Any:
+    from .files import read_json
+
+    path = Path(raw.strip()).expanduser()
+    data = read_json(path, source)
+    if not isinstance(data, dict) or set(data) != {"op_backends"}:
+        raise ConfigError(
+            f"{source}={raw!r}: expected a JSON object with exactly the key 'op_backends' "
+            f"(op -> list of tokens), got "
+            f"{sorted(data) if isinstance(data, dict) else type(data).__name__}"
+        )
+    return data["op_backends"]
+
+
+def _level_name(level: int) -> str:
+    import logging
+
+    return logging.getLevelName(level)
+
+
+def _modules(mods: tuple[str, ...]) -> str:
+    return ", ".join(mods) or "(none)"
+
+
+# fmt: off
+SETTINGS: tuple[Setting, ...] = (
+    # -- process: environment only ------------------------------------------------------------
+    Setting("enabled", PROCESS,
+            "global switch; `false` leaves FlagGems impls out, registers no OOT class and no "
+            "vLLM platform",
+            (EnvVar("VLLM_FL_PREFER_ENABLED"),)),
+    Setting("config_file", PROCESS, "YAML file, complete override of every file key",
+            (EnvVar("VLLM_FL_CONFIG"),), parse=v.parse_input_file, default=None),
+    Setting("platform", PROCESS,
+            "`auto` or a name with a platform YAML (`cuda`, `ascend`, `cpu`); also selects the "
+            "vLLM platform",
+            (EnvVar("VLLM_FL_PLATFORM"),), parse=v.parse_platform, default=None,
+            default_doc="`auto`"),
+    # -- selection: environment, VLLM_FL_CONFIG file, platform YAML -----------------------------
+    Setting("prefer", SELECTION, "`flagos`, `vendor` or `reference`: the default order",
+            (EnvVar("VLLM_FL_PREFER"),), "prefer"),
+    Setting("compile_prefer", SELECTION,
+            "preference for ops traced by `torch.compile`; the CUDA platform file sets "
+            "`reference`, as vLLM lets Inductor compile these ops",
+            (EnvVar("VLLM_FL_COMPILE_PREFER"),), "compile_prefer",
+            default_doc="unset: as `prefer`"),
+    Setting("strict", SELECTION,
+            "on: the first failure raises the original exception; off: log it once (WARNING, "
+            "traceback) and try the next candidate",
+            (EnvVar("VLLM_FL_STRICT"),), "strict"),
+    # VLLM_FL_PER_OP comes first: it wins over VLLM_FL_OP_CONFIG.
+    Setting("per_op_order", SELECTION,
+            "per-op token lists, `rms_norm=vendor|flagos;silu_and_mul=flagos` (file: op -> "
+            "list); a listed op may use only the listed backends",
+            (EnvVar("VLLM_FL_PER_OP", v.parse_per_op_string),
+             EnvVar("VLLM_FL_OP_CONFIG", _read_op_config, names_file=True,
+                    doc="JSON file `{\"op_backends\": {op: [tokens]}}`; `VLLM_FL_PER_OP` wins "
+                        "over it")), "op_backends",
+            default_doc="unset: every op takes the default order"),
+    Setting("allow_vendors", SELECTION, "vendor whitelist, comma-separated",
+            (EnvVar("VLLM_FL_ALLOW_VENDORS"),), "allow_vendors",
+            default_doc="unset: every vendor"),
+    Setting("deny_vendors", SELECTION, "vendor blacklist, comma-separated",
+            (EnvVar("VLLM_FL_DENY_VENDORS"),), "deny_vendors"),
+    Setting("use_flaggems", SELECTION, "`false` leaves every FlagGems impl out",
+            (EnvVar("USE_FLAGGEMS"),), "use_flaggems"),
+    Setting("flagos_whitelist", SELECTION, "ops that may use FlagGems",
+            (EnvVar("VLLM_FL_FLAGOS_WHITELIST"),), "flagos_whitelist",
+            default_doc="unset: every op"),
+    Setting("flagos_blacklist", SELECTION, "ops that must not use FlagGems",
+            (EnvVar("VLLM_FL_FLAGOS_BLACKLIST"),), "flagos_blacklist"),
+    Setting("oot_enabled", SELECTION, "register the OOT classes over vLLM's",
+            (EnvVar("VLLM_FL_OOT_ENABLED"),), "oot_enabled"),
+    Setting("oot_whitelist", SELECTION,
+            "in-tree class names, or vLLM's or ops.yaml's op names, to replace",
+            (EnvVar("VLLM_FL_OOT_WHITELIST"),), "oot_whitelist",
+            default_doc="unset: every class"),
+    Setting("oot_blacklist", SELECTION,
+            "in-tree class names, or vLLM's or ops.yaml's op names, to leave alone",
+            (EnvVar("VLLM_FL_OOT_BLACKLIST"),), "oot_blacklist"),
+    # -- process, continued ----------------------------------------------------------------------
+    Setting("log_level", PROCESS,
+            "`DEBUG`, `INFO`, `WARNING` (`WARN`), `ERROR`, `CRITICAL`",
+            (EnvVar("VLLM_FL_LOG_LEVEL"),), parse=v.parse_log_level, default=None,
+            default_doc="`INFO` (`DEBUG` with `VLLM_FL_DISPATCH_DEBUG`)", show=_level_name),
+    Setting("debug", PROCESS,
+            "log every resolution with its candidates and reasons (and default the level to "
+            "`DEBUG`)",
+            (EnvVar("VLLM_FL_DISPATCH_DEBUG"),), parse=v.parse_bool, default=False),
+    Setting("plugin_modules", PROCESS,
+            "comma-separated modules exposing `register(registry)` (entry-point group "
+            "`vllm_fl.plugin` too)",
+            (EnvVar("VLLM_FL_PLUGIN_MODULES"),), parse=v.parse_module_list, default=(),
+            show=_modules),
+    Setting("flaggems_enable_oplist_path", PROCESS,
+            "FlagGems backend: file listing the ops that currently run a FlagGems impl, one per "
+            "line, rewritten whenever that set of ops changes; never written while no op runs "
+            "FlagGems",
+            (EnvVar("FLAGGEMS_ENABLE_OPLIST_PATH"),), parse=v.parse_output_file,
+            default=DEFAULT_OPLIST_PATH),
+    Setting("flagcx_path", PROCESS,
+            "FlagCX library directory; reserved: accepted and validated so that existing "
+            "environments keep working, nothing in vllm_fl reads it",
+            (EnvVar("FLAGCX_PATH"),), parse=v.parse_existing_dir, default=None, reserved=True),
+    Setting("moe_warm_up", PROCESS,
+            "before serving, the GPU worker lets the selected `fused_experts` backend compile "
+            "its kernel variants; `false` skips it (a faster cold start, compilation on first "
+            "use)",
+            (EnvVar("VLLM_FL_MOE_WARMUP"),), parse=v.parse_bool, default=True),
+)
+# fmt: on
+
+BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+BY_ENV: Mapping[str, tuple[Setting, EnvVar]] = {e.name: (s, e) for s in SETTINGS for e in s.env}
+BY_FILE_KEY: Mapping[str, Setting] = {s.file_key: s for s in SETTINGS if s.file_key}
+FILE_KEYS: tuple[str, ...] = tuple(BY_FILE_KEY)
+# Every environment variable and the setting it sets.
+ENV_VARS: Mapping[str, str] = {name: s.name for name, (s, _) in BY_ENV.items()}
+# The variables a VLLM_FL_CONFIG file overrides.
+SELECTION_ENV: tuple[str, ...] = tuple(n for n, (s, _) in BY_ENV.items() if s.scope == SELECTION)
+# The settings of the process (``DispatchConfig`` fields), in table order.
+PROCESS_SETTINGS: tuple[Setting, ...] = tuple(
+    s for s in SETTINGS if s.scope == PROCESS and not s.in_policy
+)
+if {s.name for s in SETTINGS if s.in_policy} != set(POLICY_FIELDS):
+    raise AssertionError("SelectionPolicy fields and the settings table drifted")
+
+
+def env_value(environ: Mapping[str, str], var: str) -> str | None:
+    """The raw value of ``var``; unset and blank are the same (None)."""
+    raw = environ.get(var)
+    return raw if raw is not None and raw.strip() else None
+
+
+def parse_env(var: str, raw: str) -> Any:
+    """The value of environment variable ``var`` set to ``raw``: its ``EnvVar.read`` if any, then
+    its setting's parser. Raises ``ConfigError`` naming the variable, the value and what is
+    allowed."""
+    setting, env = BY_ENV[var]
+    value = env.read(raw, var) if env.read is not None else raw
+    return setting.parse(value, var)
+
+
+def read_env(var: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The parsed value of environment variable ``var`` (its setting's default when unset)."""
+    raw = env_value(os.environ if environ is None else environ, var)
+    return BY_ENV[var][0].default if raw is None else parse_env(var, raw)

@@ -1,0 +1,11 @@
+"""Runtime: calling the selected implementation, cheaply, and falling back.
+
+- ``trampoline``: the code of an op's dispatch function (one frame over the impl);
+- ``binding``: one op's trampoline and what it calls (resolution, installation, fallback), and
+  the table of an owner's bindings;
+- ``failures``: the implementations excluded after they raised;
+- ``manager``: ``OpManager``, candidates of an op from registry, policy and failures (cached);
+- ``default_manager``: the process-wide manager, ``call_op`` and ``dispatch_method``.
+
+Their state changes under ``vllm_fl.dispatch.sync.LOCK``.
+"""

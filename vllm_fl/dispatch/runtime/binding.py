@@ -1,0 +1,329 @@
+"""One op's trampoline and what it currently calls: resolution, installation and fallback.
+
+A binding asks its manager (a ``Resolver``: the candidates, the failure log, what to tell once a
+selection is installed) and knows nothing else of it, so the manager owns bindings and failures and
+the binding only changes its own trampoline.
+
+Every state change happens under ``sync.LOCK`` and nothing else does: availability checks and
+implementations run outside it. A selection computed outside the lock is installed only when the
+dispatch generation has not moved since it started (see ``sync``), so a policy or registry change
+always wins over a resolution or fallback that began before it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from .. import sync
+from ..logger_manager import get_logger
+from ..policy.current import get_policy
+from ..registry import OpRegistry
+from ..types import DispatchError, OpImpl
+from .failures import FailureLog
+from .trampoline import build, same_key, signature_key, tracing_now
+
+__all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error"]
+
+logger = get_logger()
+
+
+class Resolver(Protocol):
+    """What a binding needs of its manager."""
+
+    @property
+    def registry(self) -> OpRegistry: ...
+
+    @property
+    def failures(self) -> FailureLog: ...
+
+    def resolve_candidates(self, op_name: str, traced: bool = False) -> list[OpImpl]: ...
+
+    def selection_installed(self) -> None: ...
+
+
+class Binding:
+    """The trampoline of one op of one manager, and what it currently calls."""
+
+    def __init__(self, op_name: str, get_manager: Callable[[], Resolver]) -> None:
+        self.op = op_name
+        self._get_manager = get_manager
+        self.active: OpImpl | None = None
+        self.active_traced: OpImpl | None = None
+        # The selections installed last (kept when a change puts the resolver back).
+        self.used: OpImpl | None = None
+        self.used_traced: OpImpl | None = None
+        # Whether the op had a selection since the last registry change: a policy change
+        # re-selects those ops right away, so a compiled graph never traces a resolution.
+        self.in_use = False
+        self._key: tuple | None = None
+        self._split = False
+        self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
+        self.sites: list[tuple[weakref.ref, str]] = []
+        self.fn = build(self._fname, None)
+        self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
+        self._set("_impl", self._resolve_and_call)
+        self._set("_traced", self._resolve_and_call)
+        self._set("_fallback", self._fallback)
+        self.fn.__qualname__ = f"dispatch[{op_name}]"
+        self.fn.__doc__ = f"Dispatch trampoline of op '{op_name}'."
+
+    def _set(self, name: str, value: Any) -> None:
+        self._cells[name].cell_contents = value
+
+    # -- state changes (under sync.LOCK) -----------------------------------------------------
+
+    def invalidate(self, registry_changed: bool = False) -> None:
+        """Put the resolver back. After a registry change the next selection may take other
+        arguments, so the classes get the generic trampoline back too."""
+        with sync.LOCK:
+            self.active = self.active_traced = None
+            self._set("_impl", self._resolve_and_call)
+            self._set("_traced", self._resolve_and_call)
+            if registry_changed:
+                self.in_use = False
+                if self._key is not None or self._split:
+                    self._install_code(None, False)
+
+    def _specialise(self, candidates: Sequence[OpImpl], split: bool) -> None:
+        keys = [signature_key(c.fn) for c in candidates]
+        key = keys[0] if keys and all(k is not None for k in keys) else None
+        if key is not None and not all(same_key(key, k) for k in keys[1:]):
+            key = None
+        if split == self._split:
+            if key is None and self._key is None:
+                return
+            if key is not None and self._key is not None and same_key(key, self._key):
+                return
+        self._install_code(key, split)
+
+    def _install_code(self, key: tuple | None, split: bool) -> None:
+        """A new trampoline for ``key`` sharing this one's cells; the code of a function never
+        changes (a frame being traced by Dynamo keeps valid code), and functions already bound
+        elsewhere (vLLM's ``_forward_method``) keep working through the shared cells."""
+        old = self.fn
+        new = build(self._fname, key, split, old.__closure__)
+        new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
+        self.fn = new
+        self._key = key
+        self._split = split
+        for ref, name in self.sites:
+            owner = ref()
+            if owner is not None and owner.__dict__.get(name) is old:
+                setattr(owner, name, new)
+
+    def add_site(self, owner: type, name: str) -> None:
+        """``owner.name`` holds this op's trampoline; keep it the current one."""
+        with sync.LOCK:
+            self.sites.append((weakref.ref(owner), name))
+            setattr(owner, name, self.fn)
+
+    # -- resolution --------------------------------------------------------------------------
+
+    def select(self, traced: bool = False) -> tuple[OpImpl, bool]:
+        """(the impl for an eager call, or one traced by torch.compile; strict mode).
+
+        Installs the selection unless the dispatch state changed while it was being resolved;
+        then the result serves only this call and the next call resolves again.
+        """
+        manager = self._get_manager()  # outside the lock: may build the default manager
+        with sync.LOCK:
+            if self.active is not None and self.active_traced is not None:
+                return (self.active_traced if traced else self.active), self._strict_now()
+            gen = sync.generation()
+        policy = get_policy()  # read after the generation: a newer policy bumps it
+        candidates = manager.resolve_candidates(self.op)
+        traced_cands = (
+            manager.resolve_candidates(self.op, traced=True) if policy.splits_traced else candidates
+        )
+        impl, traced_impl = candidates[0], traced_cands[0]
+        with sync.LOCK:
+            if sync.generation() == gen and (self.active is None or self.active_traced is None):
+                split = traced_impl is not impl
+                self._specialise(candidates + traced_cands if split else candidates, split)
+                self._set("_strict", policy.strict)
+                self._set("_impl", impl.fn)
+                self._set("_traced", traced_impl.fn)
+                self.active, self.active_traced = impl, traced_impl
+                self.in_use = True
+                self._record_use(impl, fallback=False)
+                self._record_use(traced_impl, fallback=False, traced=True, log=split)
+                manager.selection_installed()
+        return (traced_impl if traced else impl), policy.strict
+
+    def _record_use(
+        self, impl: OpImpl, fallback: bool, traced: bool = False, log: bool = True
+    ) -> None:
+        prev = self.used_traced if traced else self.used
+        if traced:
+            self.used_traced = impl
+        else:
+            self.used = impl
+        if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
+            logger.info(
+                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
+                self.op,
+                "fallback to" if fallback else "using",
+                impl.impl_id,
+                " under torch.compile" if traced else "",
+                impl.kind.value,
+                impl.vendor,
+            )
+
+    def forget_use(self) -> None:
+        """Forget the selections installed last (their manager is gone)."""
+        with sync.LOCK:
+            self.used = self.used_traced = None
+
+    def _strict_now(self) -> bool:
+        return bool(self._cells["_strict"].cell_contents)
+
+    # -- the slow paths the trampoline jumps to ----------------------------------------------
+
+    def _resolve_and_call(self, *args: Any, **kwargs: Any) -> Any:
+        traced = tracing_now()
+        impl, strict = self.select(traced)
+        try:
+            return impl.fn(*args, **kwargs)
+        except Exception as exc:
+            if strict:
+                raise
+            return self._recover(exc, impl, args, kwargs, traced and self._split)
+
+    def _fallback(
+        self, exc: Exception, called: Callable[..., Any], args: tuple, kwargs: dict, _traced: Any
+    ) -> Any:
+        """The trampoline's handler: ``called`` raised ``exc`` (strict mode off)."""
+        if getattr(called, "__self__", None) is self:
+            raise exc  # the resolver: it handled an impl's failure itself, or resolution failed
+        traced = self._split and tracing_now()
+        return self._recover(exc, self._impl_of(called), args, kwargs, traced)
+
+    def _impl_of(self, fn: Callable[..., Any]) -> OpImpl | None:
+        """The implementation whose function is ``fn``: blame goes to what actually ran."""
+        for impl in (self.active, self.active_traced):
+            if impl is not None and impl.fn is fn:
+                return impl
+        for impl in self._get_manager().registry.get_implementations(self.op):
+            if impl.fn is fn:
+                return impl
+        return None  # unregistered meanwhile: nothing to mark, the candidates are still tried
+
+    def _recover(
+        self, exc: Exception, failed: OpImpl | None, args: tuple, kwargs: dict, traced: bool
+    ) -> Any:
+        """``failed`` raised ``exc``: mark it, try the next candidates in order, install the first
+        that works (unless the dispatch state changed meanwhile)."""
+        manager = self._get_manager()
+        op = self.op
+        errors: list[tuple[str, Exception]] = []
+        newly_failed: list[str] = []
+        tried: set[str] = set()
+        if failed is not None:
+            errors.append((failed.impl_id, exc))
+            tried.add(failed.impl_id)
+            if manager.failures.mark(op, failed, exc):
+                newly_failed.append(failed.impl_id)
+        while True:
+            with sync.LOCK:
+                gen = sync.generation()
+            try:
+                candidates = manager.resolve_candidates(op, traced=traced)
+            except DispatchError:
+                candidates = []
+            nxt = next((c for c in candidates if c.impl_id not in tried), None)
+            if nxt is None:
+                break
+            try:
+                out = nxt.fn(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - every impl gets its chance
+                errors.append((nxt.impl_id, err))
+                tried.add(nxt.impl_id)
+                if manager.failures.mark(op, nxt, err):
+                    newly_failed.append(nxt.impl_id)
+                continue
+            self._install_fallback(manager, nxt, candidates, traced, gen)
+            return out
+        # Every candidate failed on these inputs: that says more about the inputs than about the
+        # backends, so none of them is excluded from later calls.
+        with sync.LOCK:
+            manager.failures.unmark(op, newly_failed)
+            self.invalidate()
+        if not errors:
+            raise exc
+        raise all_failed_error(op, errors)
+
+    def _install_fallback(
+        self,
+        manager: Resolver,
+        nxt: OpImpl,
+        candidates: Sequence[OpImpl],
+        traced: bool,
+        gen: int,
+    ) -> None:
+        with sync.LOCK:
+            if sync.generation() != gen:
+                return  # a policy/registry change or another failure since: its selection wins
+            other = (self.active if traced else self.active_traced) if self._split else None
+            self._specialise(list(candidates) + ([other] if other else []), self._split)
+            if not traced:
+                self._set("_impl", nxt.fn)
+                self.active = nxt
+            if traced or not self._split:  # without a split one selection serves both modes
+                self._set("_traced", nxt.fn)
+                self.active_traced = nxt
+            self.in_use = True
+            self._set("_strict", get_policy().strict)
+            self._record_use(nxt, fallback=True, traced=traced)
+            manager.selection_installed()
+
+
+class BindingTable:
+    """op -> ``Binding`` of one manager, created on first use. The default manager's table
+    outlives the manager (``reset_default_manager``): layer classes hold its trampolines."""
+
+    def __init__(self, get_manager: Callable[[], Resolver]) -> None:
+        self._get_manager = get_manager
+        #: op -> binding; read without the lock on the hot path (a dict lookup is atomic)
+        self.by_op: dict[str, Binding] = {}
+
+    def get(self, op_name: str) -> Binding:
+        b = self.by_op.get(op_name)
+        if b is None:
+            with sync.LOCK:
+                b = self.by_op.get(op_name)
+                if b is None:
+                    b = self.by_op[op_name] = Binding(op_name, self._get_manager)
+        return b
+
+    def __iter__(self) -> Iterator[Binding]:
+        with sync.LOCK:
+            return iter(list(self.by_op.values()))
+
+
+def all_failed_error(op: str, errors: Sequence[tuple[str, Exception]]) -> Exception:
+    """What the caller gets when every candidate of ``op`` raised (strict mode off).
+
+    When every implementation raised the same exception type, the failure is the call's, not a
+    backend's (a bad argument, an out-of-memory error): the caller gets the first of those
+    exceptions itself, the one strict mode would have raised, with a note naming every
+    implementation tried. Otherwise a ``DispatchError`` naming each implementation and its error,
+    chained to the last one.
+    """
+    summary = "; ".join(f"'{impl_id}': {type(e).__name__}: {e}" for impl_id, e in errors)
+    first = errors[0][1]
+    if all(type(e) is type(first) for _, e in errors):
+        note = (
+            f"vllm_fl: every implementation of op '{op}' raised {type(first).__name__}: {summary}"
+        )
+        if note not in getattr(first, "__notes__", ()):
+            first.add_note(note)
+        return first
+    last = errors[-1][1]
+    err = DispatchError(
+        f"Op '{op}': every implementation failed: tried "
+        + ", ".join(repr(impl_id) for impl_id, _ in errors)
+        + f"; errors: {summary}"
+    )
+    err.__cause__ = last
+    return err
