@@ -9,7 +9,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from harness import Column, markdown_table, read_json
+from benchmarks.cli import read_json
+from benchmarks.tables import Column, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DASH = "–"

@@ -11,11 +11,11 @@ the sweep and FlagGems' pick are timed again, taking turns, before one is chosen
 Triton compiles each config's kernels on first use, about a second each; worker processes
 (``--workers``) compile them first, so the timing process loads them from Triton's cache.
 
-    python benchmarks/tune_moe.py [--shape qwen3-moe] [--dtype bfloat16] [--tokens 1,2,...]
+    python -m benchmarks.tune_moe [--shape qwen3-moe] [--dtype bfloat16] [--tokens 1,2,...]
         [--workers N] [--write] [--json F]
-    python benchmarks/tune_moe.py --experts E --intermediate N --hidden K --top-k T [...]
+    python -m benchmarks.tune_moe --experts E --intermediate N --hidden K --top-k T [...]
 
-``--shape`` names a model of ``shapes.py`` with experts; a model not there is given by its
+``--shape`` names a model of ``vllm_fl.testing.models`` with experts; a model not there is given by its
 experts' sizes (all four: number of experts, their intermediate size, the hidden size, experts
 per token).
 
@@ -39,10 +39,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness import int_list, write_json  # noqa: E402
-from shapes import MODELS, ModelShape  # noqa: E402
+from benchmarks.cli import int_list, write_json
+from vllm_fl.testing.models import MODELS, ModelShape
 from vllm_fl.dispatch.backends.flaggems import tuned_configs  # noqa: E402
 
 TOKENS = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192"

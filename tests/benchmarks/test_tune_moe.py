@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-import tune_moe
+from benchmarks import tune_moe
 
 from vllm_fl.dispatch.backends.flaggems import tuned_configs
 

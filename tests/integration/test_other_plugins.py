@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import PLUGIN_NAME, PLUGIN_ON, vllm_available, write_dist_info
+from tests.support.plugin_env import write_dist_info
+from vllm_fl.testing.launch import PLUGIN_NAME, PLUGIN_ON, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

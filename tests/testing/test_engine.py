@@ -1,12 +1,12 @@
-"""The vLLM runner's workload: checked, carried to the subprocess intact, its prompts fixed."""
+"""The engine runner's workload: checked, carried to the subprocess intact, its prompts fixed."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-import vllm_runner
-from vllm_runner import Workload
+from vllm_fl.testing import engine as vllm_runner
+from vllm_fl.testing.engine import Workload
 
 
 def test_a_workload_survives_the_command_line():
