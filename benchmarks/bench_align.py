@@ -41,7 +41,12 @@ def measure(tokens_list: list[int]) -> list[dict]:
 
     def record(tokens: int, pairs: int, impl: str, call) -> None:
         rows.append(
-            {"tokens": tokens, "pairs": pairs, "impl": impl, "graph_us": round(gpu_us(call, graph=True), 2)}
+            {
+                "tokens": tokens,
+                "pairs": pairs,
+                "impl": impl,
+                "graph_us": round(gpu_us(call, graph=True), 2),
+            }
         )
         print(rows[-1], flush=True)
 

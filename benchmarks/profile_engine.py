@@ -142,7 +142,6 @@ def profile_task(llm, workload) -> dict:
     }
 
 
-
 def print_report(result: dict) -> None:
     if "error" in result:
         print(f"{result['config']}: error: {result['error']}")
@@ -160,8 +159,6 @@ def print_report(result: dict) -> None:
     for title, key in (("", "top_functions_ms_per_step"), ("ours ", "our_functions_ms_per_step")):
         for where, own, cumulative, calls in result[key]:
             print(f"    {title}host {own:8.3f} {cumulative:8.3f} {calls:7.1f}  {where}")
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,5 +28,3 @@ def test_markdown_table_right_aligns_numeric_columns():
 def test_a_row_of_the_wrong_width_is_refused():
     with pytest.raises(ValueError, match="a row has 1 cells for 2 columns"):
         text_table([Column("a"), Column("b")], [("x",)])
-
-

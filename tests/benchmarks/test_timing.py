@@ -21,7 +21,6 @@ def test_interleaved_medians_take_one_sample_of_each_per_round():
     assert calls == ["a", "b"] * 3
 
 
-
 def test_wall_us_is_the_median_sample_per_call_and_syncs_around_each(monkeypatch):
     samples = iter([3.0, 1.0, 2.0])  # seconds per sample of 1000 calls
     monkeypatch.setattr(timing.timeit.Timer, "timeit", lambda self, number: next(samples))

@@ -41,8 +41,9 @@ def test_a_one_shot_child_answers_in_its_file_not_on_stdout():
 
 
 def test_a_child_that_fails_has_no_answer_and_keeps_its_output():
-    done = run_child([sys.executable, "-c", "print('loading'); raise SystemExit('no GPU')"], {},
-                     timeout=60)
+    done = run_child(
+        [sys.executable, "-c", "print('loading'); raise SystemExit('no GPU')"], {}, timeout=60
+    )
     assert not done.ok and done.result is None and done.returncode == 1
     assert sorted(done.tail(2)) == ["loading", "no GPU"]
 

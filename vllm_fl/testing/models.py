@@ -335,8 +335,6 @@ def model_shape(name: str) -> ModelShape:
     return ModelShape.from_config(name, MODELS[name])
 
 
-
-
 def write_dummy_checkpoint(
     path: str | Path, name: str, layers: int | None = None, quant: str | None = None
 ) -> Path:
