@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.cli import write_json
+from benchmarks.cli import read_json, write_json
 from benchmarks.engines import IN_PROCESS, Model, config_env, log_path, run_engine, workload
 from benchmarks.tables import Column, text_table
 from benchmarks.timing import median
@@ -105,8 +105,6 @@ def run_design(model: Model, args) -> list[dict]:
 
 def summarize_files(paths: list[Path]) -> None:
     """Print the table of earlier runs (several files are merged)."""
-    from benchmarks.cli import read_json
-
     report([r for path in paths for r in read_json(path)])
 
 

@@ -93,3 +93,16 @@ def test_two_resident_engines_take_turns(tmp_path):
     plugin_log = Path(tmp_path / "plugin").read_text()
     assert impls_from_log(dispatch_lines(plugin_log), traced=False)
     assert not dispatch_lines(Path(tmp_path / "vanilla").read_text())
+
+
+def test_summarize_merges_the_pairs_of_earlier_runs(capsys):
+    from benchmarks import e2e
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    runs = sorted(results.glob("*e2e_paired*.json"))
+    if not runs:
+        pytest.skip("no paired result in benchmarks/results")
+    assert e2e.main(["--design", "paired", "--summarize", str(runs[0])]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:2] == ["config", "pairs"]
+    assert "greedy tokens of" in out
