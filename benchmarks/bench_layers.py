@@ -4,7 +4,7 @@ Both methods live on the same layer object (our generated class subclasses vLLM'
 process on one GPU compares them call for call: host time per call (calls queued back to back,
 `timing.wall_us`) and GPU time per call (`timing.gpu_us`). Every op of ops.yaml with a
 layer is measured, on the inputs of its benchmark cases (cases.py: its test cases at the model
-sizes of shapes.py). Run on a GPU with vLLM installed and the plugin's platform off:
+sizes of `benchmarks.shapes`). Run on a GPU with vLLM installed and the plugin's platform off:
 
     VLLM_PLUGINS=none python -m benchmarks.bench_layers [--tokens 1,256,8192] [--ops rms_norm]
 """

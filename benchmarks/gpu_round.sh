@@ -106,7 +106,7 @@ moe-compile)
 profile-e2e)
     "$py" -m benchmarks.profile_engine --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \
-        --input-len 16 --output-len 64         --json "$out/h100_profile_e2e_ab_steps.json"
+        --input-len 16 --output-len 64 --json "$out/h100_profile_e2e_ab_steps.json"
     ;;
 ab-steps)
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \

@@ -222,7 +222,7 @@ def policy_gap(report: Report, factor: str = "1.1") -> str:
     )
 
 
-# -- bench_e2e results ----------------------------------------------------------------------------
+# -- end-to-end results -------------------------------------------------------------------------
 
 
 def e2e_summary(runs: list[dict]) -> str:
@@ -262,7 +262,7 @@ def e2e_rounds(runs: list[dict]) -> str:
 
 
 def e2e_paired(result: dict, merged: str = "") -> str:
-    """bench_e2e_paired's table; ``merged``: more result files (comma-separated) whose pairs
+    """The paired design's table; ``merged``: more result files (comma-separated) whose pairs
     count with this one's."""
     more = [read_json(ROOT / path) for path in merged.split(",") if path]
     return "```\n" + paired_table(merge_pairs([result, *more])) + "\n```"
@@ -299,7 +299,7 @@ def _seconds(values: list[float]) -> str:
 
 
 def e2e_engine(runs: list[dict]) -> str:
-    """Per run with an engine report (``bench_e2e --watch-engine``): the timed batches'
+    """Per run with an engine report (``e2e --design rounds --watch-engine``): the timed batches'
     seconds, Triton's JIT misses in the engine process while they ran (count, total ms, by
     kernel), its longest garbage-collector pause and the caching allocator's retries."""
     columns = [
@@ -373,7 +373,7 @@ def dispatch(result: dict) -> str:
     return "\n".join(lines)
 
 
-# -- the README -----------------------------------------------------------------------------------
+# -- the docs -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

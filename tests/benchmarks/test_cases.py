@@ -1,4 +1,4 @@
-"""The benchmarks' inputs come from ops.yaml's test cases, scaled to shapes.py's model sizes."""
+"""The benchmarks' inputs come from ops.yaml's test cases, scaled to the model sizes of benchmarks.shapes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README renderer of profile_e2e results: engine steps per configuration, and the policies
+"""The renderer of profile_engine and policy-design results: engine steps per configuration, and the policies
 compared inside one engine."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from vllm_fl.testing import engine as vllm_runner
+from vllm_fl.testing import engine
 from vllm_fl.testing.engine import Workload
 
 
@@ -25,10 +25,10 @@ def test_bad_workloads_are_refused():
 
 
 def test_prompts_are_text_or_seeded_token_ids():
-    assert vllm_runner.prompts(Workload(num_prompts=5))[4] == vllm_runner.TEXT_PROMPTS[0]
-    batch = vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
-    assert batch == vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
-    low, high = vllm_runner.PROMPT_TOKEN_RANGE
+    assert engine.prompts(Workload(num_prompts=5))[4] == engine.TEXT_PROMPTS[0]
+    batch = engine.prompts(Workload(num_prompts=3, prompt_len=7))
+    assert batch == engine.prompts(Workload(num_prompts=3, prompt_len=7))
+    low, high = engine.PROMPT_TOKEN_RANGE
     assert [len(p["prompt_token_ids"]) for p in batch] == [7, 7, 7]
     assert all(low <= t < high for p in batch for t in p["prompt_token_ids"])
     assert batch[0] != batch[1]
@@ -36,14 +36,14 @@ def test_prompts_are_text_or_seeded_token_ids():
 
 def test_the_tests_small_model_settings_are_the_default():
     w = Workload()
-    assert w.llm_args == vllm_runner.SMALL_MODEL_ARGS and w.detokenize
+    assert w.llm_args == engine.SMALL_MODEL_ARGS and w.detokenize
     assert Workload(llm_args={"skip_tokenizer_init": True}).detokenize is False
 
 
 def test_each_timed_repeat_has_prompts_of_its_own():
     w = Workload(num_prompts=3, prompt_len=7, timed_repeats=2)
-    first, second = vllm_runner.prompts(w, 0), vllm_runner.prompts(w, 1)
-    assert first == vllm_runner.prompts(w) and not set(map(str, first)) & set(map(str, second))
+    first, second = engine.prompts(w, 0), engine.prompts(w, 1)
+    assert first == engine.prompts(w) and not set(map(str, first)) & set(map(str, second))
 
 
 class _ClockedLLM:
@@ -51,7 +51,7 @@ class _ClockedLLM:
 
     def __init__(self, seconds, monkeypatch):
         self.seconds, self.clock = iter(seconds), [0.0]
-        monkeypatch.setattr(vllm_runner.time, "perf_counter", lambda: self.clock[0])
+        monkeypatch.setattr(engine.time, "perf_counter", lambda: self.clock[0])
 
     def generate(self, batch, params, use_tqdm):
         self.clock[0] += next(self.seconds)
@@ -60,7 +60,7 @@ class _ClockedLLM:
 
 def test_the_first_batch_is_returned_and_every_batch_timed(monkeypatch):
     llm = _ClockedLLM([3.0, 1.0, 2.0], monkeypatch)
-    outputs, times = vllm_runner._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
+    outputs, times = engine._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
     assert outputs == ["a"] and times == [3.0, 1.0, 2.0]
 
 
@@ -71,13 +71,13 @@ def test_the_engine_watch_times_collections_from_the_watch_on():
     worker = types.SimpleNamespace()
     callbacks = len(gc.callbacks)
     try:
-        vllm_runner.watch_engine(worker)
-        vllm_runner.watch_engine(worker)  # a second watch replaces the first
+        engine.watch_engine(worker)
+        engine.watch_engine(worker)  # a second watch replaces the first
         assert len(gc.callbacks) == callbacks + 1
         gc.collect()  # a full collection
-        report = vllm_runner.engine_report(worker)
+        report = engine.engine_report(worker)
     finally:
-        vllm_runner.unwatch_engine(worker)
+        engine.unwatch_engine(worker)
     assert len(gc.callbacks) == callbacks and not hasattr(worker, "_vllm_fl_watch")
     assert report["pid"] == os.getpid()
     assert report["gc_collections"] >= report["gc_full_collections"] >= 1
@@ -97,15 +97,15 @@ def test_the_engine_watch_times_tritons_jit_misses_between_its_hooks():
     knobs.jit_post_compile_hook = original_post
     worker = types.SimpleNamespace()
     try:
-        vllm_runner.watch_engine(worker)
+        engine.watch_engine(worker)
         for name in ("rms_norm_kernel", "rotary_kernel", "rms_norm_kernel"):
             # as JITFunction._do_compile calls them around a compilation
             fn = types.SimpleNamespace(name=name)
             assert knobs.jit_cache_hook(key=name, fn=fn) is False
             knobs.jit_post_compile_hook(key=name, fn=fn)
-        report = vllm_runner.engine_report(worker)
+        report = engine.engine_report(worker)
     finally:
-        vllm_runner.unwatch_engine(worker)
+        engine.unwatch_engine(worker)
         restored = knobs.jit_cache_hook, knobs.jit_post_compile_hook
         knobs.jit_post_compile_hook = None
     assert report["jit_misses"] == 3
@@ -136,9 +136,9 @@ def test_threads_cpu_seconds_of_this_process_and_its_children(tmp_path):
     _fake_task(tmp_path, me, me, "python", (tick, tick), children=[child])
     _fake_task(tmp_path, me, me + 1, "ZMQbg/IO/0", (0, 0))
     _fake_task(tmp_path, child, child, "VLLM::EngineCor", (3 * tick, tick))
-    report = vllm_runner.threads_cpu_s(str(tmp_path))
+    report = engine.threads_cpu_s(str(tmp_path))
     assert report == {
         f"{me} python": [["python", 2.0], ["ZMQbg/IO/0", 0.0]],
         f"{child} VLLM::EngineCor": [["VLLM::EngineCor", 4.0]],
     }
-    assert vllm_runner.threads_cpu_s(str(tmp_path / "nowhere")) == {}
+    assert engine.threads_cpu_s(str(tmp_path / "nowhere")) == {}
