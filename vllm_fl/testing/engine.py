@@ -60,6 +60,9 @@ class Workload:
     #: returns is the run's result (with the platform and the dispatch's record)
     task: str | None = None
     task_options: dict = field(default_factory=dict)
+    #: a folder searched for modules after the installed distributions (PYTHONPATH puts one
+    #: before them): where a plugin should load after ours
+    append_path: str | None = None
 
     def __post_init__(self):
         if self.mode not in ("eager", "compile"):
@@ -124,9 +127,6 @@ def run(model: str | Path, workload: Workload) -> dict:
     import vllm  # noqa: F401  (timed apart from the engine's start-up)
 
     import_s = time.perf_counter() - started
-    if workload.watch_engine:
-        # vLLM sends a function to its engine process only with pickling allowed
-        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     start = time.perf_counter()
     llm = build_llm(model, workload.mode, workload.llm_args)
     init_s = time.perf_counter() - start
@@ -475,11 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    # Extra plugin distributions found after the installed ones (so their entry points load
-    # after ours); PYTHONPATH puts them before.
-    extra = os.environ.get("VLLM_FL_TEST_APPEND_PATH")
-    if extra:
-        sys.path.append(extra)
+    if args.workload.append_path:
+        sys.path.append(args.workload.append_path)
     if args.serve:
         serve(args.model, args.workload, sys.stdin, args.result)
     else:

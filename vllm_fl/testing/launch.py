@@ -61,6 +61,16 @@ def vllm_env(env: dict[str, str]) -> dict[str, str]:
     return full_env
 
 
+def _child_env(env: dict[str, str], workload: Workload) -> dict[str, str]:
+    """`env` with what the child needs besides: this checkout's vllm_fl findable, installed or
+    not (last on PYTHONPATH: what `env` puts there comes first), and, for a workload that
+    watches the engine, vLLM's permission to send a function to its engine process (pickled)."""
+    env = _with_package(env)
+    if workload.watch_engine:
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    return env
+
+
 def _with_package(env: dict[str, str]) -> dict[str, str]:
     """`env` with this checkout's vllm_fl findable by the child, installed or not (last on
     PYTHONPATH: what `env` puts there comes first)."""
@@ -83,9 +93,11 @@ def launch(
     timeout: float,
     cwd: str | Path | None = None,
 ) -> VllmRun:
-    """Run `workload` on `model` in a fresh interpreter with exactly the environment `env`.
-    Raises subprocess.TimeoutExpired when it outlives `timeout` seconds."""
-    done = run_child(engine_argv(model, workload), _with_package(env), timeout=timeout, cwd=cwd)
+    """Run `workload` on `model` in a fresh interpreter with the environment `env` (and what
+    `_child_env` adds). Raises subprocess.TimeoutExpired when it outlives `timeout` seconds."""
+    done = run_child(
+        engine_argv(model, workload), _child_env(env, workload), timeout=timeout, cwd=cwd
+    )
     return VllmRun(done.result, done.output, done.wall_s, done.returncode, env=env)
 
 
@@ -95,7 +107,7 @@ def start_resident(
     """An engine child that builds `workload`'s engine once, answers ``{"ready": ...}``, then a
     timed batch per ``batch SEED`` command (see `engine.serve`); its output goes to `log`."""
     argv = [*engine_argv(model, workload), "--serve"]
-    return ResidentChild(name, argv, _with_package(env), log)
+    return ResidentChild(name, argv, _child_env(env, workload), log)
 
 
 def run_vllm(
@@ -109,11 +121,13 @@ def run_vllm(
     timeout: float = 420,
     watch_engine: bool = False,
     task: str | None = None,
+    append_path: str | None = None,
 ) -> VllmRun:
     """Run the tiny model's text prompts in a fresh interpreter with `env` on top of a clean
     environment (no inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless
     `env` says). float32 suits the CPU; a GPU needs bfloat16 or float16 (vLLM's FlashAttention
-    refuses float32). `task` replaces the generation (see `Workload.task`). Raises
+    refuses float32). `task` replaces the generation (see `Workload.task`); `append_path` is
+    searched after the installed distributions (`Workload.append_path`). Raises
     AssertionError with the run's output when vLLM fails."""
     full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
     llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype}
@@ -124,6 +138,7 @@ def run_vllm(
         llm_args=llm_args,
         watch_engine=watch_engine,
         task=task,
+        append_path=append_path,
     )
     run = launch(model, workload, full_env, timeout=timeout, cwd=Path(model).parent)
     if not run.ok:
