@@ -7,6 +7,7 @@ import os
 import pytest
 from vllm_fl.testing import engine
 from vllm_fl.testing.engine import Workload
+from vllm_fl.testing.launch import vllm_available
 
 
 def test_a_workload_survives_the_command_line():
@@ -142,3 +143,23 @@ def test_threads_cpu_seconds_of_this_process_and_its_children(tmp_path):
         f"{child} VLLM::EngineCor": [["VLLM::EngineCor", 4.0]],
     }
     assert engine.threads_cpu_s(str(tmp_path / "nowhere")) == {}
+
+
+def recording_task(llm, workload):
+    """An engine task for the test below: what it was given, and a mode of its own."""
+    return {"llm": llm, "options": workload.task_options, "mode": "steps"}
+
+
+@pytest.mark.skipif(not vllm_available(), reason="needs vLLM")
+def test_a_task_takes_over_once_the_engine_is_built(monkeypatch):
+    monkeypatch.setattr(engine, "build_llm", lambda model, mode, llm_args: f"LLM of {model}")
+    workload = Workload(task=f"{__name__}:recording_task", task_options={"rounds": 2})
+    result = engine.run("model-dir", workload)
+    assert result["llm"] == "LLM of model-dir" and result["options"] == {"rounds": 2}
+    assert result["mode"] == "steps"  # the task's own, not the workload's
+    assert "platform" in result and "tokens" not in result
+
+
+def test_a_task_is_named_module_colon_function():
+    with pytest.raises(ValueError, match="expected module:function"):
+        Workload(task="benchmarks.census")

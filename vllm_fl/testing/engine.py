@@ -132,10 +132,9 @@ def run(model: str | Path, workload: Workload) -> dict:
     init_s = time.perf_counter() - start
     if workload.task is not None:
         module, _, function = workload.task.partition(":")
-        result = getattr(importlib.import_module(module), function)(llm, workload)
-        result.update(_platform_record(workload))
-        result.update(_dispatch_record(workload.mode))
-        return result
+        found = getattr(importlib.import_module(module), function)(llm, workload)
+        # what the task reports wins over the run's record (a task may name its own mode)
+        return {**_platform_record(workload), **found, **_dispatch_record(workload.mode)}
 
     # A repeat gets prompts of its own: the same prompts again would be served from vLLM's
     # prefix cache, without their prefill.
