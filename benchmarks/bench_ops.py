@@ -6,8 +6,8 @@ reference implementation, which is what vLLM runs when its custom ops are off. I
 bandwidth against the device's measured copy bandwidth, the backend the current policy selects,
 and proposes per-op `op_backends` orders for the decode and prefill regimes.
 
-The inputs come from ops.yaml: each op's test cases at model size (`benchmarks.cases`, `benchmarks.shapes`),
-so an op added to the manifest is benchmarked too.
+The inputs come from ops.yaml: each op's test cases at model size (`benchmarks.cases`,
+`benchmarks.shapes`), so an op added to the manifest is benchmarked too.
 
     python -m benchmarks.bench_ops                    # full sweep (needs a CUDA device)
     python -m benchmarks.bench_ops --ops rms_norm --tokens 1,32768 --dtypes bfloat16

@@ -29,7 +29,7 @@ ROUNDS_TASK = "benchmarks.e2e_policies:rounds_task"
 STEPS_TASK = "benchmarks.e2e_policies:steps_task"
 
 
-#: ``--ab``: policies compared inside one engine (the plugin's layers dispatch to each in turn)
+#: the policies an engine compares (the plugin's layers dispatch to each in turn)
 AB_POLICIES = {
     "prefer=vendor": {"prefer": "vendor"},
     "prefer=flagos": {"prefer": "flagos"},
@@ -40,19 +40,20 @@ AB_POLICIES = {
     # prefer=vendor under another name: an A/A comparison, which should read 1.000
     "prefer=vendor again": {"prefer": "vendor"},
 }
-#: the policies compared where ``--ab-policies`` names none
+#: the policies compared where ``--policies`` names none
 AB_DEFAULT = [name for name in AB_POLICIES if name != "prefer=vendor again"]
 
 
 def rounds_task(llm, workload) -> dict:
     """Engine task (in the engine's process, with the plugin loaded): ms per engine step under
-    each policy of AB_DEFAULT (or those the options' ``policies`` name), in interleaved rounds, so that every
-    policy sees the same host. The host's speed drifts within a run, so each policy is also compared with
-    prefer=vendor round by round (the order reversed every other round, so that a drift within
-    a round favours neither), and the median of those paired ratios is reported beside the
-    ratio of the medians. With the option ``checks``, one more batch per policy counts what would
-    make a launch cost more than its plan: calls that reached FlagGems' own entry points or
-    missed a launch plan, and CUDA synchronisations (``torch.cuda.set_sync_debug_mode``)."""
+    each policy of AB_DEFAULT (or those the options' ``policies`` name), in interleaved rounds
+    (the options' ``rounds``), so that every policy sees the same host. The host's speed drifts
+    within a run, so each policy is also compared with prefer=vendor round by round (the order
+    reversed every other round, so that a drift within a round favours neither), and the median
+    of those paired ratios is reported beside the ratio of the medians. With the option
+    ``checks``, one more batch per policy counts what would make a launch cost more than its
+    plan: calls that reached FlagGems' own entry points or missed a launch plan, and CUDA
+    synchronisations (``torch.cuda.set_sync_debug_mode``)."""
     from vllm_fl.dispatch.policy import policy_context
 
     options = workload.task_options
@@ -129,8 +130,8 @@ def batch_order(names: list[str], batch_no: int) -> list[str]:
 
 def steps_task(llm, workload) -> dict:
     """Engine task (in the engine's process, with the plugin loaded): the policies the options'
-    ``policies`` name (or all of AB_DEFAULT) take turns engine step by engine step, in the order :func:`batch_order` gives
-    each batch; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
+    ``policies`` name (or all of AB_DEFAULT) take turns engine step by engine step, in the
+    order :func:`batch_order` gives each of the options' ``batches``; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
     median with a bootstrap 95% interval, quartiles and the share of steps slower than their
     neighbours."""
     from vllm_fl.dispatch.policy import policy_context

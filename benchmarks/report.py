@@ -1,7 +1,8 @@
 """The docs' benchmark figures, rendered from the result files they describe.
 
 A generated region of README.md or docs/benchmarks.md starts with a marker naming a renderer, a
-result file (relative to the repository root) and the renderer's options, and ends with the END marker:
+result file (relative to the repository root) and the renderer's options, and ends with the END
+marker:
 
     <!-- BEGIN GENERATED: bench kernels benchmarks/results/h100_ops.json dtype=bfloat16 -->
     ...

@@ -1,7 +1,7 @@
 """Where an engine step's time goes with the engine core in a process of its own (vLLM's default).
 
-``benchmarks.profile_engine`` profiles with the engine in the runner's process; some costs show only in the
-default process layout, where the engine core runs apart with its own threads and schedules
+``benchmarks.profile_engine`` profiles with the engine in the runner's process; some costs show
+only in the default process layout, where the engine core runs apart with its own threads and schedules
 asynchronously (the host prepares the next step while the GPU runs this one). For each
 configuration this starts vLLM that way with vLLM's own torch profiler on in the engine core,
 generates warm-up batches, then profiles one decode-heavy batch, and reads the engine core's

@@ -1,4 +1,5 @@
-"""The benchmarks' inputs come from ops.yaml's test cases, scaled to the model sizes of benchmarks.shapes."""
+"""The benchmarks' inputs come from ops.yaml's test cases, scaled to model sizes
+(benchmarks.shapes)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The renderer of profile_engine and policy-design results: engine steps per configuration, and the policies
-compared inside one engine."""
+"""The renderer of profile_engine and policy-design results: engine steps per configuration,
+and the policies compared inside one engine."""
 
 from __future__ import annotations
 
