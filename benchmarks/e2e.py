@@ -31,17 +31,14 @@ import sys
 from pathlib import Path
 
 from benchmarks import e2e_paired, e2e_policies, e2e_rounds
-from benchmarks.cli import name_list, refuse_unknown, write_json
+from benchmarks.cli import name_list, refuse_unknown
 from benchmarks.engines import (
-    IN_PROCESS,
     MODES,
     add_engine_arguments,
     check_configs,
     check_engine_arguments,
-    config_env,
-    log_path,
     prepare_model,
-    run_engine,
+    run_configs,
     workload,
 )
 
@@ -150,14 +147,7 @@ def run_policies(model, args) -> list[dict]:
     options = {"policies": args.policies, "rounds": args.rounds, "checks": args.checks}
     options["batches"] = args.batches
     work = workload(model, args.mode, args, task=task, task_options=options)
-    results = []
-    for name in args.configs:
-        env = config_env(name, {**dict(args.env), **IN_PROCESS})
-        log = log_path(args.log_dir, args.design, name, args.mode)
-        results.append({"config": name, **run_engine(name, model, work, env, args.timeout, log)})
-        e2e_policies.print_report(results[-1])
-        write_json(args.json, results)
-    return results
+    return run_configs(args.design, model, work, args, e2e_policies.print_report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,10 +16,11 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.cli import refuse_unknown
+from benchmarks.cli import refuse_unknown, write_json
 from vllm_fl.testing.child import ResidentChild
 from vllm_fl.testing.engine import SMALL_MODEL_ARGS, Workload
 from vllm_fl.testing.launch import launch, start_resident, vllm_env
@@ -171,6 +172,30 @@ def run_engine(
     result["dispatch_log"] = lines
     result["spawn_forced"] = "must use the spawn" in run.output
     return result
+
+
+def run_configs(
+    kind: str,
+    model: Model,
+    work: Workload,
+    args: argparse.Namespace,
+    report: Callable[[dict], None],
+    in_process: bool = True,
+) -> list[dict]:
+    """`work` on `model` for each configuration of ``args.configs`` in turn (``args.env`` on
+    top; one process unless `in_process` is false, as a profiler needs), each result reported
+    as it comes and the results so far written to ``args.json`` where given (a sweep cut short
+    keeps them)."""
+    results = []
+    extra = {**dict(args.env), **(IN_PROCESS if in_process else {})}
+    for name in args.configs:
+        log = log_path(args.log_dir, kind, name, work.mode)
+        run = run_engine(name, model, work, config_env(name, extra), args.timeout, log)
+        results.append({"config": name, **run})
+        report(results[-1])
+        if args.json:
+            write_json(args.json, results)
+    return results
 
 
 def resident_engine(

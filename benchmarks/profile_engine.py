@@ -25,17 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.cli import name_list, write_json
+from benchmarks.cli import name_list
 from benchmarks.engines import (
-    IN_PROCESS,
     MODES,
     add_engine_arguments,
     check_configs,
     check_engine_arguments,
-    config_env,
-    log_path,
     prepare_model,
-    run_engine,
+    run_configs,
     workload,
 )
 from benchmarks.profile_flagos import origin as flagos_origin
@@ -172,15 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     check_configs(parser, args.configs)
     check_engine_arguments(parser, args)
     model = prepare_model(args.shape, args.layers, args.quant)
-    work = workload(model, args.mode, args, task=TASK)
-    results = []
-    for name in args.configs:
-        env = config_env(name, {**dict(args.env), **IN_PROCESS})
-        log = log_path(args.log_dir, "profile", name, args.mode)
-        results.append({"config": name, **run_engine(name, model, work, env, args.timeout, log)})
-        print_report(results[-1])
-        if args.json:
-            write_json(args.json, results)
+    run_configs("profile", model, workload(model, args.mode, args, task=TASK), args, print_report)
     return 0
 
 

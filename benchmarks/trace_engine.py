@@ -30,16 +30,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.cli import name_list, write_json
+from benchmarks.cli import name_list
 from benchmarks.engines import (
     MODES,
     add_engine_arguments,
     check_configs,
     check_engine_arguments,
-    config_env,
-    log_path,
     prepare_model,
-    run_engine,
+    run_configs,
     workload,
 )
 
@@ -133,10 +131,12 @@ def trace_task(llm, workload) -> dict:
     params = sampling_params(workload.max_tokens, workload.detokenize)
     for seed in range(2):  # warm-up: compiled shapes, launch plans, autotuning
         llm.generate(prompts(workload, seed), params, use_tqdm=False)
+    # the folder is shared by every configuration's engine: this one's trace is the new one
+    before = set(glob.glob(os.path.join(trace_dir, "*.json*")))
     llm.start_profile()
     llm.generate(prompts(workload, 2), params, use_tqdm=False)
     llm.stop_profile()
-    traces = sorted(glob.glob(os.path.join(trace_dir, "*.json*")))
+    traces = sorted(set(glob.glob(os.path.join(trace_dir, "*.json*"))) - before)
     if not traces:
         return {"error": f"no trace in {trace_dir}"}
     return {
@@ -185,19 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     check_configs(parser, args.configs)
     check_engine_arguments(parser, args)
     model = prepare_model(args.shape, args.layers, args.quant)
-    results = []
-    for name in args.configs:
-        llm_args = {
-            **model.llm_args(args.input_len, args.output_len),
-            "profiler_config": profiler_config(args.with_stack),
-        }
-        work = workload(model, args.mode, args, task=TASK, llm_args=llm_args)
-        log = log_path(args.log_dir, "trace", name, args.mode)
-        env = config_env(name, dict(args.env))
-        results.append({"config": name, **run_engine(name, model, work, env, args.timeout, log)})
-        print_report(results[-1])
-        if args.json:
-            write_json(args.json, results)
+    llm_args = {
+        **model.llm_args(args.input_len, args.output_len),
+        "profiler_config": profiler_config(args.with_stack),
+    }
+    work = workload(model, args.mode, args, task=TASK, llm_args=llm_args)
+    # the engine core in a process of its own, as vLLM starts it (what this traces)
+    run_configs("trace", model, work, args, print_report, in_process=False)
     return 0
 
 

@@ -78,3 +78,28 @@ def test_the_dispatch_log_says_which_impl_ran_traced_or_not():
     assert len(lines) == 3 and lines[0] == "Op 'rms_norm' using 'vendor.cuda'"
     assert engines.impls_from_log(lines, traced=False) == {"rms_norm": "default.flagos"}
     assert engines.impls_from_log(lines, traced=True) == {"rms_norm": "reference.torch"}
+
+
+def test_each_configuration_runs_in_turn_and_the_results_are_kept_as_they_come(
+    monkeypatch, tmp_path
+):
+    from benchmarks.cli import read_json
+    from vllm_fl.testing.launch import VllmRun
+
+    path, seen, reported = tmp_path / "out" / "r.json", [], []
+
+    def launch(model, work, env, timeout):
+        assert read_json(path) == reported if reported else not path.exists()
+        seen.append((env.get("VLLM_FL_PREFER"), env["VLLM_ENABLE_V1_MULTIPROCESSING"]))
+        return VllmRun(result={"ms": len(seen)}, output="log", wall_s=1.0)
+
+    monkeypatch.setattr(engines, "launch", launch)
+    args = argparse.Namespace(
+        configs=["vanilla", "prefer=flagos"], env=[], log_dir=tmp_path, timeout=9, json=path
+    )
+    work = engines.workload(Model(tmp_path, tiny=True), "eager", ARGS)
+    results = engines.run_configs("kind", Model(tmp_path, tiny=True), work, args, reported.append)
+    assert [(r["config"], r["ms"]) for r in results] == [("vanilla", 1), ("prefer=flagos", 2)]
+    assert results == reported == read_json(path)
+    assert seen[1] == ("flagos", "0")
+    assert (tmp_path / "kind_prefer_flagos_eager.log").read_text() == "log"
