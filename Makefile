@@ -50,8 +50,8 @@ test-gpu: $(if $(filter command line,$(origin PY)),,$(STAMP))
 	$(PY) -m pytest -m gpu $(GPU_TESTS) $(ARGS)
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_dispatch.py
-	$(PY) benchmarks/bench_ops.py
+	$(PY) -m benchmarks.bench_dispatch
+	$(PY) -m benchmarks.bench_ops
 
 # `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick.
 vendor: $(STAMP)

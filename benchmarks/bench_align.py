@@ -6,7 +6,7 @@ so its GPU time grows with the pairs. This times both inside CUDA graphs (GPU ti
 compiled, graph-captured engine pays) at Qwen3-MoE's routing (128 experts, top 8, block 16), the
 one-program kernel at several warp counts, to choose how many pairs it takes.
 
-    python benchmarks/bench_align.py [--tokens 1,8,...] [--json F]
+    python -m benchmarks.bench_align [--tokens 1,8,...] [--json F]
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from harness import int_list, write_json  # noqa: E402
-from vllm_fl.kernels import routing_kernels  # noqa: E402
+from benchmarks.cli import int_list, write_json
+from benchmarks.timing import gpu_us
+from vllm_fl.kernels import routing_kernels
 
 EXPERTS, TOP_K, BLOCK = 128, 8, 16
 WARPS = (4, 8, 16)
@@ -35,13 +34,6 @@ def _buffers(tokens: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return topk_ids, [torch.empty(n, dtype=torch.int32, device="cuda") for n in sizes]
 
 
-def graph_us(call) -> float:
-    """Median GPU µs per call of ``call`` replayed in CUDA graphs (do_bench_cudagraph)."""
-    import triton.testing
-
-    return triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median") * 1000.0
-
-
 def measure(tokens_list: list[int]) -> list[dict]:
     from flag_gems.fused import moe_align_block_size_triton
 
@@ -49,7 +41,12 @@ def measure(tokens_list: list[int]) -> list[dict]:
 
     def record(tokens: int, pairs: int, impl: str, call) -> None:
         rows.append(
-            {"tokens": tokens, "pairs": pairs, "impl": impl, "graph_us": round(graph_us(call), 2)}
+            {
+                "tokens": tokens,
+                "pairs": pairs,
+                "impl": impl,
+                "graph_us": round(gpu_us(call, graph=True), 2),
+            }
         )
         print(rows[-1], flush=True)
 

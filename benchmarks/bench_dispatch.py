@@ -15,8 +15,8 @@ dispatch overhead. Rows:
                              "fallback (reselect+raise)" forgets the failure before each call:
                              re-resolution + the raise + the fallback to the next impl.
 
-Run: python benchmarks/bench_dispatch.py [--repeat 15] [--number 200000] [--json FILE]
-(`python benchmarks/report.py` renders the README's table from such a file.)
+Run: python -m benchmarks.bench_dispatch [--repeat 15] [--number 200000] [--json FILE]
+(`python -m benchmarks.report` renders the docs' table from such a file.)
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ import os
 import platform
 import sys
 import time
-import timeit
 import types
 from pathlib import Path
 
 from types import MethodType
 
-from harness import Column, interleaved_medians, text_table, write_json
+from benchmarks.cli import write_json
+from benchmarks.tables import Column, text_table
+from benchmarks.timing import interleaved_medians, wall_us
 
 from vllm_fl.dispatch import (
     OpImpl,
@@ -68,8 +69,10 @@ class Layer:
 def measure(rows, number: int, repeat: int, glb) -> list[tuple[str, float]]:
     """Median ns/call per row (name, statement, calls per sample or 0 for `number`); the rows are
     timed round-robin, so load on the machine during the run affects every row alike."""
-    timers = [(timeit.Timer(stmt, globals=glb), n or number) for _, stmt, n in rows]
-    samplers = [lambda t=t, n=n: t.timeit(number=n) / n * 1e9 for t, n in timers]
+    samplers = [
+        lambda stmt=stmt, n=n: wall_us(stmt, n or number, repeat=1, namespace=glb) * 1e3
+        for _, stmt, n in rows
+    ]
     return list(zip([name for name, _, _ in rows], interleaved_medians(samplers, repeat)))
 
 

@@ -8,7 +8,7 @@ launches nothing, so what is timed is the Python and torch work our code does pe
 ``cdiv``/``next_power_of_2``, which cost microseconds when called from the host, once did) shows
 here before anyone has a GPU to see it.
 
-    python benchmarks/bench_host_launch.py [--json F] [--repeat 5] [--number 20000]
+    python -m benchmarks.bench_host_launch [--json F] [--repeat 5] [--number 20000]
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import argparse
 import contextlib
 import json
 import platform
-import sys
-import timeit
 import types
 from collections.abc import Callable
 from datetime import date
@@ -26,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.timing import wall_us
 from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
     activation,
     moe,
@@ -143,8 +140,7 @@ def measure(repeat: int, number: int) -> list[dict]:
     with stubbed_launches():
         for name, call in cases().items():
             call()
-            samples = timeit.repeat(call, repeat=repeat, number=number)
-            rows.append({"op": name, "us": round(sorted(samples)[repeat // 2] / number * 1e6, 2)})
+            rows.append({"op": name, "us": round(wall_us(call, number, repeat), 2)})
     return rows
 
 

@@ -1,12 +1,12 @@
 """Eager cost of a replaced vLLM layer: vLLM's own `forward_cuda` against our `forward_oot`.
 
 Both methods live on the same layer object (our generated class subclasses vLLM's), so one
-process on one GPU compares them call for call: wall time per call with the GPU kept busy
-(launch-bound at small token counts) and CUDA-event time per call. Every op of ops.yaml with a
+process on one GPU compares them call for call: host time per call (calls queued back to back,
+`timing.wall_us`) and GPU time per call (`timing.gpu_us`). Every op of ops.yaml with a
 layer is measured, on the inputs of its benchmark cases (cases.py: its test cases at the model
-sizes of shapes.py). Run on a GPU with vLLM installed and the plugin's platform off:
+sizes of `benchmarks.shapes`). Run on a GPU with vLLM installed and the plugin's platform off:
 
-    VLLM_PLUGINS=none python benchmarks/bench_layers.py [--tokens 1,256,8192] [--ops rms_norm]
+    VLLM_PLUGINS=none python -m benchmarks.bench_layers [--tokens 1,256,8192] [--ops rms_norm]
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ import sys
 from pathlib import Path
 
 import torch
-from cases import BenchCase, Call, bench_cases, make_layer, manifest
-from harness import Column, int_list, name_list, per_call_us, text_table, write_json
+
+from benchmarks.cases import BenchCase, Call, bench_cases, make_layer, manifest
+from benchmarks.cli import int_list, name_list, write_json
+from benchmarks.tables import Column, text_table
+from benchmarks.timing import gpu_us, wall_us
 
 
 def layer_cases(ops: list[str] | None = None) -> list[tuple[BenchCase, str]]:
@@ -69,23 +72,29 @@ def main(argv: list[str] | None = None) -> int:
         for case, layer in cases:
             call = case.arguments(t, dtype, "cuda")
             # Fresh clones per method: both may write into their inputs, as vLLM's kernels do.
-            cuda = per_call_us(_clones(call).bind(layer.forward_cuda), (), args.iters)
-            oot = per_call_us(_clones(call).bind(layer.forward_oot), (), args.iters)
-            rows.append((label(case), t, *cuda, *oot))
+            cuda = _clones(call).bind(layer.forward_cuda)
+            oot = _clones(call).bind(layer.forward_oot)
+            rows.append((label(case), t, *_times(cuda, args.iters), *_times(oot, args.iters)))
     columns = [
         Column("layer", align="<"),
         Column("tokens"),
-        Column("forward_cuda wall us", ".1f"),
+        Column("forward_cuda host us", ".1f"),
         Column("gpu us", ".1f"),
-        Column("forward_oot wall us", ".1f"),
+        Column("forward_oot host us", ".1f"),
         Column("gpu us", ".1f"),
     ]
     print(text_table(columns, rows))
     print("impls used by forward_oot:", get_default_manager().used_impls())
     if args.json:
-        keys = ("layer", "tokens", "cuda_wall_us", "cuda_gpu_us", "oot_wall_us", "oot_gpu_us")
+        keys = ("layer", "tokens", "cuda_host_us", "cuda_gpu_us", "oot_host_us", "oot_gpu_us")
         write_json(args.json, [dict(zip(keys, row)) for row in rows])
     return 0
+
+
+def _times(fn, iters: int) -> tuple[float, float]:
+    """(host µs per call, calls queued back to back; GPU µs per call)."""
+    fn()
+    return wall_us(fn, iters, sync=torch.cuda.synchronize), gpu_us(fn)
 
 
 def _clones(call: Call) -> Call:

@@ -6,15 +6,15 @@ reference implementation, which is what vLLM runs when its custom ops are off. I
 bandwidth against the device's measured copy bandwidth, the backend the current policy selects,
 and proposes per-op `op_backends` orders for the decode and prefill regimes.
 
-The inputs come from ops.yaml: each op's test cases at the model sizes of shapes.py (cases.py),
-so an op added to the manifest is benchmarked too.
+The inputs come from ops.yaml: each op's test cases at model size (`benchmarks.cases`,
+`benchmarks.shapes`), so an op added to the manifest is benchmarked too.
 
-    python benchmarks/bench_ops.py                    # full sweep (needs a CUDA device)
-    python benchmarks/bench_ops.py --ops rms_norm --tokens 1,32768 --dtypes bfloat16
+    python -m benchmarks.bench_ops                    # full sweep (needs a CUDA device)
+    python -m benchmarks.bench_ops --ops rms_norm --tokens 1,32768 --dtypes bfloat16
 
 Writes JSON (--json, or --out) and, when matplotlib is installed (`pip install .[bench]`), a PNG
 plot (--plot); a JSON file from an earlier run can be plotted again with --plot-only.
-`python benchmarks/report.py` renders the README's tables from the JSON files in
+`python -m benchmarks.report` renders the docs' tables from the JSON files in
 benchmarks/results.
 """
 
@@ -29,9 +29,12 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from cases import BenchCase, Call, bench_cases
-from harness import DECODE_MAX_TOKENS, DTYPES, TOKENS, Column, gpu_us, int_list, name_list
-from harness import read_json, text_table, write_json
+
+from benchmarks.cases import BenchCase, Call, bench_cases
+from benchmarks.cli import DECODE_MAX_TOKENS, DTYPES, TOKENS, int_list, name_list, read_json
+from benchmarks.cli import write_json
+from benchmarks.tables import Column, text_table
+from benchmarks.timing import gpu_us
 
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 

@@ -7,7 +7,7 @@ itself, so Inductor schedules the user kernel among its own (it still does not f
 This measures a decoder block's elementwise part (residual add, RMSNorm, the MLP's SiLU-and-mul
 around its two matmuls) compiled three ways, timed as CUDA-graph replays as vLLM runs it:
 
-    python benchmarks/bench_triton_op.py --tokens 1,16,64,256
+    python -m benchmarks.bench_triton_op --tokens 1,16,64,256
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.timing import gpu_us
 from vllm_fl.kernels import launch
 
 HIDDEN, INTERMEDIATE = 4096, 14336
@@ -112,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_triton_op: no CUDA device", file=sys.stderr)
         return 0
-    import triton.testing
-
     torch.manual_seed(0)
     dtype, dev = torch.bfloat16, "cuda"
     w_norm = torch.randn(HIDDEN, dtype=dtype, device=dev)
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             r = torch.randn(t, HIDDEN, dtype=dtype, device=dev)
             call = lambda: compiled(x, r, w_norm, w_up, w_down)  # noqa: E731
             call()
-            us = triton.testing.do_bench_cudagraph(call, rep=50) * 1000.0
+            us = gpu_us(call, graph=True)
             rows.append({"variant": name, "tokens": t, "graph_us": round(us, 2)})
             print(f"{name:<22}{t:>6}{us:>10.2f} us", flush=True)
     if args.json:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 import math
-import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from shapes import OP_SIZES, ModelShape, OpSizes
+from benchmarks.shapes import OP_SIZES, OpSizes
+from vllm_fl.testing.models import ModelShape
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "ops.yaml"
@@ -201,12 +201,8 @@ def make_layer(path: str, init: dict, dtype, device: str, gen=None):
 
 
 def _codegen_model():
-    """The generator's model module (codegen.model)."""
-    # The manifest and its loader are files of the checkout, not of the installed package; the
-    # benchmarks run from the checkout (`python3 benchmarks/bench_ops.py`, which puts only
-    # benchmarks/ on sys.path), so its root is where the loader comes from.
-    if str(ROOT) not in sys.path:
-        sys.path.append(str(ROOT))
+    """The generator's model module (codegen.model): a module of the checkout, as the manifest
+    is, imported where first needed."""
     from codegen import model
 
     return model
@@ -215,7 +211,6 @@ def _codegen_model():
 @cache
 def manifest():
     """ops.yaml, loaded and checked by the generator's loader."""
-    _codegen_model()
     from codegen.manifest import load_manifest
 
     return load_manifest(MANIFEST.read_text(), MANIFEST.name)

@@ -6,18 +6,18 @@
 #   tests        gpu-marked tests of the flagos impls, the generated parity tests, and the tests
 #                of the backend's own kernels
 #   vllm         real vLLM with and without the plugin (tiny Llama): the engine tests, eager and
-#                compiled (about 250 s on an H100)
+#                compiled
 #   vllm-user    a user's script without a main guard, eager and compiled, TP 2 where two GPUs
-#                are present (about 220 s on one H100)
+#                are present
 #   ops          profile_flagos (host µs per call, split by origin; the top functions of two
 #                ops), launching through Triton's runner and then its C launcher, and bench_ops,
 #                1 token, bf16
 #   e2e-eager    Llama-3-8B shape, eager: vanilla, prefer=flagos, flagos-deny-cuda, 2 rounds of
 #                2 timed batches per engine
 #   e2e-eager-rounds  vanilla and prefer=flagos only, eager, 3 interleaved rounds of 2 timed
-#                batches (about 500 s on an H100)
+#                batches
 #   e2e-paired   vanilla and prefer=flagos engines resident at once on the GPU, Llama-3-8B shape,
-#                eager, taking turns batch by batch (bench_e2e_paired.py, 10 pairs)
+#                eager, taking turns batch by batch (e2e --design paired, 10 pairs)
 #   e2e-compile  the same configs but the last under torch.compile, 128 prompts, 2 rounds of 3
 #   moe-eager    Qwen3-MoE shape (16 layers), eager, 1 round
 #   moe-eager-rounds  Qwen3-MoE shape (16 layers), vanilla and prefer=flagos, eager, 3 interleaved
@@ -25,23 +25,23 @@
 #   moe-compile  Qwen3-MoE shape (16 layers), vanilla and prefer=flagos under torch.compile,
 #                2 interleaved rounds
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
-#                compared inside one engine, taking turns step by step (profile_e2e.py --ab-steps)
+#                compared inside one engine, taking turns step by step (e2e --design policy-steps)
 #   ab-steps     prefer=vendor, prefer=flagos and prefer=vendor again (an A/A check) taking turns
-#                step by step (about 150 s on an H100)
+#                step by step
 #   moe-ab-steps the same three policies taking turns step by step in a Qwen3-MoE-shape engine
 #                (16 layers)
-#   moe-tune     tune_moe.py: the flagos fused experts' configs for the Qwen3-MoE shape on this GPU,
-#                written into the backend's tuned table (about 130 s on an H100)
+#   moe-tune     benchmarks.tune_moe: the flagos fused experts' configs for the Qwen3-MoE shape on this GPU,
+#                written into the backend's tuned table
 #   quant        quantized checkpoints (QUANTS, default fp8-block fp8-tensor int8-w8a8 w4a16-gptq)
 #                of SHAPE (default llama3-8b, LAYERS 4): vanilla, the shipped policy and
 #                flagos-deny-cuda, eager, one round each: greedy tokens against vanilla's
-#   quant-census the operator census of vLLM's compiled ops (moe_kernel_census.py) for each of
+#   quant-census the operator census of vLLM's compiled ops (benchmarks.census) for each of
 #                QUANTS under flagos-deny-cuda, in one process
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
-#                compiled, vanilla and prefer=flagos (trace_engine.py)
+#                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
-# `python benchmarks/report.py` to render the README's tables). PY (default python3) is a Python
+# `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
 stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census OUT_DIR}
@@ -50,7 +50,7 @@ py=${PY:-python3}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
-e2e=(benchmarks/bench_e2e.py --configs vanilla,prefer=flagos,flagos-deny-cuda)
+e2e=(-m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos,flagos-deny-cuda)
 aa="prefer=vendor,prefer=flagos,prefer=vendor again"
 case $stage in
 tests)
@@ -67,26 +67,26 @@ vllm-user)
     "$py" -m pytest -q -m gpu tests/integration/test_vllm_gpu_user_script.py
     ;;
 ops)
-    "$py" benchmarks/profile_flagos.py --tokens 1 --triton-runner \
+    "$py" -m benchmarks.profile_flagos --tokens 1 --triton-runner \
         --json "$out/h100_flagos_profile_runner.json"
-    "$py" benchmarks/profile_flagos.py --tokens 1 --json "$out/h100_flagos_profile.json"
-    "$py" benchmarks/profile_flagos.py --tokens 1 --detail --ops rotary_embedding,grouped_topk
-    "$py" benchmarks/bench_ops.py --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"
+    "$py" -m benchmarks.profile_flagos --tokens 1 --json "$out/h100_flagos_profile.json"
+    "$py" -m benchmarks.profile_flagos --tokens 1 --detail --ops rotary_embedding,grouped_topk
+    "$py" -m benchmarks.bench_ops --tokens 1 --dtypes bfloat16 --json "$out/h100_ops_1tok.json"
     ;;
 e2e-eager)
     "$py" "${e2e[@]}" --modes eager --repeat 2 --timed-repeats 2 \
         --json "$out/h100_e2e_flagos_eager.json"
     ;;
 e2e-eager-rounds)
-    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes eager --repeat 3 \
+    "$py" -m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos --modes eager --repeat 3 \
         --timed-repeats 2 --json "$out/h100_e2e_flagos_eager_rounds.json"
     ;;
 e2e-paired)
-    "$py" benchmarks/bench_e2e_paired.py --configs vanilla,prefer=flagos --pairs 10 \
+    "$py" -m benchmarks.e2e --design paired --configs vanilla,prefer=flagos --pairs 10 --input-len 384 \
         --json "$out/h100_e2e_paired_eager.json"
     ;;
 e2e-compile)
-    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --modes compile --repeat 2 \
+    "$py" -m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos --modes compile --repeat 2 \
         --timed-repeats 3 --prompts 128 --json "$out/h100_e2e_flagos_compile.json"
     ;;
 moe-eager)
@@ -94,34 +94,34 @@ moe-eager)
         --output-len 64 --modes eager --repeat 1 --json "$out/h100_moe_e2e_flagos_eager.json"
     ;;
 moe-eager-rounds)
-    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
+    "$py" -m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
         --prompts 128 --input-len 256 --output-len 64 --modes eager --repeat 3 --timed-repeats 3 \
         --json "$out/h100_moe_e2e_flagos_eager_rounds.json"
     ;;
 moe-compile)
-    "$py" benchmarks/bench_e2e.py --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
+    "$py" -m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos --shape qwen3-moe --layers 16 \
         --prompts 128 --input-len 256 --output-len 64 --modes compile --repeat 2 --timed-repeats 3 \
         --watch-engine --json "$out/h100_moe_e2e_flagos_compile.json"
     ;;
 profile-e2e)
-    "$py" benchmarks/profile_e2e.py --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
-    "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
-        --json "$out/h100_profile_e2e_ab_steps.json"
+    "$py" -m benchmarks.profile_engine --configs vanilla,prefer=flagos --json "$out/h100_profile_e2e.json"
+    "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \
+        --input-len 16 --output-len 64 --json "$out/h100_profile_e2e_ab_steps.json"
     ;;
 ab-steps)
-    "$py" benchmarks/profile_e2e.py --configs plugin --ab-steps --ab-batches 16 --output-len 64 \
-        --ab-policies "$aa" --json "$out/h100_profile_e2e_ab_steps_aa.json"
+    "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \
+        --input-len 16 --output-len 64 --policies "$aa" --json "$out/h100_profile_e2e_ab_steps_aa.json"
     ;;
 moe-tune)
-    "$py" benchmarks/tune_moe.py --write --json "$out/h100_moe_tune.json"
+    "$py" -m benchmarks.tune_moe --write --json "$out/h100_moe_tune.json"
     ;;
 moe-trace)
-    "$py" benchmarks/trace_engine.py --configs vanilla,prefer=flagos --shape qwen3-moe \
+    "$py" -m benchmarks.trace_engine --configs vanilla,prefer=flagos --shape qwen3-moe \
         --layers 16 --mode compile --json "$out/h100_moe_trace_compile.json"
     ;;
 quant)
     for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
-        "$py" benchmarks/bench_e2e.py --configs vanilla,plugin,flagos-deny-cuda \
+        "$py" -m benchmarks.e2e --design rounds --configs vanilla,plugin,flagos-deny-cuda \
             --shape "${SHAPE:-llama3-8b}" --layers "${LAYERS:-4}" --quant "$q" --modes eager \
             --repeat 1 --prompts 32 --input-len 128 --output-len 32 \
             --json "$out/h100_quant_${SHAPE:-llama3-8b}_$q.json"
@@ -129,13 +129,13 @@ quant)
     ;;
 quant-census)
     for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
-        VLLM_FL_PREFER=flagos VLLM_FL_DENY_VENDORS=cuda "$py" benchmarks/moe_kernel_census.py \
-            --shape "${SHAPE:-llama3-8b}" --layers "${LAYERS:-4}" --quant "$q"
+        "$py" -m benchmarks.census --configs flagos-deny-cuda --shape "${SHAPE:-llama3-8b}" \
+            --layers "${LAYERS:-4}" --quant "$q" --json "$out/h100_census_${SHAPE:-llama3-8b}_$q.json"
     done
     ;;
 moe-ab-steps)
-    "$py" benchmarks/profile_e2e.py --configs plugin --shape qwen3-moe --layers 16 --ab-steps \
-        --ab-batches 16 --output-len 64 --ab-policies "$aa" \
+    "$py" -m benchmarks.e2e --design policy-steps --configs plugin --shape qwen3-moe --layers 16 \
+        --batches 16 --input-len 16 --output-len 64 --policies "$aa" \
         --json "$out/h100_moe_profile_e2e_ab_steps_aa.json"
     ;;
 *)

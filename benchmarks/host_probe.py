@@ -7,37 +7,39 @@ calls, what an eager step consists of) and a pure-Python loop, first unpinned an
 each CPU set given with ``--pin`` (``os.sched_setaffinity``, which the processes a benchmark
 starts inherit)::
 
-    python benchmarks/host_probe.py --processes 8 --pin 0-7 --json out.json
+    python -m benchmarks.host_probe --processes 8 --pin 0-7 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import median, write_json  # noqa: E402
+from benchmarks.cli import write_json
+from benchmarks.timing import median
+from vllm_fl.testing.child import run_child
 
+#: the probe, run as ``python -c _PROBE CPUS --result FILE`` (CPUS "" for unpinned)
 _PROBE = """
-import json, os, sys, time
-sys.path.insert(0, {benchmarks!r})
-from vllm_runner import host_probe_us
+import os, sys, time
+from vllm_fl.testing.child import write_result
+from vllm_fl.testing.engine import host_probe_us
+if sys.argv[1]:
+    os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[1].split(",")})
 empty_us = host_probe_us()
 t0 = time.perf_counter()
 total = 0
 for i in range(1_000_000):
     total += i
 loop_ns = (time.perf_counter() - t0) / 1_000_000 * 1e9
-print(json.dumps({{"empty_us": round(empty_us, 3), "python_loop_ns": round(loop_ns, 2),
-                  "cpu": os.sched_getcpu() if hasattr(os, "sched_getcpu") else None}}))
-""".format(
-    benchmarks=str(Path(__file__).resolve().parent)
-)
+cpu = os.sched_getcpu() if hasattr(os, "sched_getcpu") else None
+write_result(sys.argv[3], {"empty_us": round(empty_us, 3), "python_loop_ns": round(loop_ns, 2),
+                           "cpu": cpu})
+"""
+#: seconds a probe may take
+TIMEOUT_S = 300
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -51,15 +53,11 @@ def parse_cpus(text: str) -> set[int]:
 
 def probe(cpus: set[int] | None) -> dict:
     """One fresh process's figures, pinned to ``cpus`` where given."""
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    output = subprocess.run(
-        [sys.executable, "-c", _PROBE],
-        capture_output=True,
-        text=True,
-        check=True,
-        preexec_fn=pin,
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    pinned = ",".join(map(str, sorted(cpus or ())))
+    run = run_child([sys.executable, "-c", _PROBE, pinned], dict(os.environ), timeout=TIMEOUT_S)
+    if not run.ok:
+        raise RuntimeError("host probe failed:\n" + "\n".join(run.tail(10)))
+    return run.result
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ synchronisation between them), and splits the flagos time with cProfile by where
 our impl code (``vllm_fl``), FlagGems' Python wrappers, Triton's Python launcher, torch's
 Python, and C calls (torch ops, Triton's C launcher).
 
-    python benchmarks/profile_flagos.py                        # every op, 1 token, bfloat16
-    python benchmarks/profile_flagos.py --ops rotary_embedding --tokens 1,64 --json out.json
+    python -m benchmarks.profile_flagos                        # every op, 1 token, bfloat16
+    python -m benchmarks.profile_flagos --ops rotary_embedding --tokens 1,64 --json out.json
 """
 
 from __future__ import annotations
@@ -19,18 +19,17 @@ import cProfile
 import json
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import bench_cases  # noqa: E402
+from benchmarks.cases import bench_cases
+from benchmarks.timing import wall_us
 
 ORIGINS = ("vllm_fl", "flag_gems", "triton", "torch", "C: torch ops", "C: other")
 
 
-def _origin(filename: str, name: str) -> str:
+def origin(filename: str, name: str) -> str:
     """The origin bucket of one cProfile entry (file, function name)."""
     if filename == "~":  # a C function: its name says whose
         return "C: torch ops" if "torch" in name or "Tensor" in name else "C: other"
@@ -43,16 +42,8 @@ def _origin(filename: str, name: str) -> str:
 
 
 def host_us(call, calls: int = 300) -> float:
-    """Median over 5 runs of the host time per call, calls queued back to back."""
-    samples = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return sorted(samples)[2]
+    """Host µs per call, calls queued back to back (median of 5 samples)."""
+    return wall_us(call, calls, sync=torch.cuda.synchronize)
 
 
 PROFILED_CALLS = 200
@@ -73,7 +64,7 @@ def split_by_origin(stats: dict) -> dict[str, float]:
     """Share (percent) of the profiled host time per origin."""
     totals = dict.fromkeys(ORIGINS, 0.0)
     for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
-        totals[_origin(filename, name)] += tottime
+        totals[origin(filename, name)] += tottime
     whole = sum(totals.values()) or 1.0
     return {k: round(100.0 * v / whole, 1) for k, v in totals.items()}
 

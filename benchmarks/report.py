@@ -1,27 +1,31 @@
-"""The README's benchmark figures, rendered from the result files they describe.
+"""The docs' benchmark figures, rendered from the result files they describe.
 
-A generated region of README.md starts with a marker naming a renderer, a result file (relative
-to the repository root) and the renderer's options, and ends with the END marker:
+A generated region of README.md or docs/benchmarks.md starts with a marker naming a renderer, a
+result file (relative to the repository root) and the renderer's options, and ends with the END
+marker:
 
     <!-- BEGIN GENERATED: bench kernels benchmarks/results/h100_ops.json dtype=bfloat16 -->
     ...
     <!-- END GENERATED: bench -->
 
-    python benchmarks/report.py            # rewrite every region from its file
-    python benchmarks/report.py --check    # exit 1 with a diff where README.md differs
+    python -m benchmarks.report            # rewrite every region of both files
+    python -m benchmarks.report --check    # exit 1 with a diff where a file differs
+    python -m benchmarks.report --doc docs/benchmarks.md   # that file only
 
 Renderers (options in brackets):
   kernels       bench_ops results as a table [dtype, tokens, ops, bandwidth]
   eager-launch  a bullet on eager call times of flagos against the vendor [max_tokens, example]
   policy-gap    a bullet counting where the selected backend is slower than the fastest [factor]
-  e2e-summary   bench_e2e --summarize's table
-  e2e-rounds    bench_e2e results round by round, with the greedy tokens compared to vanilla's
-  e2e-paired    bench_e2e_paired's table: medians and paired ratios of two resident engines
+  e2e-summary   e2e --design rounds: the --summarize table
+  e2e-rounds    e2e --design rounds results round by round, greedy tokens compared to vanilla's
+  e2e-engine    e2e --design rounds --watch-engine: the engine process's JIT misses and pauses
+  e2e-paired    e2e --design paired: medians and paired ratios of two resident engines
                 [merged: more result files whose pairs count too]
-  e2e-pairs     bench_e2e_paired results pair by pair
+  e2e-pairs     e2e --design paired results pair by pair
   dispatch      bench_dispatch results and what the dispatch adds to a call
+  host-cpu      bench_host_launch results: the launch code's host time per call on the CPU
   host-launch   profile_flagos results: flagos host time per call before/after [before, tokens]
-  profile-e2e   profile_e2e results: an engine step's time, GPU and host, per config or policy
+  profile-e2e   profile_engine and e2e --design policy-* results: an engine step's time
   align-graph   bench_align results: GPU µs of each alignment implementation by pair count
   moe-tune      tune_moe results: FlagGems' and the tuned fused-MoE config per token count
 """
@@ -37,23 +41,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_e2e import format_table as e2e_table
-from bench_e2e import summarize
-from bench_e2e_paired import format_table as paired_table
-from bench_e2e_paired import merge as merge_pairs
-from bench_ops import Report, Row, load_report, policy_token
-from report_flagos import align_graph, host_launch, moe_tune, profile_e2e
-from harness import DECODE_MAX_TOKENS, Column, int_list, markdown_table, median, read_json
+from benchmarks.bench_ops import Report, Row, load_report, policy_token
+from benchmarks.cli import DECODE_MAX_TOKENS, int_list, read_json
+from benchmarks.e2e_paired import format_table as paired_table
+from benchmarks.e2e_paired import merge as merge_pairs
+from benchmarks.e2e_rounds import format_table as e2e_table
+from benchmarks.e2e_rounds import summarize
+from benchmarks.report_flagos import align_graph, host_launch, moe_tune, profile_e2e
+from benchmarks.tables import Column, markdown_table
+from benchmarks.timing import median
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+#: the files whose generated regions `main` renders, relative to the repository root
+DOCS = ("README.md", "docs/benchmarks.md")
 BEGIN = re.compile(r"<!-- BEGIN GENERATED: bench (?P<spec>.*?) -->")
 END = "<!-- END GENERATED: bench -->"
 DASH = "–"
 
 
 class ReportError(ValueError):
-    """A marker of the README that cannot be rendered (the message names the line)."""
+    """A marker of a doc that cannot be rendered (the message names the file and line)."""
 
 
 # -- bench_ops results ----------------------------------------------------------------------------
@@ -215,7 +223,7 @@ def policy_gap(report: Report, factor: str = "1.1") -> str:
     )
 
 
-# -- bench_e2e results ----------------------------------------------------------------------------
+# -- end-to-end results -------------------------------------------------------------------------
 
 
 def e2e_summary(runs: list[dict]) -> str:
@@ -255,7 +263,7 @@ def e2e_rounds(runs: list[dict]) -> str:
 
 
 def e2e_paired(result: dict, merged: str = "") -> str:
-    """bench_e2e_paired's table; ``merged``: more result files (comma-separated) whose pairs
+    """The paired design's table; ``merged``: more result files (comma-separated) whose pairs
     count with this one's."""
     more = [read_json(ROOT / path) for path in merged.split(",") if path]
     return "```\n" + paired_table(merge_pairs([result, *more])) + "\n```"
@@ -292,7 +300,7 @@ def _seconds(values: list[float]) -> str:
 
 
 def e2e_engine(runs: list[dict]) -> str:
-    """Per run with an engine report (``bench_e2e --watch-engine``): the timed batches'
+    """Per run with an engine report (``e2e --design rounds --watch-engine``): the timed batches'
     seconds, Triton's JIT misses in the engine process while they ran (count, total ms, by
     kernel), its longest garbage-collector pause and the caching allocator's retries."""
     columns = [
@@ -335,7 +343,7 @@ def e2e_engine(runs: list[dict]) -> str:
 
 
 def dispatch(result: dict) -> str:
-    from bench_dispatch import format_table
+    from benchmarks.bench_dispatch import format_table
 
     ns = {row["path"]: row["ns"] for row in result["rows"]}
     lines = [
@@ -366,7 +374,7 @@ def dispatch(result: dict) -> str:
     return "\n".join(lines)
 
 
-# -- the README -----------------------------------------------------------------------------------
+# -- the docs -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -377,7 +385,7 @@ class Renderer:
 
 
 def host_cpu(result: dict) -> str:
-    from bench_host_launch import format_table
+    from benchmarks.bench_host_launch import format_table
 
     return "\n".join(
         [
@@ -432,7 +440,7 @@ def render_region(spec: str, root: Path = ROOT, where: str = "README.md") -> str
         body = renderer.render(renderer.load(path), **options)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportError(f"{where}: {name} of {file}: {type(exc).__name__}: {exc}") from exc
-    note = f"<!-- generated from {file} by `python benchmarks/report.py`; do not edit -->"
+    note = f"<!-- generated from {file} by `python -m benchmarks.report`; do not edit -->"
     return f"{note}\n{body}\n"
 
 
@@ -453,33 +461,56 @@ def render(text: str, root: Path = ROOT, name: str = "README.md") -> str:
     return "".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report a stale README")
-    parser.add_argument("--readme", type=Path, default=README)
-    args = parser.parse_args(argv)
-    text = args.readme.read_text()
+def rerender(path: Path, root: Path, check: bool) -> int:
+    """Render `path`'s regions (result files relative to `root`): 0 when it was current, 1 when
+    it was stale (rewritten, or with `check` only shown as a diff), 2 for a bad marker."""
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    text = path.read_text()
     try:
-        new = render(text, args.readme.resolve().parent, args.readme.name)
+        new = render(text, root, name)
     except ReportError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     if new == text:
-        print(f"report: {args.readme.name} is up to date")
+        print(f"report: {name} is up to date")
         return 0
-    if args.check:
+    if check:
         diff = difflib.unified_diff(
-            text.splitlines(True),
-            new.splitlines(True),
-            f"a/{args.readme.name}",
-            f"b/{args.readme.name}",
+            text.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"
         )
         sys.stdout.writelines(diff)
-        print(f"report: {args.readme.name} is stale; run `python benchmarks/report.py`")
+        print(f"report: {name} is stale; run `python -m benchmarks.report`")
         return 1
-    args.readme.write_text(new)
-    print(f"report: rewrote the generated regions of {args.readme.name}")
+    path.write_text(new)
+    print(f"report: rewrote the generated regions of {name}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report a stale file")
+    parser.add_argument(
+        "--doc",
+        "--readme",
+        dest="docs",
+        type=Path,
+        action="append",
+        help=f"a file to render (default: those of {', '.join(DOCS)} that exist)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help="where the markers' result files are (default: the repository, or the folder of a "
+        "file outside it)",
+    )
+    args = parser.parse_args(argv)
+    docs = args.docs or [ROOT / doc for doc in DOCS if (ROOT / doc).is_file()]
+    status = 0
+    for doc in docs:
+        doc = doc.resolve()
+        root = args.root or (ROOT if doc.is_relative_to(ROOT) else doc.parent)
+        status = max(status, rerender(doc, root.resolve(), args.check))
+    return 0 if status == 1 and not args.check else status
 
 
 if __name__ == "__main__":

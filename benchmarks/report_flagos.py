@@ -1,15 +1,16 @@
-"""README renderers of the flagos path's measurements: ``profile_flagos.py`` results (the host
-time of each flagos impl per call, before and after a change, against vLLM's own kernel, with
-where the flagos time went), ``profile_e2e.py`` results (engine steps per configuration and the
-policies compared inside one engine), ``bench_align.py`` results (GPU time by pair count) and
-``tune_moe.py`` results (the tuned fused-MoE configs)."""
+"""Docs renderers of the flagos path's measurements: ``profile_flagos`` results (the host time of
+each flagos impl per call, before and after a change, against vLLM's own kernel, with where the
+flagos time went), ``profile_engine`` and ``e2e --design policy-*`` results (engine steps per
+configuration and the policies compared inside one engine), ``bench_align`` results (GPU time by
+pair count) and ``tune_moe`` results (the tuned fused-MoE configs)."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from harness import Column, markdown_table, read_json
+from benchmarks.cli import read_json
+from benchmarks.tables import Column, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DASH = "–"
@@ -77,7 +78,7 @@ def host_launch(after: dict, before: str = "", tokens: str = "1") -> str:
 
 
 def profile_e2e(results: list[dict]) -> str:
-    """``profile_e2e.py`` results: per configuration, ms per engine step, the GPU's kernel time
+    """``profile_engine`` results: per configuration, ms per engine step, the GPU's kernel time
     in it and the cProfile'd host time by origin; or, for ``--ab`` results, ms per step of each
     policy inside one engine (:func:`ab_table`)."""
     blocks = []

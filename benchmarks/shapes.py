@@ -1,11 +1,10 @@
-"""The model sizes the benchmarks run at, in one table, and how each op's test cases scale to them.
+"""How each op's test cases scale to the model sizes the kernel benchmarks run at.
 
-`MODELS` holds each model's Hugging Face config: bench_e2e writes it as config.json and lets vLLM
-load dummy weights; `ModelShape` reads from it the sizes the kernel benchmarks need. `OP_SIZES`
-is the only op-specific knowledge of the benchmarks: which numbers of an op's ops.yaml test case
-stand for which model size. cases.py builds every op's benchmark inputs from its test case with
-those numbers replaced; an op without an entry runs at its test case's sizes, with its token count
-scaled, so a new op in ops.yaml gets benchmark rows without a change here.
+`OP_SIZES` is the only op-specific knowledge of the benchmarks: which numbers of an op's ops.yaml
+test case stand for which model size (`vllm_fl.testing.models.ModelShape`). cases.py builds every
+op's benchmark inputs from its test case with those numbers replaced; an op without an entry runs
+at its test case's sizes, with its token count scaled, so a new op in ops.yaml gets benchmark rows
+without a change here.
 """
 
 from __future__ import annotations
@@ -13,161 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-    "bos_token_id": 128000,
-    "eos_token_id": 128001,
-}
-
-# Qwen3-30B-A3B's shape (48 layers there; bench_e2e's --layers keeps fewer so dummy weights start
-# fast).
-QWEN3_MOE = {
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "model_type": "qwen3_moe",
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "norm_topk_prob": True,
-    "decoder_sparse_step": 1,
-    "mlp_only_layers": [],
-    "num_hidden_layers": 48,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000.0,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
-
-#: model name (bench_e2e's --shape) -> Hugging Face config
-MODELS: dict[str, dict] = {"llama3-8b": LLAMA3_8B, "qwen3-moe": QWEN3_MOE}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The sizes of one model that kernel inputs are made of."""
-
-    name: str
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    max_positions: int
-    rope_theta: float
-    experts: int | None = None
-    top_k: int | None = None
-    moe_intermediate: int | None = None
-
-    @classmethod
-    def from_config(cls, name: str, config: Mapping) -> ModelShape:
-        heads = config["num_attention_heads"]
-        return cls(
-            name=name,
-            hidden=config["hidden_size"],
-            intermediate=config["intermediate_size"],
-            heads=heads,
-            kv_heads=config["num_key_value_heads"],
-            head_dim=config.get("head_dim", config["hidden_size"] // heads),
-            max_positions=config["max_position_embeddings"],
-            rope_theta=config["rope_theta"],
-            experts=config.get("num_experts"),
-            top_k=config.get("num_experts_per_tok"),
-            moe_intermediate=config.get("moe_intermediate_size"),
-        )
-
-    @property
-    def q_size(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        return self.kv_heads * self.head_dim
-
-
-#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
-#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
-QUANTIZATIONS: dict[str, dict] = {
-    # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
-    "fp8-block": {
-        "quant_method": "fp8",
-        "activation_scheme": "dynamic",
-        "weight_block_size": [128, 128],
-    },
-    # per-tensor weights, dynamic activations
-    "fp8-tensor": {"quant_method": "fp8", "activation_scheme": "dynamic"},
-    # compressed-tensors INT8 W8A8: per-channel weights, dynamic per-token activations
-    "int8-w8a8": {
-        "quant_method": "compressed-tensors",
-        "format": "int-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 8,
-                    "type": "int",
-                    "symmetric": True,
-                    "strategy": "channel",
-                    "dynamic": False,
-                },
-                "input_activations": {
-                    "num_bits": 8,
-                    "type": "int",
-                    "symmetric": True,
-                    "strategy": "token",
-                    "dynamic": True,
-                },
-            }
-        },
-        "ignore": ["lm_head"],
-    },
-    # GPTQ 4-bit weights, groups of 128 (W4A16)
-    "w4a16-gptq": {
-        "quant_method": "gptq",
-        "bits": 4,
-        "group_size": 128,
-        "desc_act": False,
-        "sym": True,
-    },
-}
-
-
-def model_config(name: str, layers: int | None = None, quant: str | None = None) -> dict:
-    """The Hugging Face config of model `name`, with `layers` decoder layers if given, as a
-    checkpoint of format `quant` (a key of QUANTIZATIONS) if given."""
-    config = dict(MODELS[name])
-    if layers:
-        config["num_hidden_layers"] = layers
-    if quant:
-        config["quantization_config"] = QUANTIZATIONS[quant]
-    return config
-
-
-def model_shape(name: str) -> ModelShape:
-    return ModelShape.from_config(name, MODELS[name])
-
+from vllm_fl.testing.models import ModelShape, model_shape
 
 #: a model size as a function of the model and the benchmark's token count
 Size = Callable[[ModelShape, int], "int | float"]

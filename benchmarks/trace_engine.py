@@ -1,11 +1,11 @@
 """Where an engine step's time goes with the engine core in a process of its own (vLLM's default).
 
-``profile_e2e.py`` profiles with the engine in the caller's process; some costs show only in the
-default process layout, where the engine core runs apart with its own threads and schedules
+``benchmarks.profile_engine`` profiles with the engine in the runner's process; some costs show
+only in the default process layout, where the engine core runs apart with its own threads and schedules
 asynchronously (the host prepares the next step while the GPU runs this one). For each
 configuration this starts vLLM that way with vLLM's own torch profiler on in the engine core,
-generates a warm-up batch, then profiles one decode-heavy batch, and reads the engine core's
-trace:
+generates warm-up batches, then profiles one decode-heavy batch, and reads the engine core's
+trace (an engine task):
 
 - wall ms per step, GPU busy ms per step (the union of kernel and copy intervals) and the GPU's
   idle share: a step the GPU waits for is bound by the host;
@@ -14,7 +14,7 @@ trace:
 - with ``--with-stack``, the Python functions with the most time of the plugin, FlagGems and
   Triton (inclusive; recording the frames slows every step).
 
-    python benchmarks/trace_engine.py --configs vanilla,prefer=flagos --shape qwen3-moe \\
+    python -m benchmarks.trace_engine --configs vanilla,prefer=flagos --shape qwen3-moe \\
         --layers 16 --mode compile --json trace.json
 """
 
@@ -30,13 +30,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import CONFIGS, config_env, dummy_model_args, shape_model_dir  # noqa: E402
-from harness import name_list, refuse_unknown, sweep_configs, worker_result  # noqa: E402
-from shapes import MODELS  # noqa: E402
-from vllm_runner import Workload, build_llm, prompts, sampling_params  # noqa: E402
+from benchmarks.cli import name_list
+from benchmarks.engines import (
+    MODES,
+    add_engine_arguments,
+    check_configs,
+    check_engine_arguments,
+    prepare_model,
+    run_configs,
+    workload,
+)
 
-RESULT_PREFIX = "TRACE_ENGINE "
+TASK = "benchmarks.trace_engine:trace_task"
 TOP = 15
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Python files whose functions are listed apart (where the plugin's host time would be)
@@ -116,50 +121,39 @@ def _read_trace(path: str) -> list[dict]:
         return json.load(handle).get("traceEvents", [])
 
 
-def trace_config(model_dir: str, args) -> dict:
-    """In this process (the engine core apart, as vLLM starts it): warm-up, then one profiled
-    batch; the engine core's trace summarized."""
-    trace_dir = tempfile.mkdtemp(prefix="vllm_fl_trace_")
-    workload = Workload(
-        mode=args.mode,
-        max_tokens=args.output_len,
-        num_prompts=args.prompts,
-        prompt_len=args.input_len,
-        llm_args=dummy_model_args(args.input_len, args.output_len),
-    )
-    profiler = {
-        "profiler": "torch",
-        "torch_profiler_dir": trace_dir,
-        "ignore_frontend": True,
-        # Python frames cost host time in every step: only on request
-        "torch_profiler_with_stack": args.with_stack,
-    }
-    llm = build_llm(model_dir, args.mode, {**workload.llm_args, "profiler_config": profiler})
-    params = sampling_params(workload.max_tokens, detokenize=False)
+def trace_task(llm, workload) -> dict:
+    """Engine task (the engine core apart, as vLLM starts it, its profiler configured by the
+    workload's ``profiler_config``): warm-up, then one profiled batch; the engine core's trace
+    summarized."""
+    from vllm_fl.testing.engine import prompts, sampling_params
+
+    trace_dir = workload.llm_args["profiler_config"]["torch_profiler_dir"]
+    params = sampling_params(workload.max_tokens, workload.detokenize)
     for seed in range(2):  # warm-up: compiled shapes, launch plans, autotuning
         llm.generate(prompts(workload, seed), params, use_tqdm=False)
+    # the folder is shared by every configuration's engine: this one's trace is the new one
+    before = set(glob.glob(os.path.join(trace_dir, "*.json*")))
     llm.start_profile()
     llm.generate(prompts(workload, 2), params, use_tqdm=False)
     llm.stop_profile()
-    traces = sorted(glob.glob(os.path.join(trace_dir, "*.json*")))
+    traces = sorted(set(glob.glob(os.path.join(trace_dir, "*.json*"))) - before)
     if not traces:
         return {"error": f"no trace in {trace_dir}"}
     return {
-        "mode": args.mode,
         "trace": os.path.basename(traces[0]),
-        **summarize(_read_trace(traces[0]), args.output_len),
+        **summarize(_read_trace(traces[0]), workload.max_tokens),
     }
 
 
-def run_config(name: str, model_dir: str, args) -> dict:
-    """One configuration in a fresh process with its environment: the worker's result."""
-    env = config_env(name)
-    argv = [
-        sys.executable, __file__, "--worker", model_dir, f"--mode={args.mode}",
-        f"--prompts={args.prompts}", f"--input-len={args.input_len}",
-        f"--output-len={args.output_len}", *(["--with-stack"] if args.with_stack else []),
-    ]  # fmt: skip
-    return worker_result(argv, env, RESULT_PREFIX, args.timeout)
+def profiler_config(with_stack: bool) -> dict:
+    """vLLM's torch profiler in the engine core, its traces in a fresh directory."""
+    return {
+        "profiler": "torch",
+        "torch_profiler_dir": tempfile.mkdtemp(prefix="vllm_fl_trace_"),
+        "ignore_frontend": True,
+        # Python frames cost host time in every step: only on request
+        "torch_profiler_with_stack": with_stack,
+    }
 
 
 def print_report(result: dict) -> None:
@@ -180,27 +174,24 @@ def print_report(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=name_list, default="vanilla,prefer=flagos")
-    parser.add_argument("--shape", choices=sorted(MODELS), default="llama3-8b")
-    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
-    parser.add_argument("--mode", choices=("eager", "compile"), default="compile")
-    parser.add_argument("--prompts", type=int, default=128)
-    parser.add_argument("--input-len", type=int, default=16)
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--timeout", type=int, default=400)
+    parser.add_argument("--mode", choices=MODES, default="compile")
+    add_engine_arguments(parser, shape="llama3-8b", input_len=16)
+    parser.set_defaults(prompts=128, output_len=32)
     parser.add_argument(
         "--with-stack", action="store_true", help="record Python frames (the last table)"
     )
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        print(RESULT_PREFIX + json.dumps(trace_config(args.worker, args)), flush=True)
-        return 0
-    refuse_unknown(parser, "--configs", args.configs, CONFIGS)
-    model_dir = shape_model_dir(args.shape, args.layers)
-    sweep_configs(
-        args.configs, lambda name: run_config(name, model_dir, args), print_report, args.json
-    )
+    check_configs(parser, args.configs)
+    check_engine_arguments(parser, args)
+    model = prepare_model(args.shape, args.layers, args.quant)
+    llm_args = {
+        **model.llm_args(args.input_len, args.output_len),
+        "profiler_config": profiler_config(args.with_stack),
+    }
+    work = workload(model, args.mode, args, task=TASK, llm_args=llm_args)
+    # the engine core in a process of its own, as vLLM starts it (what this traces)
+    run_configs("trace", model, work, args, print_report, in_process=False)
     return 0
 
 

@@ -1,12 +1,12 @@
-"""Tune the flagos fused experts' GEMM configs for a model of ``shapes.py`` on this GPU.
+"""Tune the flagos fused experts' GEMM configs for a model of ``vllm_fl.testing.models`` on this GPU.
 
 ``--shape`` names a model with experts (default qwen3-moe); its experts' sizes go to the kernel
 library's tuner, ``python -m vllm_fl.kernels.moe.tune``, with every other argument (``--write``
 writes the library's table; ``python -m vllm_fl.kernels.moe.tune --help`` lists them). Given
-the four sizes (``--experts --intermediate --hidden --top-k``), a model not in ``shapes.py`` is
+the four sizes (``--experts --intermediate --hidden --top-k``), a model not there is
 tuned instead.
 
-    python benchmarks/tune_moe.py [--shape qwen3-moe] [--dtype bfloat16] [--tokens 1,2,...]
+    python -m benchmarks.tune_moe [--shape qwen3-moe] [--dtype bfloat16] [--tokens 1,2,...]
         [--workers N] [--write] [--json F]
 """
 
@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from shapes import MODELS, ModelShape  # noqa: E402
-from vllm_fl.kernels.moe import tune  # noqa: E402
+from vllm_fl.kernels.moe import tune
+from vllm_fl.testing.models import MODELS, ModelShape
 
 MOE_SHAPES = [name for name, config in MODELS.items() if "num_experts" in config]
 SIZE_FLAGS = tuple(f"--{name.replace('_', '-')}" for name in tune.SIZES)
 
 
 def shape_arguments(name: str) -> list[str]:
-    """The tuner's arguments for the experts of the model ``name`` of ``shapes.py``."""
+    """The tuner's arguments for the experts of the model ``name`` of ``vllm_fl.testing.models``."""
     model = ModelShape.from_config(name, MODELS[name])
     sizes = (model.experts, model.moe_intermediate, model.hidden, model.top_k)
     given = [part for flag, size in zip(SIZE_FLAGS, sizes) for part in (flag, str(size))]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import bench_dispatch
-import harness
+from benchmarks import bench_dispatch
+from benchmarks.cli import read_json
 
 PATHS = [
     "direct impl call",
@@ -23,7 +23,7 @@ PATHS = [
 def test_every_path_is_timed_and_written(tmp_path, capsys):
     path = tmp_path / "dispatch.json"
     assert bench_dispatch.main(["--repeat", "1", "--number", "200", "--json", str(path)]) == 0
-    result = harness.read_json(path)
+    result = read_json(path)
     assert (result["repeat"], result["number"]) == (1, 200)
     assert [row["path"] for row in result["rows"]] == PATHS
     base = result["rows"][0]["ns"]

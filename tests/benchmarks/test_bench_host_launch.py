@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-import bench_host_launch  # noqa: E402
+from benchmarks import bench_host_launch  # noqa: E402
 from vllm_fl.kernels import launch  # noqa: E402
 from vllm_fl.kernels.moe import experts  # noqa: E402
 

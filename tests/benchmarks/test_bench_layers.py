@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import bench_layers
+from benchmarks import bench_layers
 import pytest
-from cases import manifest
+from benchmarks.cases import manifest
 
 
 def test_every_layer_op_is_measured_on_its_out_of_tree_class():

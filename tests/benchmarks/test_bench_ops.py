@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-import bench_ops
+from benchmarks import bench_ops
 import pytest
-from bench_ops import load_report
+from benchmarks.bench_ops import load_report
 
 RESULTS = bench_ops.Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

@@ -1,12 +1,14 @@
-"""The benchmarks' inputs come from ops.yaml's test cases, scaled to shapes.py's model sizes."""
+"""The benchmarks' inputs come from ops.yaml's test cases, scaled to model sizes
+(benchmarks.shapes)."""
 
 from __future__ import annotations
 
-import cases
+from benchmarks import cases
 import pytest
-import shapes
+from benchmarks import shapes
+from vllm_fl.testing import models
 import torch
-from cases import BenchShapeError, TensorSpec, bench_cases
+from benchmarks.cases import BenchShapeError, TensorSpec, bench_cases
 from codegen.manifest import load_manifest
 
 from vllm_fl.dispatch import get_default_manager
@@ -36,7 +38,7 @@ def test_cases_are_named_after_the_arguments_they_add_or_leave_out():
 
 
 def test_dense_ops_run_at_llama3_8b_sizes():
-    llama = shapes.model_shape("llama3-8b")
+    llama = models.model_shape("llama3-8b")
     assert (llama.hidden, llama.intermediate, llama.heads, llama.kv_heads, llama.head_dim) == (
         4096,
         14336,
@@ -58,8 +60,8 @@ def test_dense_ops_run_at_llama3_8b_sizes():
 
 
 def test_moe_ops_run_at_the_e2e_moe_shape():
-    qwen = shapes.model_shape("qwen3-moe")
-    assert shapes.model_config("qwen3-moe", layers=16)["num_hidden_layers"] == 16
+    qwen = models.model_shape("qwen3-moe")
+    assert models.model_config("qwen3-moe", layers=16)["num_hidden_layers"] == 16
     experts = bench_cases("fused_experts")[0]
     assert _shapes(experts, 64) == {
         "hidden_states": (64, qwen.hidden),
@@ -124,7 +126,7 @@ def test_a_case_index_out_of_range_is_refused(monkeypatch):
 
 SMALL = {
     "llama3-8b": {
-        **shapes.LLAMA3_8B,
+        **models.LLAMA3_8B,
         "hidden_size": 64,
         "intermediate_size": 96,
         "num_attention_heads": 4,
@@ -132,7 +134,7 @@ SMALL = {
         "max_position_embeddings": 128,
     },
     "qwen3-moe": {
-        **shapes.QWEN3_MOE,
+        **models.QWEN3_MOE,
         "hidden_size": 64,
         "moe_intermediate_size": 32,
         "num_experts": 16,
@@ -145,7 +147,7 @@ SMALL = {
 @pytest.mark.parametrize("op", TESTED_OPS)
 def test_built_inputs_run_the_reference_impl(op, monkeypatch):
     """Every case's layer and arguments (at small model sizes) are what the op's impls take."""
-    monkeypatch.setattr(shapes, "MODELS", SMALL)
+    monkeypatch.setattr(models, "MODELS", SMALL)
     reference = next(
         i
         for i in get_default_manager().registry.get_implementations(op)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import host_probe
+from benchmarks import host_probe
 
 
 def test_cpu_lists_take_ranges_and_single_cpus():

@@ -1,4 +1,4 @@
-"""The README's benchmark figures are rendered from the result files they describe."""
+"""The docs' benchmark figures are rendered from the result files they describe."""
 
 from __future__ import annotations
 
@@ -6,22 +6,38 @@ import json
 import shutil
 
 import pytest
-import report
-from bench_ops import Report, Row
+
+from benchmarks import report
+from benchmarks.bench_ops import Report, Row
 
 RESULTS = report.ROOT / "benchmarks" / "results"
+DOCS = [report.ROOT / doc for doc in report.DOCS if (report.ROOT / doc).is_file()]
 
 
-def test_readme_regions_match_the_result_files():
-    text = report.README.read_text()
-    assert text.count("<!-- BEGIN GENERATED: bench ") >= 7
-    assert report.render(text) == text, "README.md is stale: run `python benchmarks/report.py`"
+@pytest.mark.parametrize("doc", DOCS, ids=lambda doc: doc.name)
+def test_doc_regions_match_the_result_files(doc):
+    text = doc.read_text()
+    assert report.render(text) == text, f"{doc.name} is stale: run `python -m benchmarks.report`"
 
 
-def test_every_result_file_is_rendered_in_the_readme():
-    text = report.README.read_text()
+def test_the_docs_have_generated_regions():
+    assert sum(doc.read_text().count("<!-- BEGIN GENERATED: bench ") for doc in DOCS) >= 7
+
+
+def test_every_result_file_is_rendered_in_the_readme_or_the_benchmarks_doc():
+    texts = [doc.read_text() for doc in DOCS]
     for path in RESULTS.glob("*.json"):
-        assert f" benchmarks/results/{path.name}" in text, path.name
+        assert any(f" benchmarks/results/{path.name}" in text for text in texts), path.name
+
+
+def test_without_a_file_named_every_doc_that_exists_is_rendered(tmp_path, monkeypatch, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# a\n")
+    (tmp_path / "docs" / "benchmarks.md").write_text("# b\n")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    assert report.main(["--check"]) == 0
+    out = capsys.readouterr().out
+    assert "README.md is up to date" in out and "docs/benchmarks.md is up to date" in out
 
 
 def test_check_mode_reports_a_stale_readme_and_the_default_mode_fixes_it(tmp_path, capsys):
@@ -30,12 +46,12 @@ def test_check_mode_reports_a_stale_readme_and_the_default_mode_fixes_it(tmp_pat
     readme.write_text(
         report.README.read_text().replace("| rms_norm | 1 | 16.3", "| rms_norm | 1 | 31.4")
     )
-    assert report.main(["--check", "--readme", str(readme)]) == 1
+    assert report.main(["--check", "--doc", str(readme)]) == 1
     out = capsys.readouterr().out
     assert "-| rms_norm | 1 | 31.4" in out and "+| rms_norm | 1 | 16.3" in out
-    assert report.main(["--readme", str(readme)]) == 0
+    assert report.main(["--doc", str(readme)]) == 0
     assert readme.read_text() == report.README.read_text()
-    assert report.main(["--check", "--readme", str(readme)]) == 0
+    assert report.main(["--check", "--doc", str(readme)]) == 0
 
 
 def _report(rows: list[Row], **kw) -> Report:

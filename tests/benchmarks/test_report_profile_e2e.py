@@ -1,9 +1,9 @@
-"""The README renderer of profile_e2e results: engine steps per configuration, and the policies
-compared inside one engine."""
+"""The renderer of profile_engine and policy-design results: engine steps per configuration,
+and the policies compared inside one engine."""
 
 from __future__ import annotations
 
-from report_flagos import profile_e2e
+from benchmarks.report_flagos import profile_e2e
 
 STEPS = {
     "step_ms": 30.0,
@@ -52,7 +52,7 @@ def test_ab_round_paired_ratios_are_shown_with_their_range():
 
 
 def test_align_graph_has_a_row_per_pair_count_and_a_column_per_impl():
-    from report_flagos import align_graph
+    from benchmarks.report_flagos import align_graph
 
     result = {
         "device": "GPU",
@@ -69,7 +69,7 @@ def test_align_graph_has_a_row_per_pair_count_and_a_column_per_impl():
 
 
 def test_moe_tune_has_a_row_per_token_count_with_both_configs_and_the_speed_up():
-    from report_flagos import moe_tune
+    from benchmarks.report_flagos import moe_tune
 
     def config(m, n, k, group, warps, stages):
         keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
-import trace_engine
+from benchmarks import trace_engine
 
 
 def _event(cat: str, name: str, ts: float, dur: float, tid: int = 1) -> dict:

@@ -1,11 +1,12 @@
 """``benchmarks/tune_moe.py`` gives the kernel library's tuner the experts' sizes of a model of
-``shapes.py``, or passes four sizes given on its command line through; other models are
+``vllm_fl.testing.models``, or passes four sizes given on its command line through; other models are
 refused."""
 
 from __future__ import annotations
 
 import pytest
-import tune_moe
+
+from benchmarks import tune_moe
 
 from vllm_fl.kernels.moe import tune
 

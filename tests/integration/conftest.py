@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_model import build_tiny_llama
-from vllm_harness import VllmRun, run_vllm
+from vllm_fl.testing.models import build_tiny_llama
+from vllm_fl.testing.launch import VllmRun, run_vllm
 
 _E2E_RUNS: list[tuple[str, VllmRun]] = []
 

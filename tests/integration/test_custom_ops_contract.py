@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import PLUGIN_ON, vllm_available
+from vllm_fl.testing.launch import PLUGIN_ON, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

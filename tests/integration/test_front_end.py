@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import PLUGIN_NAME, vllm_available
+from vllm_fl.testing.launch import PLUGIN_NAME, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

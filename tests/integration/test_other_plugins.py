@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import PLUGIN_NAME, PLUGIN_ON, vllm_available, write_dist_info
+from tests.support.plugin_env import write_dist_info
+from vllm_fl.testing.launch import PLUGIN_NAME, PLUGIN_ON, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
@@ -33,9 +34,13 @@ def other_plugin_dist(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("order", ["other first", "fl first"])
 def test_other_plugins_class_wins_for_its_layer_only(vllm_runs, other_plugin_dist, order):
-    where = "PYTHONPATH" if order == "other first" else "VLLM_FL_TEST_APPEND_PATH"
-    env = {**PLUGIN_ON, "VLLM_PLUGINS": f"{PLUGIN_NAME},other", where: str(other_plugin_dist)}
-    run = vllm_runs(f"eager, another plugin, {order}", env)
+    env = {**PLUGIN_ON, "VLLM_PLUGINS": f"{PLUGIN_NAME},other"}
+    if order == "other first":
+        env["PYTHONPATH"] = str(other_plugin_dist)
+        where = {}
+    else:
+        where = {"append_path": str(other_plugin_dist)}
+    run = vllm_runs(f"eager, another plugin, {order}", env, **where)
     layers = run.result["layer_classes"]
     assert layers["RotaryEmbedding"] == OTHER_CLASS, layers
     assert layers["RMSNorm"].startswith("vllm_fl.ops."), layers

@@ -168,7 +168,7 @@ def test_general_plugin_replaces_nothing_on_an_in_tree_platform(clean_oot_regist
 def _run_vllm_code(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """`code` in a fresh interpreter with vLLM's CPU build, the plugin allowed, vLLM's default
     logging, and `env` on a clean environment (no inherited VLLM_* variables)."""
-    from vllm_harness import vllm_env
+    from vllm_fl.testing.launch import vllm_env
 
     return subprocess.run(
         [sys.executable, "-c", code],

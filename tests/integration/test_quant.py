@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_harness import vllm_available
+from vllm_fl.testing.launch import vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

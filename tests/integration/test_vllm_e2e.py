@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_harness import PLUGIN_OFF, PLUGIN_ON, REPLACED, vllm_available
+from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, REPLACED, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_model import build_tiny_llama
-from vllm_harness import PLUGIN_NAME, REPLACED, checkout_plugin_env
+from vllm_fl.testing.models import build_tiny_llama
+from tests.support.plugin_env import checkout_plugin_env
+from vllm_fl.testing.launch import PLUGIN_NAME, REPLACED
 
 pytestmark = pytest.mark.gpu("vllm")
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tiny_model import build_tiny_llama
-from vllm_harness import PLUGIN_NAME, checkout_plugin_env
+from vllm_fl.testing.models import build_tiny_llama
+from tests.support.plugin_env import checkout_plugin_env
+from vllm_fl.testing.launch import PLUGIN_NAME
 
 pytestmark = pytest.mark.gpu("vllm")
 

@@ -8,21 +8,14 @@ MoE method bound to forward_oot, and every MoE op (routing through vLLM's
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from tiny_moe import build_tiny_qwen3_moe
-from vllm_harness import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available, vllm_env
+from vllm_fl.testing.models import build_tiny_qwen3_moe
+from vllm_fl.testing.census import TASK as CENSUS
+from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 MOE_OPS = ("topk_softmax", "fused_experts")
-
-
-CENSUS = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_kernel_census.py"
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +51,7 @@ def test_our_moe_method_and_ops_ran(moe_runs):
 
 
 def _census(model, env: dict[str, str]) -> dict:
-    full_env = vllm_env(env)
-    cmd = [sys.executable, str(CENSUS), "--model", str(model), "--dtype", "float32"]
-    cmd += ["--prompts", "2", "--output-len", "4"]
-    proc = subprocess.run(
-        cmd, env=full_env, cwd=str(model.parent), capture_output=True, text=True, timeout=300
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("MOE_CENSUS ")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("MOE_CENSUS ") :])
+    return run_vllm(model, env, max_tokens=4, num_prompts=2, timeout=300, task=CENSUS).result
 
 
 def test_no_vllm_moe_kernel_runs_under_the_plugin(moe_model):

@@ -6,9 +6,9 @@ CPU platform with its oneDNN kernel. The plugin's run uses vLLM's default proces
 from __future__ import annotations
 
 import pytest
-from tiny_model import build_tiny_int8_llama
+from vllm_fl.testing.models import build_tiny_int8_llama
 
-from vllm_harness import PLUGIN_OFF, PLUGIN_ON, vllm_available
+from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 

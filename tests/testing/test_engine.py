@@ -1,12 +1,13 @@
-"""The vLLM runner's workload: checked, carried to the subprocess intact, its prompts fixed."""
+"""The engine runner's workload: checked, carried to the subprocess intact, its prompts fixed."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-import vllm_runner
-from vllm_runner import Workload
+from vllm_fl.testing import engine
+from vllm_fl.testing.engine import Workload
+from vllm_fl.testing.launch import vllm_available
 
 
 def test_a_workload_survives_the_command_line():
@@ -25,10 +26,10 @@ def test_bad_workloads_are_refused():
 
 
 def test_prompts_are_text_or_seeded_token_ids():
-    assert vllm_runner.prompts(Workload(num_prompts=5))[4] == vllm_runner.TEXT_PROMPTS[0]
-    batch = vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
-    assert batch == vllm_runner.prompts(Workload(num_prompts=3, prompt_len=7))
-    low, high = vllm_runner.PROMPT_TOKEN_RANGE
+    assert engine.prompts(Workload(num_prompts=5))[4] == engine.TEXT_PROMPTS[0]
+    batch = engine.prompts(Workload(num_prompts=3, prompt_len=7))
+    assert batch == engine.prompts(Workload(num_prompts=3, prompt_len=7))
+    low, high = engine.PROMPT_TOKEN_RANGE
     assert [len(p["prompt_token_ids"]) for p in batch] == [7, 7, 7]
     assert all(low <= t < high for p in batch for t in p["prompt_token_ids"])
     assert batch[0] != batch[1]
@@ -36,14 +37,14 @@ def test_prompts_are_text_or_seeded_token_ids():
 
 def test_the_tests_small_model_settings_are_the_default():
     w = Workload()
-    assert w.llm_args == vllm_runner.SMALL_MODEL_ARGS and w.detokenize
+    assert w.llm_args == engine.SMALL_MODEL_ARGS and w.detokenize
     assert Workload(llm_args={"skip_tokenizer_init": True}).detokenize is False
 
 
 def test_each_timed_repeat_has_prompts_of_its_own():
     w = Workload(num_prompts=3, prompt_len=7, timed_repeats=2)
-    first, second = vllm_runner.prompts(w, 0), vllm_runner.prompts(w, 1)
-    assert first == vllm_runner.prompts(w) and not set(map(str, first)) & set(map(str, second))
+    first, second = engine.prompts(w, 0), engine.prompts(w, 1)
+    assert first == engine.prompts(w) and not set(map(str, first)) & set(map(str, second))
 
 
 class _ClockedLLM:
@@ -51,7 +52,7 @@ class _ClockedLLM:
 
     def __init__(self, seconds, monkeypatch):
         self.seconds, self.clock = iter(seconds), [0.0]
-        monkeypatch.setattr(vllm_runner.time, "perf_counter", lambda: self.clock[0])
+        monkeypatch.setattr(engine.time, "perf_counter", lambda: self.clock[0])
 
     def generate(self, batch, params, use_tqdm):
         self.clock[0] += next(self.seconds)
@@ -60,7 +61,7 @@ class _ClockedLLM:
 
 def test_the_first_batch_is_returned_and_every_batch_timed(monkeypatch):
     llm = _ClockedLLM([3.0, 1.0, 2.0], monkeypatch)
-    outputs, times = vllm_runner._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
+    outputs, times = engine._timed_generate(llm, [["a"], ["b"], ["c"]], params=None)
     assert outputs == ["a"] and times == [3.0, 1.0, 2.0]
 
 
@@ -71,13 +72,13 @@ def test_the_engine_watch_times_collections_from_the_watch_on():
     worker = types.SimpleNamespace()
     callbacks = len(gc.callbacks)
     try:
-        vllm_runner.watch_engine(worker)
-        vllm_runner.watch_engine(worker)  # a second watch replaces the first
+        engine.watch_engine(worker)
+        engine.watch_engine(worker)  # a second watch replaces the first
         assert len(gc.callbacks) == callbacks + 1
         gc.collect()  # a full collection
-        report = vllm_runner.engine_report(worker)
+        report = engine.engine_report(worker)
     finally:
-        vllm_runner.unwatch_engine(worker)
+        engine.unwatch_engine(worker)
     assert len(gc.callbacks) == callbacks and not hasattr(worker, "_vllm_fl_watch")
     assert report["pid"] == os.getpid()
     assert report["gc_collections"] >= report["gc_full_collections"] >= 1
@@ -97,15 +98,15 @@ def test_the_engine_watch_times_tritons_jit_misses_between_its_hooks():
     knobs.jit_post_compile_hook = original_post
     worker = types.SimpleNamespace()
     try:
-        vllm_runner.watch_engine(worker)
+        engine.watch_engine(worker)
         for name in ("rms_norm_kernel", "rotary_kernel", "rms_norm_kernel"):
             # as JITFunction._do_compile calls them around a compilation
             fn = types.SimpleNamespace(name=name)
             assert knobs.jit_cache_hook(key=name, fn=fn) is False
             knobs.jit_post_compile_hook(key=name, fn=fn)
-        report = vllm_runner.engine_report(worker)
+        report = engine.engine_report(worker)
     finally:
-        vllm_runner.unwatch_engine(worker)
+        engine.unwatch_engine(worker)
         restored = knobs.jit_cache_hook, knobs.jit_post_compile_hook
         knobs.jit_post_compile_hook = None
     assert report["jit_misses"] == 3
@@ -136,9 +137,29 @@ def test_threads_cpu_seconds_of_this_process_and_its_children(tmp_path):
     _fake_task(tmp_path, me, me, "python", (tick, tick), children=[child])
     _fake_task(tmp_path, me, me + 1, "ZMQbg/IO/0", (0, 0))
     _fake_task(tmp_path, child, child, "VLLM::EngineCor", (3 * tick, tick))
-    report = vllm_runner.threads_cpu_s(str(tmp_path))
+    report = engine.threads_cpu_s(str(tmp_path))
     assert report == {
         f"{me} python": [["python", 2.0], ["ZMQbg/IO/0", 0.0]],
         f"{child} VLLM::EngineCor": [["VLLM::EngineCor", 4.0]],
     }
-    assert vllm_runner.threads_cpu_s(str(tmp_path / "nowhere")) == {}
+    assert engine.threads_cpu_s(str(tmp_path / "nowhere")) == {}
+
+
+def recording_task(llm, workload):
+    """An engine task for the test below: what it was given, and a mode of its own."""
+    return {"llm": llm, "options": workload.task_options, "mode": "steps"}
+
+
+@pytest.mark.skipif(not vllm_available(), reason="needs vLLM")
+def test_a_task_takes_over_once_the_engine_is_built(monkeypatch):
+    monkeypatch.setattr(engine, "build_llm", lambda model, mode, llm_args: f"LLM of {model}")
+    workload = Workload(task=f"{__name__}:recording_task", task_options={"rounds": 2})
+    result = engine.run("model-dir", workload)
+    assert result["llm"] == "LLM of model-dir" and result["options"] == {"rounds": 2}
+    assert result["mode"] == "steps"  # the task's own, not the workload's
+    assert "platform" in result and "tokens" not in result
+
+
+def test_a_task_is_named_module_colon_function():
+    with pytest.raises(ValueError, match="expected module:function"):
+        Workload(task="benchmarks.census")

@@ -1,17 +1,20 @@
-"""profile_e2e's accounting: host time by origin and the heaviest functions, per engine step."""
+"""The policy designs (policies compared inside one engine) and the engine profile's accounting:
+host time by origin and the heaviest functions, per engine step."""
 
 from __future__ import annotations
 
 import pytest
 
-import profile_e2e
+from benchmarks import e2e_policies, profile_engine
+from benchmarks.timing import bootstrap_median_ci
+from vllm_fl.testing.engine import Workload
 
 
 def test_vllms_own_python_is_told_apart_from_ours_and_torchs():
-    assert profile_e2e.origin("/site/vllm/v1/engine/core.py", "step") == "vllm"
-    assert profile_e2e.origin("/site/vllm_fl/dispatch/manager.py", "call") == "vllm_fl"
-    assert profile_e2e.origin("/site/torch/nn/modules/module.py", "_call_impl") == "torch"
-    assert profile_e2e.origin("~", "<built-in method rms_norm of PyCapsule>") == "C: other"
+    assert profile_engine.origin("/site/vllm/v1/engine/core.py", "step") == "vllm"
+    assert profile_engine.origin("/site/vllm_fl/dispatch/manager.py", "call") == "vllm_fl"
+    assert profile_engine.origin("/site/torch/nn/modules/module.py", "_call_impl") == "torch"
+    assert profile_engine.origin("~", "<built-in method rms_norm of PyCapsule>") == "C: other"
 
 
 def test_host_time_is_summed_by_origin_and_divided_by_steps():
@@ -20,7 +23,7 @@ def test_host_time_is_summed_by_origin_and_divided_by_steps():
         ("/site/vllm/worker.py", 20, "prepare"): (1, 1, 0.002, 0.002, {}),
         ("/site/vllm_fl/impl/norm.py", 5, "rms_norm"): (1, 1, 0.008, 0.008, {}),
     }
-    by_origin, top, ours = profile_e2e.host_split(stats, steps=2)
+    by_origin, top, ours = profile_engine.host_split(stats, steps=2)
     assert by_origin == {"vllm": 3.0, "vllm_fl": 4.0}
     assert top[0] == ["norm.py:5(rms_norm)", 4.0, 4.0, 0.5]
     assert top[-1] == ["worker.py:20(prepare)", 1.0, 1.0, 0.5]
@@ -30,7 +33,7 @@ def test_host_time_is_summed_by_origin_and_divided_by_steps():
 def test_every_ab_policy_is_a_valid_policy_change():
     from vllm_fl.dispatch.policy.current import policy_context
 
-    for name, changes in profile_e2e.AB_POLICIES.items():
+    for name, changes in e2e_policies.AB_POLICIES.items():
         with policy_context(**changes) as policy:
             assert policy.prefer == changes["prefer"], name
 
@@ -38,12 +41,10 @@ def test_every_ab_policy_is_a_valid_policy_change():
 def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeypatch):
     """A host that halves its speed after the first round: the medians mislead, the ratios
     taken round by round do not."""
-    from argparse import Namespace
-
     from vllm_fl.dispatch.policy.current import get_policy
 
     order: list[str] = []
-    host = iter([1.0] * 2 * len(profile_e2e.AB_DEFAULT) + [2.0] * 99)
+    host = iter([1.0] * 2 * len(e2e_policies.AB_DEFAULT) + [2.0] * 99)
 
     def step_ms(llm, batch, params, steps):
         policy = get_policy()
@@ -51,26 +52,16 @@ def test_ab_rounds_pair_each_policy_with_prefer_vendor_of_the_same_round(monkeyp
         cost = 11.0 if policy.prefer == "flagos" else 10.0
         return cost * next(host)
 
-    monkeypatch.setattr(profile_e2e, "_engine", lambda *a: (None, None, lambda: None))
-    monkeypatch.setattr(profile_e2e, "_step_ms", step_ms)
-    result = profile_e2e.ab_config(
-        "model", Namespace(ab_rounds=3, output_len=8, ab_policies=None, ab_checks=False)
-    )
+    monkeypatch.setattr(e2e_policies, "fresh_batches", lambda w: (None, lambda: None))
+    monkeypatch.setattr(e2e_policies, "step_ms", step_ms)
+    workload = Workload(max_tokens=8, task_options={"rounds": 3, "policies": None})
+    result = e2e_policies.rounds_task(None, workload)
     assert result["samples"]["prefer=vendor"] == [10.0, 20.0, 20.0]
     assert result["samples"]["prefer=flagos"] == [11.0, 22.0, 22.0]
     assert result["paired_ratio"]["prefer=flagos"] == 1.1
     assert result["paired_ratio_range"]["prefer=vendor"] == [1.0, 1.0]
-    n = len(profile_e2e.AB_DEFAULT)
+    n = len(e2e_policies.AB_DEFAULT)
     assert order[n : 2 * n] == order[2 * n : 3 * n][::-1]  # every other round reversed
-
-
-def test_ab_policies_name_a_subset_with_prefer_vendor(capsys):
-    with pytest.raises(SystemExit):
-        profile_e2e.main(["--ab", "--ab-policies", "prefer=flagos"])
-    assert "prefer=vendor missing" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        profile_e2e.main(["--ab", "--ab-policies", "prefer=vendor,prefer=nothing"])
-    assert "prefer=nothing" in capsys.readouterr().err
 
 
 def test_slow_path_counter_counts_flag_gems_entries_and_plan_misses(monkeypatch):
@@ -88,7 +79,7 @@ def test_slow_path_counter_counts_flag_gems_entries_and_plan_misses(monkeypatch)
     monkeypatch.setitem(sys.modules, "flag_gems", fake)
     monkeypatch.setattr(launch.KernelPlans, "_first_launch", lambda self, *a: (None, {}))
     first_launch = launch.KernelPlans._first_launch
-    with profile_e2e._slow_path_counter() as counts:
+    with e2e_policies._slow_path_counter() as counts:
         assert fake.rms_norm(1) == 2
         assert fake.rms_norm(2) == 3
         assert launch.KernelPlans._first_launch(None, (1,), (), {}) == (None, {})
@@ -101,10 +92,10 @@ def test_each_step_is_compared_with_its_vendor_neighbours_within_its_batch():
     v, f = "prefer=vendor", "prefer=flagos"
     # head and tail steps (prefill, pipeline end) are left out: their 99s never count
     batch = [(v, 99.0), (f, 99.0), (v, 10.0), (f, 12.0), (v, 14.0), (f, 7.0), (v, 99.0), (f, 99.0)]
-    assert profile_e2e.step_pairs([batch]) == {f: [12.0 / 12.0]}
+    assert e2e_policies.step_pairs([batch]) == {f: [12.0 / 12.0]}
     # a step with no vendor step after it in its batch is not compared
     other = [(f, 1.0), (v, 1.0), (v, 10.0), (f, 11.0), (v, 12.0), (f, 30.0), (v, 1.0), (f, 1.0)]
-    assert profile_e2e.step_pairs([batch, other]) == {f: [1.0, 1.0]}
+    assert e2e_policies.step_pairs([batch, other]) == {f: [1.0, 1.0]}
 
 
 def test_bootstrap_interval_holds_the_median_and_narrows_with_more_steps():
@@ -113,8 +104,8 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_steps():
     rng = random.Random(1)
     few = [1.03 + rng.gauss(0, 0.05) for _ in range(20)]
     many = [1.03 + rng.gauss(0, 0.05) for _ in range(2000)]
-    low_few, high_few = profile_e2e.bootstrap_median_ci(few)
-    low, high = profile_e2e.bootstrap_median_ci(many, draws=300)
+    low_few, high_few = bootstrap_median_ci(few)
+    low, high = bootstrap_median_ci(many, draws=300)
     assert low_few <= sorted(few)[10] <= high_few
     assert low < 1.03 < high and high - low < high_few - low_few
 
@@ -122,8 +113,6 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_steps():
 def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
     """A host that slows down step after step: the flagos steps, 10% dearer than their
     vendor neighbours, read 1.1 whatever the drift; each batch starts with the next policy."""
-    from argparse import Namespace
-
     from vllm_fl.dispatch.policy.current import get_policy
 
     class Engine:
@@ -148,10 +137,10 @@ def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
             for _ in range(10):
                 self.llm_engine.step()
 
-    monkeypatch.setattr(profile_e2e, "_engine", lambda *a: (LLM(), None, lambda: None))
-    monkeypatch.setattr(profile_e2e.time, "perf_counter", lambda: fake_time[0])
-    args = Namespace(ab_batches=3, ab_policies=["prefer=vendor", "prefer=flagos"])
-    result = profile_e2e.ab_steps_config("model", args)
+    monkeypatch.setattr(e2e_policies, "fresh_batches", lambda w: (None, lambda: None))
+    monkeypatch.setattr(e2e_policies.time, "perf_counter", lambda: fake_time[0])
+    options = {"batches": 3, "policies": ["prefer=vendor", "prefer=flagos"]}
+    result = e2e_policies.steps_task(LLM(), Workload(task_options=options))
     assert result["paired_ratio"]["prefer=flagos"] == pytest.approx(1.1, abs=1e-3)
     assert result["slower_share"]["prefer=flagos"] == 1.0
     assert result["pairs"]["prefer=flagos"] == 3 * 2  # 6 kept steps a batch, 2 with neighbours
@@ -163,7 +152,7 @@ def test_ab_steps_switch_policy_between_engine_steps(monkeypatch):
 
 
 def test_ab_steps_table_renders_each_policy_with_its_interval():
-    from report_flagos import ab_steps_table
+    from benchmarks.report_flagos import ab_steps_table
 
     result = {
         "mode": "steps",
@@ -181,7 +170,7 @@ def test_ab_steps_table_renders_each_policy_with_its_interval():
 
 def test_batch_order_puts_each_policy_as_often_after_the_vendor_step_as_before_it():
     names = ["prefer=vendor", "prefer=flagos", "prefer=vendor again"]
-    orders = [profile_e2e.batch_order(names, b) for b in range(6)]
+    orders = [e2e_policies.batch_order(names, b) for b in range(6)]
     assert orders[0] == names and orders[1] == names[::-1]
     assert [order[0] for order in orders] == [
         names[0],

@@ -1,23 +1,25 @@
-"""Greedy generation with real vLLM in THIS process, reported as one JSON object.
+"""Greedy generation with real vLLM in THIS process: the child side of `vllm_fl.testing.launch`.
 
-The one vLLM runner of the benchmarks and the tests. Started as a subprocess
-(`python benchmarks/vllm_runner.py --model DIR ... --result FILE`, see vllm_harness.launch) so
-that every run gets clean environment variables and vLLM's plugin loading happens from scratch;
-the caller chooses the plugin setup through the environment (`VLLM_PLUGINS`, `VLLM_FL_PLATFORM`,
-`VLLM_FL_OOT_BLACKLIST`, `VLLM_ENABLE_V1_MULTIPROCESSING`, ...) and the work through a
-`Workload`: text prompts for a model with a tokenizer, or random token-id prompts of a given
-length (dummy weights, no tokenizer), an optional second batch of short prompts (decode-heavy),
-and the keyword arguments of `vllm.LLM`.
+Run as ``python -m vllm_fl.testing.engine --model DIR --workload JSON --result FILE`` in a fresh
+interpreter, so that every run gets clean environment variables and vLLM's plugin loading happens
+from scratch; the caller chooses the plugin setup through the environment (`VLLM_PLUGINS`,
+`VLLM_FL_PLATFORM`, `VLLM_FL_OOT_BLACKLIST`, `VLLM_ENABLE_V1_MULTIPROCESSING`, ...) and the work
+through a `Workload`: text prompts for a model with a tokenizer, or random token-id prompts of a
+given length (dummy weights, no tokenizer), an optional second batch of short prompts
+(decode-heavy), the keyword arguments of `vllm.LLM`, and optionally a task (``module:function``)
+that takes over once the engine is built (a profiler, a census of the kernels that ran).
 
 The result holds the generated token ids, the timings (vLLM import, engine start-up, generation,
 output tokens per second), the platform class and, when the plugin is loaded in this process, the
 dispatch's record of which implementation each op used; when the model runs in this process also
-the class of every CustomOp layer and the forward method vLLM bound for it.
+the class of every CustomOp layer and the forward method vLLM bound for it. It travels back in the
+result file (`vllm_fl.testing.child`), never on stdout, where vLLM's own log lines go.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -26,7 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-RESULT_PREFIX = "VLLM_FL_RESULT "
+from vllm_fl.testing.child import add_result_argument, answer_commands, write_result
+
 TEXT_PROMPTS = (
     "The quick brown fox",
     "Operators dispatch between",
@@ -53,6 +56,13 @@ class Workload:
     host_probe: bool = False  # also time torch.empty on the GPU (the host's speed)
     watch_engine: bool = False  # report the engine process's GC pauses and allocator retries
     llm_args: dict = field(default_factory=lambda: dict(SMALL_MODEL_ARGS))
+    #: "module:function" called as function(llm, workload) once the engine is built; the dict it
+    #: returns is the run's result (with the platform and the dispatch's record)
+    task: str | None = None
+    task_options: dict = field(default_factory=dict)
+    #: a folder searched for modules after the installed distributions (PYTHONPATH puts one
+    #: before them): where a plugin should load after ours
+    append_path: str | None = None
 
     def __post_init__(self):
         if self.mode not in ("eager", "compile"):
@@ -61,6 +71,8 @@ class Workload:
             raise ValueError("Workload.decode_prompt_len needs token-id prompts (prompt_len)")
         if self.timed_repeats < 1:
             raise ValueError(f"Workload.timed_repeats is {self.timed_repeats}; allowed: 1 or more")
+        if self.task is not None and ":" not in self.task:
+            raise ValueError(f"Workload.task is {self.task!r}; expected module:function")
 
     def argv(self) -> list[str]:
         """The runner's command-line arguments for this workload."""
@@ -115,12 +127,14 @@ def run(model: str | Path, workload: Workload) -> dict:
     import vllm  # noqa: F401  (timed apart from the engine's start-up)
 
     import_s = time.perf_counter() - started
-    if workload.watch_engine:
-        # vLLM sends a function to its engine process only with pickling allowed
-        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     start = time.perf_counter()
     llm = build_llm(model, workload.mode, workload.llm_args)
     init_s = time.perf_counter() - start
+    if workload.task is not None:
+        module, _, function = workload.task.partition(":")
+        found = getattr(importlib.import_module(module), function)(llm, workload)
+        # what the task reports wins over the run's record (a task may name its own mode)
+        return {**_platform_record(workload), **found, **_dispatch_record(workload.mode)}
 
     # A repeat gets prompts of its own: the same prompts again would be served from vLLM's
     # prefix cache, without their prefill.
@@ -135,12 +149,8 @@ def run(model: str | Path, workload: Workload) -> dict:
     tokens = [list(out.outputs[0].token_ids) for out in outputs]
     n_out = sum(len(t) for t in tokens)
 
-    from vllm.platforms import current_platform
-
     result = {
-        "mode": workload.mode,
-        "dtype": str(workload.llm_args.get("dtype", "auto")),
-        "platform": f"{type(current_platform).__module__}.{type(current_platform).__name__}",
+        **_platform_record(workload),
         "tokens": tokens,
         "import_s": round(import_s, 4),
         "init_s": round(init_s, 3),
@@ -170,16 +180,13 @@ def run(model: str | Path, workload: Workload) -> dict:
     return result
 
 
-#: what `serve` answers: one JSON object per line, after this prefix
-SERVE_PREFIX = "VLLM_FL_SERVE "
 #: the seed of the prompts `serve` warms an engine up with (the batches' seeds are counted from 0)
 WARMUP_SEED = 1_000_000
 
 
-def serve(model: str | Path, workload: Workload, commands, replies, compared: int = 4) -> None:
+def serve(model: str | Path, workload: Workload, commands, result: Path, compared: int = 4) -> None:
     """Build the engine once, then generate a timed batch for every ``batch SEED`` line read
-    from ``commands`` until ``quit``; each answer is a line on ``replies``: ``SERVE_PREFIX``
-    and a JSON object.
+    from ``commands`` until ``quit``; each answer is a result file (`child.answer_commands`).
 
     Answers: on start ``{"ready": true, "import_s", "init_s"}`` (after a warm-up batch), per
     batch ``{"seed", "generate_s", "output_tokens", "prompt_tokens", "tokens"}`` (the greedy
@@ -197,15 +204,7 @@ def serve(model: str | Path, workload: Workload, commands, replies, compared: in
     params = sampling_params(workload.max_tokens, workload.detokenize)
     llm.generate(prompts(workload, WARMUP_SEED), params, use_tqdm=False)  # not timed
 
-    def answer(message: dict) -> None:
-        replies.write(SERVE_PREFIX + json.dumps(message) + "\n")
-        replies.flush()
-
-    answer({"ready": True, "import_s": round(import_s, 4), "init_s": round(init_s, 3)})
-    for line in commands:
-        words = line.split()
-        if words == ["quit"]:
-            break
+    def batch(words: list[str]) -> dict:
         seed = int(words[1])
         batch = prompts(workload, seed)
         outputs, (generate_s,) = _timed_generate(llm, [batch], params)
@@ -221,8 +220,24 @@ def serve(model: str | Path, workload: Workload, commands, replies, compared: in
             decoded, (decode_s,) = _timed_generate(llm, [shorts], params)
             result["decode_s"] = round(decode_s, 4)
             result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
-        answer(result)
-    answer({"done": True, "threads_cpu_s": threads_cpu_s(), **_dispatch_record(workload.mode)})
+        return result
+
+    ready = {"ready": True, "import_s": round(import_s, 4), "init_s": round(init_s, 3)}
+    answer_commands(commands, result, ready, {"batch": batch})
+    write_result(
+        result, {"done": True, "threads_cpu_s": threads_cpu_s(), **_dispatch_record(workload.mode)}
+    )
+
+
+def _platform_record(workload: Workload) -> dict:
+    """The run's mode, dtype and vLLM's platform class."""
+    from vllm.platforms import current_platform
+
+    return {
+        "mode": workload.mode,
+        "dtype": str(workload.llm_args.get("dtype", "auto")),
+        "platform": f"{type(current_platform).__module__}.{type(current_platform).__name__}",
+    }
 
 
 def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]]:
@@ -451,29 +466,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--workload", type=Workload.from_json, default=Workload())
-    parser.add_argument("--result", type=Path, help="write the result here (default: print it)")
+    add_result_argument(parser)
     parser.add_argument(
-        "--serve-fd",
-        type=int,
-        help="keep the engine and generate a batch per stdin command, answering on this file "
-        "descriptor (see serve)",
+        "--serve",
+        action="store_true",
+        help="keep the engine and generate a batch per stdin command (see serve)",
     )
     args = parser.parse_args(argv)
 
-    # Extra plugin distributions found after the installed ones (so their entry points load
-    # after ours); PYTHONPATH puts them before.
-    extra = os.environ.get("VLLM_FL_TEST_APPEND_PATH")
-    if extra:
-        sys.path.append(extra)
-    if args.serve_fd is not None:
-        with os.fdopen(args.serve_fd, "w") as replies:
-            serve(args.model, args.workload, sys.stdin, replies)
-        return 0
-    result = run(args.model, args.workload)
-    if args.result:
-        args.result.write_text(json.dumps(result))
+    if args.workload.append_path:
+        sys.path.append(args.workload.append_path)
+    if args.serve:
+        serve(args.model, args.workload, sys.stdin, args.result)
     else:
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        write_result(args.result, run(args.model, args.workload))
     return 0
 
 

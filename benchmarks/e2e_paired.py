@@ -1,0 +1,199 @@
+"""End-to-end A/B design ``paired``: two engines resident at once, taking turns batch by batch.
+
+Engines started one after another see a host whose speed wanders by more than two configurations
+differ (`host_probe.py`). Here both engines are started first, each with its own share of GPU
+memory (``--memory``), in vLLM's default process layout (each a `vllm.LLM` in its own process,
+with its engine core in a process of its own: `vllm_fl.testing.engine --serve`), and then generate
+the same batches in turns, A B B A A B ..., so that every pair of batches is seconds apart. Each
+pair gives a ratio of the second configuration to the first (output tok/s of the batch, and tok/s
+of a decode-heavy batch of the same prompts cut to ``--decode-input-len`` tokens); the table
+reports the medians of both configurations, the median of the paired ratios and its bootstrap 95%
+interval, and compares the greedy tokens. Runs of one setup merge (``--summarize`` of several
+files). The default batch keeps every sequence's KV cache resident in an engine holding the
+default memory share of an 80 GB GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.cli import read_json, write_json
+from benchmarks.engines import (
+    Model,
+    config_env,
+    dispatch_lines,
+    impls_from_log,
+    log_path,
+    resident_engine,
+    workload,
+)
+from benchmarks.tables import Column, text_table
+from benchmarks.timing import bootstrap_median_ci, median
+from vllm_fl.testing.child import ChildError, ResidentChild
+
+
+def turn_order(names: list[str], pair: int) -> list[str]:
+    """Who goes first in pair ``pair``: A B, then B A, and so on (A B B A A B ...), so that a
+    drift of the host's speed during a run favours neither."""
+    return list(names) if pair % 2 == 0 else list(reversed(names))
+
+
+def throughputs(answer: dict) -> dict:
+    """A batch's answer as output tok/s (and decode tok/s where the batch had a decode part)."""
+    figures = {"output_tok_s": round(answer["output_tokens"] / answer["generate_s"], 1)}
+    if "decode_s" in answer:
+        figures["decode_tok_s"] = round(answer["decode_tokens"] / answer["decode_s"], 1)
+    return figures
+
+
+def summarize(result: dict) -> list[dict]:
+    """Per configuration: the median tok/s over the pairs; for the second one also the median
+    of its paired ratios to the first and their bootstrap 95% intervals."""
+    base, other = result["configs"]
+    rows = []
+    for name in (base, other):
+        row = {"config": name, "pairs": len(result["pairs"])}
+        for key in ("output_tok_s", "decode_tok_s"):
+            values = [pair[name][key] for pair in result["pairs"] if key in pair[name]]
+            row[key] = round(median(values), 1) if values else None
+        rows.append(row)
+    for key in ("output_tok_s", "decode_tok_s"):
+        ratios = [
+            pair[other][key] / pair[base][key]
+            for pair in result["pairs"]
+            if key in pair[base] and key in pair[other]
+        ]
+        if ratios:
+            low, high = bootstrap_median_ci(ratios)
+            rows[1][f"{key}_ratio"] = round(median(ratios), 3)
+            rows[1][f"{key}_interval"] = (round(low, 3), round(high, 3))
+    return rows
+
+
+def format_table(result: dict) -> str:
+    """The rows of `summarize` as a terminal table, and whether the greedy tokens agreed."""
+
+    def ratio(row: dict, key: str) -> str | None:
+        if f"{key}_ratio" not in row:
+            return None
+        low, high = row[f"{key}_interval"]
+        return f"{row[f'{key}_ratio']:.3f}x ({low:.3f}-{high:.3f})"
+
+    columns = [
+        Column("config", align="<"),
+        Column("pairs"),
+        Column("output tok/s", ".1f"),
+        Column("output ratio (95%)"),
+        Column("decode tok/s", ".1f"),
+        Column("decode ratio (95%)"),
+    ]
+    cells = [
+        [
+            row["config"],
+            row["pairs"],
+            row["output_tok_s"],
+            ratio(row, "output_tok_s"),
+            row["decode_tok_s"],
+            ratio(row, "decode_tok_s"),
+        ]
+        for row in summarize(result)
+    ]
+    base, other = result["configs"]
+    same = "identical" if result["tokens_identical"] else "DIFFERENT"
+    return (
+        text_table(columns, cells)
+        + f"\ngreedy tokens of {other} ({result['mode']}): {same} to {base}'s"
+    )
+
+
+def merge(results: list[dict]) -> dict:
+    """Runs of the same two configurations, mode and workload as one result with all their
+    pairs (greedy tokens identical only where they were in every run)."""
+    first = results[0]
+    for other in results[1:]:
+        for key in ("configs", "mode", "shape", "workload"):
+            if other.get(key) != first.get(key):
+                raise ValueError(
+                    f"runs differ in {key}: {first.get(key)!r} and {other.get(key)!r}; only runs "
+                    "of the same configurations, mode, shape and workload merge"
+                )
+    return {
+        **first,
+        "pairs": [pair for result in results for pair in result["pairs"]],
+        "tokens_identical": all(result["tokens_identical"] for result in results),
+    }
+
+
+def run_pairs(engines: dict[str, ResidentChild], pairs: int, timeout: float) -> tuple[list, bool]:
+    """``pairs`` pairs of batches in `turn_order`; the figures per pair and whether every
+    batch's greedy tokens agreed between the engines."""
+    names = list(engines)
+    results, identical = [], True
+    for pair in range(pairs):
+        answers = {
+            name: engines[name].ask(f"batch {pair}", timeout) for name in turn_order(names, pair)
+        }
+        identical &= answers[names[0]]["tokens"] == answers[names[1]]["tokens"]
+        row = {"first": turn_order(names, pair)[0]}
+        row.update({name: throughputs(answer) for name, answer in answers.items()})
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    return results, identical
+
+
+def run_design(model: Model, args) -> dict | None:
+    """The two configurations of ``args.configs`` as resident engines taking ``args.pairs``
+    turns; the result, written to ``args.json``; None where an engine failed."""
+    work = workload(
+        model,
+        args.mode,
+        args,
+        decode_prompt_len=None if model.tiny else args.decode_input_len,
+        llm_args={
+            **model.llm_args(args.input_len, args.output_len),
+            **({} if model.tiny else {"gpu_memory_utilization": args.memory}),
+        },
+    )
+    engines: dict[str, ResidentChild] = {}
+    result = {"configs": args.configs, "mode": args.mode, "shape": args.shape, "startup": {}}
+    result["workload"] = {
+        "prompts": args.prompts,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "decode_input_len": args.decode_input_len,
+        "gpu_memory_utilization": args.memory,
+    }
+    try:
+        for name in args.configs:  # one at a time: each measures the memory the other left
+            log = log_path(args.log_dir, "paired", name, args.mode)
+            env = config_env(name, dict(args.env))
+            engines[name] = resident_engine(name, model, work, env, log)
+            ready = engines[name].answer(args.timeout)
+            result["startup"][name] = round(ready["import_s"] + ready["init_s"], 1)
+        result["pairs"], result["tokens_identical"] = run_pairs(engines, args.pairs, args.timeout)
+    except ChildError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
+    finally:
+        records = {name: engine.close(args.timeout) for name, engine in engines.items()}
+    result["dispatch"] = {}
+    for name, engine in engines.items():
+        # the model ran in the engine core's process: its dispatch log says what it selected
+        used = (records[name] or {}).get("used_impls") or impls_from_log(
+            dispatch_lines(engine.log.read_text(errors="replace")), traced=False
+        )
+        if used:
+            result["dispatch"][name] = used
+    write_json(args.json, result)
+    print(format_table(result))
+    for name, used in result["dispatch"].items():
+        print(f"{name}: {used}")
+    return result
+
+
+def summarize_files(paths: list[Path]) -> None:
+    """Print the table of earlier runs of one setup, their pairs merged (ValueError where the
+    setups differ)."""
+    print(format_table(merge([read_json(path) for path in paths])))

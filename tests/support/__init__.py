@@ -1,0 +1,1 @@
+"""Helpers the tests share that the product does not ship."""

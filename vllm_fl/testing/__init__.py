@@ -1,0 +1,11 @@
+"""Running the plugin inside real vLLM, for the tests and the benchmarks (and a vendor checking
+its backend end to end). Importing it imports neither vLLM nor torch.
+
+- `models`: the models the plugin is checked on: tiny ones built locally (nothing downloaded),
+  full-size model shapes as configs for dummy weights, the quantized checkpoint formats;
+- `child`: the one protocol of a child process: the answer is a JSON file it writes;
+- `engine`: the child side of a vLLM run (``python -m vllm_fl.testing.engine``): build the engine,
+  generate greedily or run a task, report tokens, timings and the dispatch's record;
+- `launch`: the parent side: a vLLM run in a fresh interpreter with a given environment;
+- `census`: an engine task counting which of vLLM's own kernels ran under the profiler.
+"""

@@ -1,0 +1,346 @@
+"""The models the plugin is checked on: tiny ones built locally, full-size ones as configs.
+
+Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging Face model directory
+that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
+vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
+INT8 W8A8 checkpoint; `build_tiny_qwen3_moe` a sparse MoE of the same size. Their weights come
+from a fixed seed and are scaled up so the logits are far from ties, which makes greedy decoding a
+sharp comparison between two runs.
+
+Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
+(vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
+``quantization_config`` of each checkpoint format, and `ModelShape` reads from a config the sizes
+that kernel inputs are made of.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+VOCAB_SIZE = 384
+HIDDEN_SIZE = 64
+NUM_LAYERS = 2
+NUM_HEADS = 2
+NUM_KV_HEADS = 1
+INTERMEDIATE_SIZE = 128
+MAX_POSITIONS = 256
+SEED = 1234
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "vLLM serves large language models with paged attention.",
+    "Operators dispatch between FlagGems, vendor kernels and a PyTorch reference.",
+    "RMSNorm, SiluAndMul and RotaryEmbedding are replaced out of tree.",
+    "A tiny random Llama is enough to prove that the plugin runs end to end.",
+    "Hello world! 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+]
+
+PROMPTS = [
+    "The quick brown fox",
+    "Operators dispatch between",
+    "Hello world!",
+    "A tiny random Llama",
+]
+
+
+def _train_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - 2,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(str(path))
+
+
+def build_tiny_llama(path: str | Path, hidden_size: int = HIDDEN_SIZE) -> Path:
+    """Write the tiny model and its tokenizer to `path` (created if missing); return it. Its
+    head_dim is `hidden_size` / 2 (GPU attention kernels are safest with 64)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return build_tiny_model(
+        path,
+        LlamaConfig,
+        LlamaForCausalLM,
+        hidden_size=hidden_size,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=hidden_size // NUM_HEADS,
+    )
+
+
+def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
+    """A random model of `model_cls` (its config from `config` and the shared defaults: vocabulary,
+    hidden size, positions, the tokenizer's special tokens), saved with the tokenizer to `path`.
+    The weights come from a fixed seed, scaled up so that greedy decoding has no near-ties."""
+    import torch
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _train_tokenizer(path)
+    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
+    defaults = dict(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
+        max_position_embeddings=MAX_POSITIONS,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(SEED)
+    model = model_cls(config_cls(**{**defaults, **config}))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+            else:
+                param.normal_(0.0, 0.2)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
+    """The tiny Llama as an INT8 W8A8 checkpoint (compressed-tensors, the layout of
+    ``QUANTIZATIONS["int8-w8a8"]``): every projection's weights quantised symmetrically per
+    output channel (``weight`` int8, ``weight_scale`` [N, 1])."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    quantised: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            quantised[name] = tensor
+            continue
+        scale = tensor.abs().amax(dim=1, keepdim=True) / 127
+        quantised[name] = torch.round(tensor / scale).clamp(-128, 127).to(torch.int8)
+        quantised[name.removesuffix("weight") + "weight_scale"] = scale.float()
+    save_file(quantised, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = QUANTIZATIONS["int8-w8a8"]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+TINY_MOE_LAYERS = 2
+TINY_MOE_EXPERTS = 8
+TINY_MOE_TOP_K = 2
+TINY_MOE_INTERMEDIATE_SIZE = 32
+
+
+def build_tiny_qwen3_moe(path: str | Path) -> Path:
+    """A tiny random Qwen3-MoE and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers, each a sparse MoE block of 8 experts with 2 active (moe_intermediate_size 32,
+    routing weights renormalised), 2 heads of head_dim 32."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    return build_tiny_model(
+        path,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        intermediate_size=2 * HIDDEN_SIZE,
+        moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        num_experts=TINY_MOE_EXPERTS,
+        num_experts_per_tok=TINY_MOE_TOP_K,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_hidden_layers=TINY_MOE_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+    )
+
+
+#: tiny model name -> its builder (a directory in, the model's directory out)
+TINY_MODELS = {
+    "tiny-llama": build_tiny_llama,
+    "tiny-int8-llama": build_tiny_int8_llama,
+    "tiny-qwen3-moe": build_tiny_qwen3_moe,
+}
+
+
+# -- full-size model shapes -----------------------------------------------------------------------
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+}
+
+# Qwen3-30B-A3B's shape (48 layers there; a benchmark's --layers keeps fewer, so that dummy
+# weights start fast).
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+}
+
+#: model name (the benchmarks' --shape) -> Hugging Face config
+MODELS: dict[str, dict] = {"llama3-8b": LLAMA3_8B, "qwen3-moe": QWEN3_MOE}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of one model that kernel inputs are made of."""
+
+    name: str
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    max_positions: int
+    rope_theta: float
+    experts: int | None = None
+    top_k: int | None = None
+    moe_intermediate: int | None = None
+
+    @classmethod
+    def from_config(cls, name: str, config: Mapping) -> ModelShape:
+        heads = config["num_attention_heads"]
+        return cls(
+            name=name,
+            hidden=config["hidden_size"],
+            intermediate=config["intermediate_size"],
+            heads=heads,
+            kv_heads=config["num_key_value_heads"],
+            head_dim=config.get("head_dim", config["hidden_size"] // heads),
+            max_positions=config["max_position_embeddings"],
+            rope_theta=config["rope_theta"],
+            experts=config.get("num_experts"),
+            top_k=config.get("num_experts_per_tok"),
+            moe_intermediate=config.get("moe_intermediate_size"),
+        )
+
+    @property
+    def q_size(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
+#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
+QUANTIZATIONS: dict[str, dict] = {
+    # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
+    "fp8-block": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
+    # per-tensor weights, dynamic activations
+    "fp8-tensor": {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    # compressed-tensors INT8 W8A8: per-channel weights, dynamic per-token activations
+    "int8-w8a8": {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 8,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "channel",
+                    "dynamic": False,
+                },
+                "input_activations": {
+                    "num_bits": 8,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "token",
+                    "dynamic": True,
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+    # GPTQ 4-bit weights, groups of 128 (W4A16)
+    "w4a16-gptq": {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+    },
+}
+
+
+def model_config(name: str, layers: int | None = None, quant: str | None = None) -> dict:
+    """The Hugging Face config of model `name`, with `layers` decoder layers if given, as a
+    checkpoint of format `quant` (a key of QUANTIZATIONS) if given."""
+    config = dict(MODELS[name])
+    if layers:
+        config["num_hidden_layers"] = layers
+    if quant:
+        config["quantization_config"] = QUANTIZATIONS[quant]
+    return config
+
+
+def model_shape(name: str) -> ModelShape:
+    return ModelShape.from_config(name, MODELS[name])
+
+
+def write_dummy_checkpoint(
+    path: str | Path, name: str, layers: int | None = None, quant: str | None = None
+) -> Path:
+    """A model directory holding only the config.json of model `name` (vLLM makes up the weights
+    with ``load_format="dummy"``), as a checkpoint of format `quant` if given."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(model_config(name, layers, quant), indent=1))
+    return path
