@@ -1,0 +1,1 @@
+"""What runs while operators are registered and called."""
