@@ -244,4 +244,3 @@ class _Checker:
                         impl.line,
                         f"the import of module {ref_impl.module} of backend {reference.name!r}",
                     )
-

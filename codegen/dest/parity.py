@@ -77,9 +77,7 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
             ", mutates=MUTATES" if op.mutates else ""
         )
         # vLLM keeps some weights in float32 under half-precision inputs
-        weight_dtypes = (
-            [d for d in op.tests.dtypes if d != "float32"] if "weight" in reads else []
-        )
+        weight_dtypes = [d for d in op.tests.dtypes if d != "float32"] if "weight" in reads else []
         # the fused add + normalisation: an op of a layer taking ``x`` and a ``residual``
         residual = op.layer is not None and {"x", "residual"} <= set(op.schema.arg_names)
         out[path] = render_file(

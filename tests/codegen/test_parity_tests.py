@@ -148,7 +148,9 @@ def test_reference_check_of_an_op_writing_into_its_outputs(parity):
 
 def _check_layer(parity, fn, **options):
     parity.fn = fn
-    parity.check_reference("op", "a.Layer", "float16", CASE, ["Tensor"], ["weight", "eps"], **options)
+    parity.check_reference(
+        "op", "a.Layer", "float16", CASE, ["Tensor"], ["weight", "eps"], **options
+    )
 
 
 def test_reference_check_gives_the_reference_only_the_attributes_it_declares(parity):
