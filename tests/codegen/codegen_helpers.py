@@ -26,17 +26,25 @@ def snapshot_of(root: Path) -> dict[str, str]:
     }
 
 
+def _modules_of(package: str) -> dict[str, object]:
+    return {n: m for n, m in sys.modules.items() if n == package or n.startswith(f"{package}.")}
+
+
 @contextlib.contextmanager
 def importing(root: Path, package: str = "fxpkg") -> Iterator[None]:
-    """Make the backend packages of a generated tree (``package``) importable for the block;
-    forget them afterwards, so the next tree's packages are imported afresh."""
+    """Make the backend packages of a generated tree (``package``) importable for the block,
+    imported afresh; afterwards the modules of that name are those of before the block."""
+    outer = _modules_of(package)
+    for name in outer:
+        del sys.modules[name]
     sys.path.insert(0, str(root))
     try:
         yield
     finally:
         sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+        for name in _modules_of(package):
             del sys.modules[name]
+        sys.modules.update(outer)
 
 
 def registered(root: Path, module: str) -> OpRegistry:

@@ -1,6 +1,6 @@
 """``vllm_fl.dispatch.runtime.registration``, the runtime behind every generated register_ops:
-the table's checks, the adapters and custom ops it builds from a row, and its custom-op helpers
-(``flatten``, ``attrs``, ``define``)."""
+the table's checks, the adapters and custom ops it builds from a row, and the functions its
+custom ops run on (``flatten``, ``attrs``, ``define``)."""
 
 from __future__ import annotations
 

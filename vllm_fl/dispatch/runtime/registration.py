@@ -414,7 +414,7 @@ def _kernel(module: str, row: Impl, impl: Callable[..., Any], name: str) -> Call
     return fn
 
 
-# -- custom-op helpers -------------------------------------------------------------------------
+# -- custom ops --------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
 _DEFINED: dict[str, Any] = {}
