@@ -30,6 +30,14 @@ GENERATED_NAMES = frozenset(
         "OpImpl",
         "OpRegistry",
         "Probe",
+        "Arg",
+        "DeclaredBackend",
+        "CustomOp",
+        "Impl",
+        "Registrations",
+        "DECLARED",
+        "IMPLS",
+        "REGISTRATIONS",
         "FLBackendBase",
         "OPS",
         "register",
@@ -236,6 +244,3 @@ class _Checker:
                         impl.line,
                         f"the import of module {ref_impl.module} of backend {reference.name!r}",
                     )
-                yield f"_{op.name}_kernel", impl.line, f"the kernel of op {op.name!r}"
-                yield f"_{op.name}_fake", impl.line, f"the fake of op {op.name!r}"
-

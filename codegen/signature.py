@@ -163,8 +163,10 @@ class Returns:
     def tensor_list_decoding(self) -> tuple[tuple[int, str], ...]:
         """How an adapter turns a custom op's ``list[Tensor]`` back into this return.
 
-        An impl's result is flattened to its tensors with trailing Nones dropped (see
-        ``vllm_fl.dispatch.opaque.flatten``); each possible list length must identify one form.
+        An impl's result is flattened to its tensors with trailing Nones dropped; each possible
+        list length must identify one form. The adapters are built at run time
+        (``vllm_fl.dispatch.runtime.registration``, which decodes by the same rule); the loader
+        calls this to refuse, with the manifest line, return forms no adapter could tell apart.
         Returns ``(length, python expression over 'out')`` pairs, or raises SignatureError when
         two forms flatten to the same length.
         """

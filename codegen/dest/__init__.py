@@ -3,12 +3,12 @@
 
 - ``spec``: the backend contract ``FLBackendBase``;
 - ``backends_init``: the list of built-in backend packages;
-- ``register_ops``: every backend's registrations (with the ``torch.library`` wrappers);
+- ``register_ops``: every backend's table of registrations (impls, adapters, custom ops);
 - ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
 - ``parity``: the parity tests under ``tests/generated``;
 - ``docs``: ``docs/operators.md`` and the operator table of the README.
 
-Views computed here (call expressions, import aliases, availability expressions) keep the
+Views computed here (call expressions, import aliases, table rows) keep the
 templates free of logic: the model computes, the template lays out.
 """
 

@@ -71,6 +71,15 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
         check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
             "" if canonical is None else ", canonical=CANONICAL"
         )
+        reads = [attr.name for attr in op.reads]
+        # keyword arguments of parity.check_reference beyond the common ones
+        reference_options = (", READS" if op.layer is not None else "") + (
+            ", mutates=MUTATES" if op.mutates else ""
+        )
+        # vLLM keeps some weights in float32 under half-precision inputs
+        weight_dtypes = [d for d in op.tests.dtypes if d != "float32"] if "weight" in reads else []
+        # the fused add + normalisation: an op of a layer taking ``x`` and a ``residual``
+        residual = op.layer is not None and {"x", "residual"} <= set(op.schema.arg_names)
         out[path] = render_file(
             "test_parity.py.j2",
             path,
@@ -80,6 +89,10 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
             cases=cases,
             canonical=canonical,
             check_options=check_options,
+            reference_options=reference_options,
             returns=[str(form) for form in op.schema.returns.forms],
+            reads=reads,
+            weight_dtypes=weight_dtypes,
+            residual=residual,
         )
     return out

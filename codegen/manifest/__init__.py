@@ -14,16 +14,22 @@ checked once the entries they need are read; ``targets.check_targets`` checks th
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 from codegen import model as m
 from codegen.manifest.backends import read_backends
 from codegen.manifest.ops import read_op
 from codegen.manifest.reader import Reader, is_dotted, is_identifier
 from codegen.manifest.targets import check_targets
 from codegen.manifest.tolerances import read_tolerances
+from codegen.sources import read_text
 from codegen.yamlnodes import Node, load
 
-__all__ = ["load_manifest", "is_identifier", "is_dotted"]
+__all__ = ["load_manifest", "project_manifest", "is_identifier", "is_dotted"]
 
+#: the manifest of the repository the generator belongs to
+PROJECT_MANIFEST = Path(__file__).resolve().parents[2] / "ops.yaml"
 KEYS = ("backends", "tolerances", "ops")
 EXPECTED = "a mapping with backends, tolerances, ops"
 
@@ -31,6 +37,13 @@ EXPECTED = "a mapping with backends, tolerances, ops"
 def load_manifest(text: str, file: str = "ops.yaml") -> m.Manifest:
     """Parse and validate manifest text; raises ManifestError naming the line."""
     return _document(Reader(file), load(text, file))
+
+
+@functools.cache
+def project_manifest() -> m.Manifest:
+    """The repository's ops.yaml as the model, loaded once per process: the one way tests and
+    tools that ask the manifest read it (the CLI reads ``--manifest`` under ``--root``)."""
+    return load_manifest(read_text(PROJECT_MANIFEST, PROJECT_MANIFEST.name), PROJECT_MANIFEST.name)
 
 
 def _document(r: Reader, root: Node | None) -> m.Manifest:

@@ -1,36 +1,37 @@
 """The generated register_ops of an opaque backend, run for real: custom ops defined once,
 adapters restoring the return form, fakes (the reference) letting torch.compile trace it whole;
-and the small runtime module behind them, ``vllm_fl.dispatch.opaque``."""
+plain rows registering the impl itself; a non-opaque backend's eager adapter."""
 
 from __future__ import annotations
 
+import inspect
 import shutil
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from codegen_helpers import FIXTURES
-from vllm_fl.dispatch import OpRegistry, opaque
+from codegen_helpers import FIXTURES, importing, registered
+from vllm_fl.dispatch import OpRegistry
+from vllm_fl.dispatch.runtime import registration
 
 
 @pytest.fixture(scope="module")
-def fast_registry(tmp_path_factory):
+def fast_tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("opaque") / "tree"
     shutil.copytree(FIXTURES / "expected", root)
-    sys.path.insert(0, str(root))
-    try:
-        from fxpkg.fast import register_ops
+    with importing(root):
+        yield root
 
-        registry = OpRegistry()
-        register_ops.register(registry)
-        register_ops.register(OpRegistry())  # a second registration defines nothing twice
-        yield registry
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == "fxpkg" or n.startswith("fxpkg.")]:
-            del sys.modules[name]
+
+@pytest.fixture(scope="module")
+def fast_registry(fast_tree):
+    from fxpkg.fast import register_ops
+
+    registry = OpRegistry()
+    register_ops.register(registry)
+    register_ops.register(OpRegistry())  # a second registration defines nothing twice
+    return registry
 
 
 def _layer():
@@ -39,14 +40,53 @@ def _layer():
 
 
 def test_opaque_backend_registers_custom_op_adapters(fast_registry):
+    from fxpkg.fast import register_ops
+
     impl = fast_registry.get_impl("rms_norm", "default.flagos")
-    assert impl.priority == 150 and impl.is_available()
-    assert impl.fn.__module__ == "fxpkg.fast.register_ops"
-    assert "vllm_fl::fast_rms_norm" in opaque.defined()
-    assert hasattr(torch.ops.vllm_fl, "fast_rms_norm")
-    # an op returning str is registered as the plain impl, not wrapped
-    pick = fast_registry.get_impl("pick_backend", "default.flagos")
-    assert pick.fn.__module__ == "fxpkg.fast.impl.attention"
+    assert (impl.kind.value, impl.vendor, impl.priority) == ("flagos", None, 150)
+    assert impl.is_available() and repr(impl.available) == "Probe(requires=('math',), device=None)"
+    assert impl.fn.__module__ == "fxpkg.fast.register_ops" and impl.fn.__qualname__ == "rms_norm"
+    assert register_ops.rms_norm is impl.fn  # the name explain shows resolves to the adapter
+    assert "vllm_fl::fast_rms_norm" in registration.defined()
+    # the schema comes from ops.yaml's types: the op's arguments, then the attributes it reads
+    assert str(torch.ops.vllm_fl.fast_rms_norm.default._schema) == (
+        "vllm_fl::fast_rms_norm(Tensor x, Tensor? residual, Tensor weight, float "
+        "variance_epsilon) -> Tensor[]"
+    )
+    assert str(torch.ops.vllm_fl.fast_silu_and_mul.default._schema) == (
+        "vllm_fl::fast_silu_and_mul(Tensor x) -> Tensor"
+    )
+
+
+def test_plain_rows_register_the_impl_itself(fast_registry):
+    """An op no custom op wraps (it returns a str, or writes into its arguments) and without an
+    eager variant: the registered function is the impl, no adapter frame in between."""
+    from fxpkg.fast import register_ops
+    from fxpkg.fast.impl import act, attention
+
+    assert fast_registry.get_impl("pick_backend", "default.flagos").fn is attention.pick_backend
+    assert fast_registry.get_impl("scale_into", "default.flagos").fn is act.scale_into
+    with pytest.raises(AttributeError, match="has no attribute 'pick_backend'"):
+        register_ops.pick_backend
+
+
+def test_adapters_have_the_signature_of_the_impl(fast_registry):
+    """The dispatch's trampoline mirrors the signature of what it calls: an adapter has the
+    impl's exact parameters (names, kinds, defaults, annotations) and return annotation."""
+    for op in ("rms_norm", "silu_and_mul"):
+        fn = fast_registry.get_impl(op, "default.flagos").fn
+        assert inspect.signature(fn) == inspect.signature(fn.functional), op
+
+
+def test_adapters_are_built_once_and_probes_for_each_registration(fast_registry):
+    from fxpkg.fast import register_ops
+
+    again = OpRegistry()
+    register_ops.register(again)
+    first = fast_registry.get_impl("rms_norm", "default.flagos")
+    second = again.get_impl("rms_norm", "default.flagos")
+    assert second.fn is first.fn
+    assert second.available is not first.available  # a probe caches its answer
 
 
 def test_adapter_restores_each_return_form(fast_registry):
@@ -91,49 +131,27 @@ def test_adapter_runs_the_eager_variant_in_place_outside_a_trace(fast_registry):
 
 
 def test_non_opaque_backend_gets_an_eager_adapter(generated):
-    text = (generated / "fxpkg/vendor/acme/register_ops.py").read_text()
-    assert "return _acme_norm.rms_norm_inplace(self, x, residual)" in text
-    assert "return _acme_norm.rms_norm(self, x, residual)" in text
-    assert "rms_norm.eager = _acme_norm.rms_norm_inplace" in text
+    registry = registered(generated, "fxpkg.vendor.acme")
+    impl = registry.get_impl("rms_norm", "vendor.acme")
+    fn = impl.fn
+    assert (impl.priority, fn.__module__) == (120, "fxpkg.vendor.acme.register_ops")
+    assert repr(impl.available) == (
+        "Probe.all(Probe(requires=('acme_runtime',), device='cuda'), "
+        "Probe(requires=('acme_extra',), device=None))"
+    )
+    assert fn.eager.__qualname__ == "rms_norm_inplace" and fn.functional.__qualname__ == "rms_norm"
+    assert inspect.signature(fn) == inspect.signature(fn.functional)
+    layer = SimpleNamespace()
+    with pytest.raises(NotImplementedError, match="acme rms_norm: write the in-place eager"):
+        fn(layer, torch.ones(2))  # outside a trace: the eager variant
+    fn.__globals__["_is_compiling"] = lambda: True  # what Dynamo folds it to while tracing
+    with pytest.raises(NotImplementedError, match="acme rms_norm: write the kernel here"):
+        fn(layer, torch.ones(2))  # under a trace: the functional impl
+    pick = registry.get_impl("pick_backend", "vendor.acme")
+    assert pick.fn.__module__ == "fxpkg.vendor.acme.impl.attention"
 
 
 def test_stub_kernel_fails_loudly(fast_registry):
     fn = fast_registry.get_impl("silu_and_mul", "default.flagos").fn
     with pytest.raises(NotImplementedError, match="fast silu_and_mul: write the kernel here"):
         fn(SimpleNamespace(), torch.randn(2, 8))
-
-
-def test_flatten_drops_only_trailing_nones():
-    a, b = torch.zeros(1), torch.ones(1)
-    assert opaque.flatten(a) == [a]
-    assert opaque.flatten((a, b)) == [a, b]
-    assert opaque.flatten((a, None)) == [a]
-    assert opaque.flatten(None) == []
-    with pytest.raises(TypeError, match="returned None before a tensor"):
-        opaque.flatten((None, a))
-
-
-def test_attrs_is_a_plain_namespace():
-    ns = opaque.attrs(weight=1, variance_epsilon=2.0)
-    assert (ns.weight, ns.variance_epsilon) == (1, 2.0)
-
-
-def test_define_is_idempotent_and_thread_safe():
-    import threading
-
-    def kernel(x: torch.Tensor) -> torch.Tensor:
-        return x * 2
-
-    def fake(x: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(x)
-
-    threads = [
-        threading.Thread(target=opaque.define, args=("vllm_fl::test_double", kernel, fake))
-        for _ in range(8)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert opaque.defined().count("vllm_fl::test_double") == 1
-    torch.testing.assert_close(torch.ops.vllm_fl.test_double(torch.ones(2)), torch.full((2,), 2.0))

@@ -10,6 +10,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from codegen_helpers import REPO
 
@@ -77,6 +78,11 @@ def parity():
             assert impl_id == module.REFERENCE
             return SimpleNamespace(fn=self.fn, impl_id=impl_id)
 
+        def layer(self, path, init, dtype, device):
+            if path is None:
+                return None
+            return SimpleNamespace(weight=torch.ones(8, dtype=dtype), eps=1e-6, undeclared=1)
+
     return Fake()
 
 
@@ -103,10 +109,11 @@ def test_reference_check_passes_a_reference_keeping_its_contract(parity):
         (lambda x: True, ["int"], "returned bool, declared int"),
         (lambda x: x / 0.0 * 0.0, ["Tensor"], "output 0 is not finite"),
         (lambda x: x, ["Tensor"], "returned its input 'x'"),
+        (lambda x: x[:, :4], ["Tensor"], "output 0 shares memory with an input"),
         (lambda x: x.mul_(2), ["Tensor"], "mutated input 'x'"),
         (lambda x: (_ for _ in ()).throw(NotImplementedError("stub")), ["Tensor"], "stub"),
     ],
-    ids=["tuple", "not-tuple", "none", "bool-for-int", "nan", "alias", "mutates", "raises"],
+    ids=["tuple", "not-tuple", "none", "bool-for-int", "nan", "alias", "view", "mutates", "raises"],
 )
 def test_reference_check_fails_a_reference_breaking_its_contract(parity, fn, returns, message):
     with pytest.raises((AssertionError, NotImplementedError), match=re.escape(message)):
@@ -137,3 +144,32 @@ def test_reference_check_of_an_op_writing_into_its_outputs(parity):
         _check(parity, returns, ["None"], case, mutates=["dest"])
     with pytest.raises(AssertionError, match="output 0 is not finite"):
         _check(parity, writes_nan, ["None"], case, mutates=["dest"])
+
+
+def _check_layer(parity, fn, **options):
+    parity.fn = fn
+    parity.check_reference(
+        "op", "a.Layer", "float16", CASE, ["Tensor"], ["weight", "eps"], **options
+    )
+
+
+def test_reference_check_gives_the_reference_only_the_attributes_it_declares(parity):
+    _check_layer(parity, lambda self, x: x * self.weight + self.eps)
+    _check_layer(parity, lambda self, x: (x * self.weight).half(), weight_dtype="float32")
+    with pytest.raises(AttributeError, match="undeclared"):
+        _check_layer(parity, lambda self, x: x * self.undeclared)
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (lambda self, x: x * self.weight.mul_(2), "modified layer.weight"),
+        (lambda self, x: setattr(self, "eps", 0.0) or x * 2, "rebound layer.eps"),
+        (lambda self, x: self.weight, "returned an input"),
+        (lambda self, x: self.weight[:4], "output 0 shares memory with an input"),
+    ],
+    ids=["modifies", "rebinds", "returns", "views"],
+)
+def test_reference_check_fails_a_reference_touching_the_layer(parity, fn, message):
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        _check_layer(parity, fn)

@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codegen_helpers import FIXTURES, REPO
+from codegen_helpers import FIXTURES, REPO, registered
+
+from vllm_fl.dispatch.runtime import registration
 
 FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, scale_into"
 
@@ -37,13 +39,15 @@ def test_vendor_scaffolds_the_ops_asked_for_and_edits_manifest_in_place(generate
         in (base / "impl/attention.py").read_text()
     )
     assert not (base / "impl/act.py").exists()
-    register_ops = (base / "register_ops.py").read_text()
-    assert 'available = Probe(requires=("torch_metax",))' in register_ops
-    assert "_backend_probe" not in register_ops
-    assert '_opaque.define("vllm_fl::metax_rms_norm", _rms_norm_kernel, _rms_norm_fake)' in (
-        register_ops
-    )
-    assert "silu_and_mul" not in register_ops
+    registry = registered(generated, "fxpkg.vendor.metax")
+    assert [op for op in registry.list_operators() if registry.get_impl(op, "vendor.metax")] == [
+        "pick_backend",
+        "rms_norm",
+    ]
+    rms_norm = registry.get_impl("rms_norm", "vendor.metax")
+    assert repr(rms_norm.available) == "Probe(requires=('torch_metax',), device=None)"
+    assert rms_norm.fn.functional.__module__ == "fxpkg.vendor.metax.impl.norm"
+    assert "vllm_fl::metax_rms_norm" in registration.defined()  # the vendor is opaque
     readme = (generated / "README.md").read_text()
     assert "| `rms_norm` | `RMSNorm` | ✓ | ✓ | ✓ | ✓ |" in readme
     assert "| `silu_and_mul` | `SiluAndMul` | ✓ | ✓ | – | – |" in readme
@@ -61,8 +65,9 @@ def test_vendor_availability_is_edited_in_ops_yaml_only(generated, cli):
     )
     rc, _, err = cli("--root", generated)
     assert rc == 0, err
-    register_ops = (generated / "fxpkg/vendor/metax/register_ops.py").read_text()
-    assert 'available = Probe(requires=("metax_rt",), device="npu")' in register_ops
+    registry = registered(generated, "fxpkg.vendor.metax")
+    available = registry.get_impl("rms_norm", "vendor.metax").available
+    assert repr(available) == "Probe(requires=('metax_rt',), device='npu')"
     assert (generated / "fxpkg/vendor/metax/__init__.py").read_text() == init
 
 

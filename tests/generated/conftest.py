@@ -11,12 +11,15 @@ literal.
 
 import contextlib
 import importlib
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 SEED = 20240601
 REFERENCE = "reference.torch"
+#: the reference against vLLM's own code: the same operations in the same dtypes, bit for bit
+EXACT = {"atol": 0, "rtol": 0}
 
 
 @contextlib.contextmanager
@@ -127,6 +130,10 @@ class Parity:
         An op that writes into caller-provided tensors (``mutates``) returns None; its result is
         then the tuple of those tensors after the call, and no other input may change.
         """
+        return self._run(impl, layer, inputs, mutates)[0]
+
+    def _run(self, impl, layer, inputs, mutates=()):
+        """``call``, returning the result and the arguments the impl received."""
         fn = getattr(impl.fn, "functional", impl.fn)
         args = {name: _clone(value) for name, value in inputs.items()}
         result = fn(layer, **args) if layer is not None else fn(**args)
@@ -140,7 +147,7 @@ class Parity:
                 assert all(
                     out is not value for out in outputs
                 ), f"{impl.impl_id} returned its input {name!r} (impls must be functional)"
-        return result
+        return result, args
 
     def compare(self, actual, expected, tolerance):
         if isinstance(expected, (tuple, list)):
@@ -220,32 +227,78 @@ class Parity:
                         f"(inplace: {inplace})"
                     )
 
-    def check_reference(self, op, layer_path, dtype_name, case, returns, mutates=()):
-        """The reference alone: it runs on the case, is functional (``call`` checks that it
-        changes no input but ``mutates`` and returns none of them), returns one of the declared
-        ``returns`` forms and only finite floating-point values."""
+    def check_reference(
+        self, op, layer_path, dtype_name, case, returns, reads=(), mutates=(), weight_dtype=None
+    ):
+        """The reference alone. It runs on the case with a stand-in for the layer that holds only
+        the attributes ops.yaml says it reads (``reads``: reading any other is an AttributeError),
+        its ``weight`` in ``weight_dtype`` if given (vLLM keeps some weights in float32 under
+        half-precision activations). It is functional: it changes no input but ``mutates``
+        (``call`` checks that) and no attribute it reads, and returns neither an input nor an
+        attribute, nor a view of one. It returns one of the declared ``returns`` forms and only
+        finite floating-point values."""
         reference = self.impl(op, REFERENCE)
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, "cpu")
+        if layer is not None:
+            layer = SimpleNamespace(**{name: getattr(layer, name) for name in reads})
+            if weight_dtype is not None:
+                layer.weight = layer.weight.detach().to(getattr(torch, weight_dtype))
+        read = dict(vars(layer)) if layer is not None else {}
+        read_tensors = {k: v.clone() for k, v in read.items() if isinstance(v, torch.Tensor)}
         inputs = self.inputs(case["inputs"], dtype, "cpu")
-        result = self.call(reference, layer, inputs, mutates)
+        result, args = self._run(reference, layer, inputs, mutates)
+        for name, before in read_tensors.items():
+            assert torch.equal(read[name], before), f"{REFERENCE} {op} modified layer.{name}"
+        for name, value in read.items():
+            assert getattr(layer, name) is value, f"{REFERENCE} {op} rebound layer.{name}"
+        outputs = result if isinstance(result, tuple) else (result,)
         if not mutates:  # with mutates, ``call`` checked the None return
             assert any(
                 _has_form(result, form) for form in returns
             ), f"{REFERENCE} {op} returned {_describe(result)}, declared {' | '.join(returns)}"
-        outputs = result if isinstance(result, tuple) else (result,)
+            given = [v for v in args.values() if isinstance(v, torch.Tensor)]
+            given += [read[name] for name in read_tensors]
+            storages = {t.untyped_storage().data_ptr() for t in given}
+            for index, out in enumerate(outputs):
+                if isinstance(out, torch.Tensor):
+                    assert all(out is not t for t in given), f"{REFERENCE} {op} returned an input"
+                    assert (
+                        out.untyped_storage().data_ptr() not in storages
+                    ), f"{REFERENCE} {op}: output {index} shares memory with an input"
         for index, out in enumerate(outputs):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 assert torch.isfinite(out).all(), f"{REFERENCE} {op}: output {index} is not finite"
 
-    def check_native(self, op, layer_path, dtype_name, case, tolerance):
+    def check_native(self, op, layer_path, dtype_name, case, weight_dtype=None):
+        """The reference equals vLLM's ``forward_native`` of the same layer exactly (vLLM's runs on
+        clones: its fused add + RMSNorm may work in place), also with a ``weight`` in
+        ``weight_dtype``."""
+        reference = self.impl(op, REFERENCE)
+        dtype = getattr(torch, dtype_name)
+        layer = self.layer(layer_path, case["init"], dtype, "cpu")
+        if weight_dtype is not None:
+            weight = layer.weight.detach().to(getattr(torch, weight_dtype))
+            layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+        inputs = self.inputs(case["inputs"], dtype, "cpu")
+        expected = layer.forward_native(**{k: _clone(v) for k, v in inputs.items()})
+        actual = self.call(reference, layer, inputs)
+        self.compare(actual, expected, EXACT)
+
+    def check_residual(self, op, layer_path, dtype_name, case):
+        """With a residual the reference returns ``(normalised, x + residual)``: the sum computed
+        in float32 and rounded once, and the normalisation of that sum."""
         reference = self.impl(op, REFERENCE)
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, "cpu")
         inputs = self.inputs(case["inputs"], dtype, "cpu")
-        expected = layer.forward_native(**{k: _clone(v) for k, v in inputs.items()})
-        actual = self.call(reference, layer, inputs)
-        self.compare(actual, expected, tolerance)
+        result = self.call(reference, layer, inputs)
+        assert isinstance(result, tuple) and len(result) == 2, _describe(result)
+        normed, summed = result
+        x, residual = inputs["x"], inputs["residual"]
+        self.compare(summed, (x.float() + residual.float()).to(dtype), EXACT)
+        alone = self.call(reference, layer, {**inputs, "x": summed, "residual": None})
+        torch.testing.assert_close(normed.float(), alone.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.fixture

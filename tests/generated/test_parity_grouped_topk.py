@@ -7,8 +7,9 @@
 Each backend but the reference x dtype x case runs the backend's registered implementation and
 the reference one on the same inputs; an unavailable backend is skipped with its reason, a stub
 fails.
-The reference is never compared with itself: it runs alone on every dtype x case, must leave its
-inputs alone, return one of the declared forms and only finite values.
+The reference is never compared with itself: it runs alone on every dtype x case and must leave
+its inputs alone and return one of the declared forms, only finite values and none of its inputs
+nor a view of one.
 """
 
 import pytest

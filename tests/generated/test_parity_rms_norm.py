@@ -9,9 +9,14 @@ the reference one on the same inputs; an unavailable backend is skipped with its
 fails.
 The in-place eager variants (flagos, cuda) run on clones of the same inputs too:
 they must match the reference and modify nothing but x, residual.
-The reference is never compared with itself: it runs alone on every dtype x case, must leave its
-inputs alone, return one of the declared forms and only finite values.
-A further test checks it against vLLM's own ``RMSNorm.forward_native``.
+The reference is never compared with itself: it runs alone on every dtype x case and must leave
+its inputs alone and return one of the declared forms, only finite values and none of its inputs
+nor a view of one.
+It reads no layer attribute but those ops.yaml lists (its stand-in layer holds only
+weight, variance_epsilon) and changes none.
+A further test checks it against vLLM's own ``RMSNorm.forward_native``, exactly.
+Both also run with a float32 weight under half-precision inputs, as vLLM keeps some weights.
+With a residual it returns the normalised sum and the sum itself.
 """
 
 import pytest
@@ -30,6 +35,8 @@ EAGER_BACKENDS = [
 ]
 INPLACE = ["x", "residual"]
 RETURNS = ["Tensor", "(Tensor, Tensor)"]
+# the layer attributes the impls read (ops.yaml ``reads``)
+READS = ["weight", "variance_epsilon"]
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {
     "float32": {"atol": 1e-05, "rtol": 1.3e-06},
@@ -55,6 +62,9 @@ CASES = [
         id="case1-x7x256-residual7x256",
     ),
 ]
+# half precisions, where vLLM may keep the weight in float32
+WEIGHT_DTYPES = ["float16", "bfloat16"]
+RESIDUAL_CASES = [case for case in CASES if "residual" in case.values[0]["inputs"]]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -74,10 +84,28 @@ def test_eager_variant_parity(parity, impl_id, device, dtype, case):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_contract(parity, dtype, case):
-    parity.check_reference(OP, LAYER, dtype, case, RETURNS)
+    parity.check_reference(OP, LAYER, dtype, case, RETURNS, READS)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_reference_contract_with_a_float32_weight(parity, dtype, case):
+    parity.check_reference(OP, LAYER, dtype, case, RETURNS, READS, weight_dtype="float32")
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_matches_forward_native(parity, dtype, case):
-    parity.check_native(OP, LAYER, dtype, case, TOLERANCES[dtype])
+    parity.check_native(OP, LAYER, dtype, case)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", WEIGHT_DTYPES)
+def test_reference_matches_forward_native_with_a_float32_weight(parity, dtype, case):
+    parity.check_native(OP, LAYER, dtype, case, weight_dtype="float32")
+
+
+@pytest.mark.parametrize("case", RESIDUAL_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_with_a_residual_the_reference_returns_normed_and_sum(parity, dtype, case):
+    parity.check_residual(OP, LAYER, dtype, case)

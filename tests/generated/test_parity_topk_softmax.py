@@ -9,8 +9,8 @@ the reference one on the same inputs; an unavailable backend is skipped with its
 fails.
 The op writes into topk_weights, topk_ids, token_expert_indices: those are compared (integer tensors exactly), and no other input
 may change.
-The reference is never compared with itself: it runs alone on every dtype x case, must leave its
-inputs alone (but those it writes into), return one of the declared forms and only finite values.
+The reference is never compared with itself: it runs alone on every dtype x case and must leave
+its inputs alone but those it writes into, which must then hold only finite values.
 """
 
 import pytest

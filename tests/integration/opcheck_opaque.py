@@ -36,7 +36,8 @@ import torch  # noqa: E402
 from layer_samples import function_samples, make_inputs, make_layer, samples  # noqa: E402
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 
-from vllm_fl.dispatch import get_default_manager, opaque  # noqa: E402
+from vllm_fl.dispatch import get_default_manager  # noqa: E402
+from vllm_fl.dispatch.runtime import registration  # noqa: E402
 from vllm_fl.ops import OOT_CLASSES  # noqa: E402
 from vllm_fl.registration import _in_tree_base, _load_class, op_name_of  # noqa: E402
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     device = parser.parse_args(argv).device
     registry = get_default_manager().registry  # builds the registry: defines the custom ops
-    defined = set(opaque.defined())
+    defined = set(registration.defined())
     checked: dict[str, str] = {}
     unavailable: dict[str, str] = {}
     seen: set[str] = set()
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             if qualname not in defined:
                 continue
             seen.add(qualname)
-            opdef = opaque._DEFINED[qualname]
+            opdef = registration.definition(qualname)
             if device == "cpu":
                 kernel = opdef._abstract_fn  # the fake, on real tensors: no backend runs here
             else:

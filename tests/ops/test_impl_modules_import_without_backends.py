@@ -5,11 +5,8 @@ imported inside the function bodies only."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from codegen.manifest import load_manifest
-
-ROOT = Path(__file__).resolve().parents[2]
+from codegen.manifest import PROJECT_MANIFEST, project_manifest
 
 SCRIPT = r"""
 import importlib, json, sys
@@ -21,13 +18,9 @@ print(json.dumps({"imported": names, "heavy": heavy}))
 """
 
 
-def _manifest():
-    return load_manifest((ROOT / "ops.yaml").read_text())
-
-
 def _impl_modules() -> list[str]:
     """Every backend package and impl module of ops.yaml (eager variants' modules included)."""
-    manifest = _manifest()
+    manifest = project_manifest()
     names = {backend.package for backend in manifest.backends}
     for op in manifest.ops:
         for impl in op.impls:
@@ -41,7 +34,7 @@ def _impl_modules() -> list[str]:
 def _required_modules() -> list[str]:
     """What backends and impls require (outside vllm_fl), with their top-level packages (vLLM
     for ``vllm._custom_ops``)."""
-    manifest = _manifest()
+    manifest = project_manifest()
     names = {module for backend in manifest.backends for module in backend.requires}
     names |= {module for op in manifest.ops for impl in op.impls for module in impl.requires}
     names = {name for name in names if name.split(".")[0] != "vllm_fl"}
@@ -58,7 +51,7 @@ def test_impl_modules_import_alone():
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=ROOT,
+        cwd=PROJECT_MANIFEST.parent,
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from codegen.cli import main as codegen
-from codegen.manifest import load_manifest
+from codegen.manifest import project_manifest
 from vllm_fl.dispatch import OpManager, OpRegistry, get_default_manager
 from vllm_fl.dispatch.explain import explain, explain_table
 from vllm_fl.dispatch.stubs import is_stub, is_stub_node, stub_functions
@@ -43,7 +43,7 @@ def _needs_the_generator() -> None:
 
 
 def _manifest_impls():
-    manifest = load_manifest((ROOT / "ops.yaml").read_text())
+    manifest = project_manifest()
     for op in manifest.ops:
         for impl in op.impls:
             backend = manifest.backend(impl.backend)

@@ -11,13 +11,13 @@ Its parts, one job each, lower layers first:
 - ``policy/``: ``SelectionPolicy`` (a plain value), the list rules, the process-wide current
   policy and its context managers;
 - ``sync``: the one lock of every dispatch state change, the generation counter, fork safety;
-- ``runtime/``: trampolines, bindings, failures, ``OpManager``, the default manager;
+- ``runtime/``: trampolines, bindings, failures, ``OpManager``, the default manager, and
+  ``registration`` (a generated ``register_ops`` table into ``OpImpl``s and custom ops);
 - ``backends/``: the ``Backend`` object (declared hooks), availability probes (``Probe``),
   built-in backend registration, plugin discovery, and the backend packages themselves;
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
   ``stubs``: recognising scaffolded impl stubs for it;
-- ``opaque``: runtime helpers of the generated ``register_ops`` of opaque backends;
-  ``spec``: the generated contract of every op; ``shapes``: argument shape checks;
+- ``spec``: the generated contract of every op; ``shapes``: argument shape checks;
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 

@@ -2,176 +2,42 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """Registrations of backend ``reference`` (token ``reference``, impl id ``reference.torch``).
 
-``register(registry)`` registers one ``OpImpl`` per op this backend implements in ops.yaml.
+``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
+implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
 """
 
-from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
+from vllm_fl.dispatch import BackendImplKind, OpRegistry
+from vllm_fl.dispatch.runtime.registration import DeclaredBackend, Impl, Registrations
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
+DECLARED = DeclaredBackend("reference", "reference.torch", BackendImplKind.REFERENCE, priority=50)
+
+IMPLS = (
+    Impl("silu_and_mul", _reference_activation.silu_and_mul),
+    Impl("mul_and_silu", _reference_activation.mul_and_silu),
+    Impl("gelu_and_mul", _reference_activation.gelu_and_mul),
+    Impl("gelu_new", _reference_activation.gelu_new),
+    Impl("gelu_fast", _reference_activation.gelu_fast),
+    Impl("quick_gelu", _reference_activation.quick_gelu),
+    Impl("rms_norm", _reference_normalization.rms_norm),
+    Impl("gemma_rms_norm", _reference_normalization.gemma_rms_norm),
+    Impl("rotary_embedding", _reference_rotary.rotary_embedding),
+    Impl("topk_softmax", _reference_moe.topk_softmax),
+    Impl("moe_align_block_size", _reference_moe.moe_align_block_size),
+    Impl("moe_sum", _reference_moe.moe_sum),
+    Impl("grouped_topk", _reference_moe.grouped_topk),
+    Impl("fused_experts", _reference_moe.fused_experts),
+    Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
+    Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
+)
+
+REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
+
 
 def register(registry: OpRegistry) -> None:
     """Register the 16 implementation(s) of backend ``reference``."""
-    registry.register_impl(
-        OpImpl(
-            "silu_and_mul",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.silu_and_mul,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "mul_and_silu",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.mul_and_silu,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "gelu_and_mul",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.gelu_and_mul,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "gelu_new",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.gelu_new,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "gelu_fast",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.gelu_fast,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "quick_gelu",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_activation.quick_gelu,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "rms_norm",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_normalization.rms_norm,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "gemma_rms_norm",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_normalization.gemma_rms_norm,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "rotary_embedding",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_rotary.rotary_embedding,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "topk_softmax",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_moe.topk_softmax,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "moe_align_block_size",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_moe.moe_align_block_size,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "moe_sum",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_moe.moe_sum,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "grouped_topk",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_moe.grouped_topk,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "fused_experts",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_moe.fused_experts,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "scaled_int8_quant",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_quant.scaled_int8_quant,
-            priority=50,
-            available=None,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "int8_scaled_mm",
-            "reference.torch",
-            BackendImplKind.REFERENCE,
-            _reference_quant.int8_scaled_mm,
-            priority=50,
-            available=None,
-        )
-    )
+    REGISTRATIONS.register(registry)

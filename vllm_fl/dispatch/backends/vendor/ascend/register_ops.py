@@ -2,21 +2,26 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """Registrations of backend ``ascend`` (token ``vendor:ascend``, impl id ``vendor.ascend``).
 
-``register(registry)`` registers one ``OpImpl`` per op this backend implements in ops.yaml.
-The backend is opaque: each kernel that returns tensors is wrapped as a ``torch.library`` custom
-op (``vllm_fl::ascend_<op>``, defined once per process on first registration) whose fake
-runs the reference implementation, and the registered function is a small adapter that passes
-the layer attributes the kernel reads as explicit arguments.
+``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
+implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
+The backend is opaque: a row with a ``custom_op`` registers an adapter that calls the impl
+directly in eager mode and, under Dynamo, the ``torch.library`` custom op
+``vllm_fl::ascend_<op>`` (defined once per process on first registration), which takes
+the layer attributes the impl reads as explicit arguments and whose fake runs the reference impl.
 
-Every adapter carries the impl it calls as ``<op>.functional`` (and the in-place variant, if
-any, as ``<op>.eager``), so tests and ``explain`` reach the hand-written functions.
+``register_ops.<op>`` is the adapter of a row that has one; it carries the impl it calls as
+``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and ``explain`` reach
+the hand-written functions.
 """
 
-import torch
-
-from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
-from vllm_fl.dispatch import opaque as _opaque
-from vllm_fl.dispatch.backends.availability import Probe
+from vllm_fl.dispatch import BackendImplKind, OpRegistry
+from vllm_fl.dispatch.runtime.registration import (
+    Arg,
+    CustomOp,
+    DeclaredBackend,
+    Impl,
+    Registrations,
+)
 from vllm_fl.dispatch.backends.vendor.ascend.impl import activation as _ascend_activation
 from vllm_fl.dispatch.backends.vendor.ascend.impl import attention as _ascend_attention
 from vllm_fl.dispatch.backends.vendor.ascend.impl import normalization as _ascend_normalization
@@ -25,210 +30,69 @@ from vllm_fl.dispatch.backends.reference.impl import activation as _reference_ac
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
+DECLARED = DeclaredBackend(
+    "ascend",
+    "vendor.ascend",
+    BackendImplKind.VENDOR,
+    priority=100,
+    vendor="ascend",
+    requires=("torch_npu",),
+    device="npu",
+)
 
-def _silu_and_mul_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _ascend_activation.silu_and_mul(_opaque.attrs(), x)
-
-
-def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.silu_and_mul(_opaque.attrs(), x)
-
-
-def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_silu_and_mul`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _ascend_activation.silu_and_mul(self, x)
-    return torch.ops.vllm_fl.ascend_silu_and_mul(x)
-
-
-silu_and_mul.functional = _ascend_activation.silu_and_mul  # type: ignore[attr-defined]
-
-
-def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _ascend_activation.gelu_and_mul(_opaque.attrs(approximate=approximate), x)
-
-
-def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _reference_activation.gelu_and_mul(_opaque.attrs(approximate=approximate), x)
-
-
-def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_gelu_and_mul`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _ascend_activation.gelu_and_mul(self, x)
-    return torch.ops.vllm_fl.ascend_gelu_and_mul(x, self.approximate)
-
-
-gelu_and_mul.functional = _ascend_activation.gelu_and_mul  # type: ignore[attr-defined]
-
-
-def _rms_norm_kernel(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _ascend_normalization.rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def _rms_norm_fake(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_normalization.rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def rms_norm(
-    self, x: torch.Tensor, residual: torch.Tensor | None = None
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm``: a direct call, or custom op ``vllm_fl::ascend_rms_norm`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _ascend_normalization.rms_norm(self, x, residual)
-    out = torch.ops.vllm_fl.ascend_rms_norm(x, residual, self.weight, self.variance_epsilon)
-    return out[0] if len(out) == 1 else (out[0], out[1])
-
-
-rms_norm.functional = _ascend_normalization.rms_norm  # type: ignore[attr-defined]
-
-
-def _rotary_embedding_kernel(
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor | None,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox_style: bool,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _ascend_rotary.rotary_embedding(
-            _opaque.attrs(
-                cos_sin_cache=cos_sin_cache,
-                head_size=head_size,
-                rotary_dim=rotary_dim,
-                is_neox_style=is_neox_style,
+IMPLS = (
+    Impl(
+        "silu_and_mul",
+        _ascend_activation.silu_and_mul,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.silu_and_mul),
+    ),
+    Impl(
+        "gelu_and_mul",
+        _ascend_activation.gelu_and_mul,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.gelu_and_mul, reads=(Arg("approximate", "str"),)),
+    ),
+    Impl(
+        "rms_norm",
+        _ascend_normalization.rms_norm,
+        layer=True,
+        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
+        returns=("Tensor", "(Tensor, Tensor)"),
+        custom_op=CustomOp(
+            _reference_normalization.rms_norm,
+            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
+        ),
+    ),
+    Impl(
+        "rotary_embedding",
+        _ascend_rotary.rotary_embedding,
+        layer=True,
+        args=(Arg("positions", "Tensor"), Arg("query", "Tensor"), Arg("key", "Tensor?", None)),
+        returns=("(Tensor, Tensor?)",),
+        custom_op=CustomOp(
+            _reference_rotary.rotary_embedding,
+            reads=(
+                Arg("cos_sin_cache", "Tensor"),
+                Arg("head_size", "int"),
+                Arg("rotary_dim", "int"),
+                Arg("is_neox_style", "bool"),
             ),
-            positions,
-            query,
-            key,
-        )
-    )
+        ),
+    ),
+    Impl("attention_backend", _ascend_attention.attention_backend),
+)
 
-
-def _rotary_embedding_fake(
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor | None,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox_style: bool,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_rotary.rotary_embedding(
-            _opaque.attrs(
-                cos_sin_cache=cos_sin_cache,
-                head_size=head_size,
-                rotary_dim=rotary_dim,
-                is_neox_style=is_neox_style,
-            ),
-            positions,
-            query,
-            key,
-        )
-    )
-
-
-def rotary_embedding(
-    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rotary_embedding``: a direct call, or custom op ``vllm_fl::ascend_rotary_embedding`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _ascend_rotary.rotary_embedding(self, positions, query, key)
-    out = torch.ops.vllm_fl.ascend_rotary_embedding(
-        positions,
-        query,
-        key,
-        self.cos_sin_cache,
-        self.head_size,
-        self.rotary_dim,
-        self.is_neox_style,
-    )
-    return (out[0], None) if len(out) == 1 else (out[0], out[1])
-
-
-rotary_embedding.functional = _ascend_rotary.rotary_embedding  # type: ignore[attr-defined]
+REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
     """Register the 5 implementation(s) of backend ``ascend``."""
-    available = Probe(requires=("torch_npu",), device="npu")
-    _opaque.define("vllm_fl::ascend_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
-    registry.register_impl(
-        OpImpl(
-            "silu_and_mul",
-            "vendor.ascend",
-            BackendImplKind.VENDOR,
-            silu_and_mul,
-            vendor="ascend",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::ascend_gelu_and_mul", _gelu_and_mul_kernel, _gelu_and_mul_fake)
-    registry.register_impl(
-        OpImpl(
-            "gelu_and_mul",
-            "vendor.ascend",
-            BackendImplKind.VENDOR,
-            gelu_and_mul,
-            vendor="ascend",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::ascend_rms_norm", _rms_norm_kernel, _rms_norm_fake)
-    registry.register_impl(
-        OpImpl(
-            "rms_norm",
-            "vendor.ascend",
-            BackendImplKind.VENDOR,
-            rms_norm,
-            vendor="ascend",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define(
-        "vllm_fl::ascend_rotary_embedding", _rotary_embedding_kernel, _rotary_embedding_fake
-    )
-    registry.register_impl(
-        OpImpl(
-            "rotary_embedding",
-            "vendor.ascend",
-            BackendImplKind.VENDOR,
-            rotary_embedding,
-            vendor="ascend",
-            priority=100,
-            available=available,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "attention_backend",
-            "vendor.ascend",
-            BackendImplKind.VENDOR,
-            _ascend_attention.attention_backend,
-            vendor="ascend",
-            priority=100,
-            available=available,
-        )
-    )
+    REGISTRATIONS.register(registry)
+
+
+def __getattr__(name: str) -> object:
+    """``register_ops.<op>``: the adapter registered for op ``<op>``."""
+    return REGISTRATIONS.adapter(name)

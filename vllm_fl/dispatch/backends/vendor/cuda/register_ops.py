@@ -2,25 +2,29 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """Registrations of backend ``cuda`` (token ``vendor:cuda``, impl id ``vendor.cuda``).
 
-``register(registry)`` registers one ``OpImpl`` per op this backend implements in ops.yaml.
-The backend is opaque: each kernel that returns tensors is wrapped as a ``torch.library`` custom
-op (``vllm_fl::cuda_<op>``, defined once per process on first registration) whose fake
-runs the reference implementation, and the registered function is a small adapter that passes
-the layer attributes the kernel reads as explicit arguments.
+``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
+implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
+The backend is opaque: a row with a ``custom_op`` registers an adapter that calls the impl
+directly in eager mode and, under Dynamo, the ``torch.library`` custom op
+``vllm_fl::cuda_<op>`` (defined once per process on first registration), which takes
+the layer attributes the impl reads as explicit arguments and whose fake runs the reference impl.
 
-Outside a torch.compile trace, an op with an ``eager`` variant in ops.yaml runs that variant,
-which may overwrite the op's ``inplace`` arguments and return them; under a trace the
-functional impl runs.
+Outside a torch.compile trace, a row with an ``eager`` variant runs that variant, which may
+overwrite the op's ``inplace`` arguments and return them; under a trace the functional impl runs.
 
-Every adapter carries the impl it calls as ``<op>.functional`` (and the in-place variant, if
-any, as ``<op>.eager``), so tests and ``explain`` reach the hand-written functions.
+``register_ops.<op>`` is the adapter of a row that has one; it carries the impl it calls as
+``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and ``explain`` reach
+the hand-written functions.
 """
 
-import torch
-
-from vllm_fl.dispatch import BackendImplKind, OpImpl, OpRegistry
-from vllm_fl.dispatch import opaque as _opaque
-from vllm_fl.dispatch.backends.availability import Probe
+from vllm_fl.dispatch import BackendImplKind, OpRegistry
+from vllm_fl.dispatch.runtime.registration import (
+    Arg,
+    CustomOp,
+    DeclaredBackend,
+    Impl,
+    Registrations,
+)
 from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activation
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe
@@ -33,718 +37,172 @@ from vllm_fl.dispatch.backends.reference.impl import normalization as _reference
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
 
-
-def _silu_and_mul_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _cuda_activation.silu_and_mul(_opaque.attrs(), x)
-
-
-def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.silu_and_mul(_opaque.attrs(), x)
-
-
-def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_silu_and_mul`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.silu_and_mul(self, x)
-    return torch.ops.vllm_fl.cuda_silu_and_mul(x)
-
-
-silu_and_mul.functional = _cuda_activation.silu_and_mul  # type: ignore[attr-defined]
-
-
-def _mul_and_silu_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _cuda_activation.mul_and_silu(_opaque.attrs(), x)
-
-
-def _mul_and_silu_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.mul_and_silu(_opaque.attrs(), x)
-
-
-def mul_and_silu(self, x: torch.Tensor) -> torch.Tensor:
-    """``mul_and_silu``: a direct call, or custom op ``vllm_fl::cuda_mul_and_silu`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.mul_and_silu(self, x)
-    return torch.ops.vllm_fl.cuda_mul_and_silu(x)
-
-
-mul_and_silu.functional = _cuda_activation.mul_and_silu  # type: ignore[attr-defined]
-
-
-def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _cuda_activation.gelu_and_mul(_opaque.attrs(approximate=approximate), x)
-
-
-def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return _reference_activation.gelu_and_mul(_opaque.attrs(approximate=approximate), x)
-
-
-def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_gelu_and_mul`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.gelu_and_mul(self, x)
-    return torch.ops.vllm_fl.cuda_gelu_and_mul(x, self.approximate)
-
-
-gelu_and_mul.functional = _cuda_activation.gelu_and_mul  # type: ignore[attr-defined]
-
-
-def _gelu_new_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _cuda_activation.gelu_new(_opaque.attrs(), x)
-
-
-def _gelu_new_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.gelu_new(_opaque.attrs(), x)
-
-
-def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_new``: a direct call, or custom op ``vllm_fl::cuda_gelu_new`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.gelu_new(self, x)
-    return torch.ops.vllm_fl.cuda_gelu_new(x)
-
-
-gelu_new.functional = _cuda_activation.gelu_new  # type: ignore[attr-defined]
-
-
-def _gelu_fast_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _cuda_activation.gelu_fast(_opaque.attrs(), x)
-
-
-def _gelu_fast_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.gelu_fast(_opaque.attrs(), x)
-
-
-def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
-    """``gelu_fast``: a direct call, or custom op ``vllm_fl::cuda_gelu_fast`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.gelu_fast(self, x)
-    return torch.ops.vllm_fl.cuda_gelu_fast(x)
-
-
-gelu_fast.functional = _cuda_activation.gelu_fast  # type: ignore[attr-defined]
-
-
-def _quick_gelu_kernel(x: torch.Tensor) -> torch.Tensor:
-    return _cuda_activation.quick_gelu(_opaque.attrs(), x)
-
-
-def _quick_gelu_fake(x: torch.Tensor) -> torch.Tensor:
-    return _reference_activation.quick_gelu(_opaque.attrs(), x)
-
-
-def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
-    """``quick_gelu``: a direct call, or custom op ``vllm_fl::cuda_quick_gelu`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_activation.quick_gelu(self, x)
-    return torch.ops.vllm_fl.cuda_quick_gelu(x)
-
-
-quick_gelu.functional = _cuda_activation.quick_gelu  # type: ignore[attr-defined]
-
-
-def _rms_norm_kernel(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _cuda_normalization.rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def _rms_norm_fake(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_normalization.rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def rms_norm(
-    self, x: torch.Tensor, residual: torch.Tensor | None = None
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``rms_norm``: the in-place eager variant, or custom op ``vllm_fl::cuda_rms_norm`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # In eager mode: in place on x, residual, as vLLM's own kernels are.
-        return _cuda_normalization.rms_norm_inplace(self, x, residual)
-    out = torch.ops.vllm_fl.cuda_rms_norm(x, residual, self.weight, self.variance_epsilon)
-    return out[0] if len(out) == 1 else (out[0], out[1])
-
-
-rms_norm.eager = _cuda_normalization.rms_norm_inplace  # type: ignore[attr-defined]
-rms_norm.functional = _cuda_normalization.rms_norm  # type: ignore[attr-defined]
-
-
-def _gemma_rms_norm_kernel(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _cuda_normalization.gemma_rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def _gemma_rms_norm_fake(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_normalization.gemma_rms_norm(
-            _opaque.attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
-        )
-    )
-
-
-def gemma_rms_norm(
-    self, x: torch.Tensor, residual: torch.Tensor | None = None
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``gemma_rms_norm``: a direct call, or custom op ``vllm_fl::cuda_gemma_rms_norm`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_normalization.gemma_rms_norm(self, x, residual)
-    out = torch.ops.vllm_fl.cuda_gemma_rms_norm(x, residual, self.weight, self.variance_epsilon)
-    return out[0] if len(out) == 1 else (out[0], out[1])
-
-
-gemma_rms_norm.functional = _cuda_normalization.gemma_rms_norm  # type: ignore[attr-defined]
-
-
-def _rotary_embedding_kernel(
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor | None,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox_style: bool,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _cuda_rotary.rotary_embedding(
-            _opaque.attrs(
-                cos_sin_cache=cos_sin_cache,
-                head_size=head_size,
-                rotary_dim=rotary_dim,
-                is_neox_style=is_neox_style,
+DECLARED = DeclaredBackend(
+    "cuda",
+    "vendor.cuda",
+    BackendImplKind.VENDOR,
+    priority=100,
+    vendor="cuda",
+    requires=("vllm._custom_ops",),
+    device="cuda",
+)
+
+IMPLS = (
+    Impl(
+        "silu_and_mul",
+        _cuda_activation.silu_and_mul,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.silu_and_mul),
+    ),
+    Impl(
+        "mul_and_silu",
+        _cuda_activation.mul_and_silu,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.mul_and_silu),
+    ),
+    Impl(
+        "gelu_and_mul",
+        _cuda_activation.gelu_and_mul,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.gelu_and_mul, reads=(Arg("approximate", "str"),)),
+    ),
+    Impl(
+        "gelu_new",
+        _cuda_activation.gelu_new,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.gelu_new),
+    ),
+    Impl(
+        "gelu_fast",
+        _cuda_activation.gelu_fast,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.gelu_fast),
+    ),
+    Impl(
+        "quick_gelu",
+        _cuda_activation.quick_gelu,
+        layer=True,
+        args=(Arg("x", "Tensor"),),
+        custom_op=CustomOp(_reference_activation.quick_gelu),
+    ),
+    Impl(
+        "rms_norm",
+        _cuda_normalization.rms_norm,
+        layer=True,
+        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
+        returns=("Tensor", "(Tensor, Tensor)"),
+        eager=_cuda_normalization.rms_norm_inplace,
+        custom_op=CustomOp(
+            _reference_normalization.rms_norm,
+            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
+        ),
+    ),
+    Impl(
+        "gemma_rms_norm",
+        _cuda_normalization.gemma_rms_norm,
+        layer=True,
+        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
+        returns=("Tensor", "(Tensor, Tensor)"),
+        custom_op=CustomOp(
+            _reference_normalization.gemma_rms_norm,
+            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
+        ),
+    ),
+    Impl(
+        "rotary_embedding",
+        _cuda_rotary.rotary_embedding,
+        layer=True,
+        args=(Arg("positions", "Tensor"), Arg("query", "Tensor"), Arg("key", "Tensor?", None)),
+        returns=("(Tensor, Tensor?)",),
+        eager=_cuda_rotary.rotary_embedding_inplace,
+        custom_op=CustomOp(
+            _reference_rotary.rotary_embedding,
+            reads=(
+                Arg("cos_sin_cache", "Tensor"),
+                Arg("head_size", "int"),
+                Arg("rotary_dim", "int"),
+                Arg("is_neox_style", "bool"),
             ),
-            positions,
-            query,
-            key,
-        )
-    )
+        ),
+    ),
+    Impl("attention_backend", _cuda_attention.attention_backend),
+    Impl("topk_softmax", _cuda_moe.topk_softmax),
+    Impl("moe_align_block_size", _cuda_moe.moe_align_block_size),
+    Impl("moe_sum", _cuda_moe.moe_sum),
+    Impl(
+        "grouped_topk",
+        _cuda_moe.grouped_topk,
+        args=(
+            Arg("scores", "Tensor"),
+            Arg("num_expert_group", "int"),
+            Arg("topk_group", "int"),
+            Arg("topk", "int"),
+            Arg("renormalize", "bool"),
+            Arg("routed_scaling_factor", "float"),
+            Arg("bias", "Tensor"),
+            Arg("scoring_func", "int", 0),
+        ),
+        returns=("(Tensor, Tensor)",),
+        custom_op=CustomOp(_reference_moe.grouped_topk),
+    ),
+    Impl(
+        "fused_experts",
+        _cuda_moe.fused_experts,
+        args=(
+            Arg("hidden_states", "Tensor"),
+            Arg("w1", "Tensor"),
+            Arg("w2", "Tensor"),
+            Arg("topk_weights", "Tensor"),
+            Arg("topk_ids", "Tensor"),
+            Arg("activation", "str", "silu"),
+            Arg("apply_router_weight_on_input", "bool", False),
+            Arg("global_num_experts", "int", -1),
+            Arg("expert_map", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_moe.fused_experts),
+    ),
+    Impl(
+        "scaled_int8_quant",
+        _cuda_quant.scaled_int8_quant,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("scale", "Tensor?", None),
+            Arg("azp", "Tensor?", None),
+            Arg("symmetric", "bool", True),
+        ),
+        returns=("(Tensor, Tensor, Tensor?)",),
+        custom_op=CustomOp(_reference_quant.scaled_int8_quant),
+    ),
+    Impl(
+        "int8_scaled_mm",
+        _cuda_quant.int8_scaled_mm,
+        args=(
+            Arg("a", "Tensor"),
+            Arg("b", "Tensor"),
+            Arg("scale_a", "Tensor"),
+            Arg("scale_b", "Tensor"),
+            Arg("out_dtype", "str"),
+            Arg("bias", "Tensor?", None),
+            Arg("azp_adj", "Tensor?", None),
+            Arg("azp", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_quant.int8_scaled_mm),
+    ),
+)
 
-
-def _rotary_embedding_fake(
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor | None,
-    cos_sin_cache: torch.Tensor,
-    head_size: int,
-    rotary_dim: int,
-    is_neox_style: bool,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_rotary.rotary_embedding(
-            _opaque.attrs(
-                cos_sin_cache=cos_sin_cache,
-                head_size=head_size,
-                rotary_dim=rotary_dim,
-                is_neox_style=is_neox_style,
-            ),
-            positions,
-            query,
-            key,
-        )
-    )
-
-
-def rotary_embedding(
-    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``rotary_embedding``: the in-place eager variant, or custom op ``vllm_fl::cuda_rotary_embedding`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # In eager mode: in place on query, key, as vLLM's own kernels are.
-        return _cuda_rotary.rotary_embedding_inplace(self, positions, query, key)
-    out = torch.ops.vllm_fl.cuda_rotary_embedding(
-        positions,
-        query,
-        key,
-        self.cos_sin_cache,
-        self.head_size,
-        self.rotary_dim,
-        self.is_neox_style,
-    )
-    return (out[0], None) if len(out) == 1 else (out[0], out[1])
-
-
-rotary_embedding.eager = _cuda_rotary.rotary_embedding_inplace  # type: ignore[attr-defined]
-rotary_embedding.functional = _cuda_rotary.rotary_embedding  # type: ignore[attr-defined]
-
-
-def _grouped_topk_kernel(
-    scores: torch.Tensor,
-    num_expert_group: int,
-    topk_group: int,
-    topk: int,
-    renormalize: bool,
-    routed_scaling_factor: float,
-    bias: torch.Tensor,
-    scoring_func: int,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _cuda_moe.grouped_topk(
-            scores,
-            num_expert_group,
-            topk_group,
-            topk,
-            renormalize,
-            routed_scaling_factor,
-            bias,
-            scoring_func,
-        )
-    )
-
-
-def _grouped_topk_fake(
-    scores: torch.Tensor,
-    num_expert_group: int,
-    topk_group: int,
-    topk: int,
-    renormalize: bool,
-    routed_scaling_factor: float,
-    bias: torch.Tensor,
-    scoring_func: int,
-) -> list[torch.Tensor]:
-    return _opaque.flatten(
-        _reference_moe.grouped_topk(
-            scores,
-            num_expert_group,
-            topk_group,
-            topk,
-            renormalize,
-            routed_scaling_factor,
-            bias,
-            scoring_func,
-        )
-    )
-
-
-def grouped_topk(
-    scores: torch.Tensor,
-    num_expert_group: int,
-    topk_group: int,
-    topk: int,
-    renormalize: bool,
-    routed_scaling_factor: float,
-    bias: torch.Tensor,
-    scoring_func: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``grouped_topk``: a direct call, or custom op ``vllm_fl::cuda_grouped_topk`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_moe.grouped_topk(
-            scores,
-            num_expert_group,
-            topk_group,
-            topk,
-            renormalize,
-            routed_scaling_factor,
-            bias,
-            scoring_func,
-        )
-    out = torch.ops.vllm_fl.cuda_grouped_topk(
-        scores,
-        num_expert_group,
-        topk_group,
-        topk,
-        renormalize,
-        routed_scaling_factor,
-        bias,
-        scoring_func,
-    )
-    return (out[0], out[1])
-
-
-grouped_topk.functional = _cuda_moe.grouped_topk  # type: ignore[attr-defined]
-
-
-def _fused_experts_kernel(
-    hidden_states: torch.Tensor,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    activation: str,
-    apply_router_weight_on_input: bool,
-    global_num_experts: int,
-    expert_map: torch.Tensor | None,
-) -> torch.Tensor:
-    return _cuda_moe.fused_experts(
-        hidden_states,
-        w1,
-        w2,
-        topk_weights,
-        topk_ids,
-        activation,
-        apply_router_weight_on_input,
-        global_num_experts,
-        expert_map,
-    )
-
-
-def _fused_experts_fake(
-    hidden_states: torch.Tensor,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    activation: str,
-    apply_router_weight_on_input: bool,
-    global_num_experts: int,
-    expert_map: torch.Tensor | None,
-) -> torch.Tensor:
-    return _reference_moe.fused_experts(
-        hidden_states,
-        w1,
-        w2,
-        topk_weights,
-        topk_ids,
-        activation,
-        apply_router_weight_on_input,
-        global_num_experts,
-        expert_map,
-    )
-
-
-def fused_experts(
-    hidden_states: torch.Tensor,
-    w1: torch.Tensor,
-    w2: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    global_num_experts: int = -1,
-    expert_map: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``fused_experts``: a direct call, or custom op ``vllm_fl::cuda_fused_experts`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_moe.fused_experts(
-            hidden_states,
-            w1,
-            w2,
-            topk_weights,
-            topk_ids,
-            activation,
-            apply_router_weight_on_input,
-            global_num_experts,
-            expert_map,
-        )
-    return torch.ops.vllm_fl.cuda_fused_experts(
-        hidden_states,
-        w1,
-        w2,
-        topk_weights,
-        topk_ids,
-        activation,
-        apply_router_weight_on_input,
-        global_num_experts,
-        expert_map,
-    )
-
-
-fused_experts.functional = _cuda_moe.fused_experts  # type: ignore[attr-defined]
-
-
-def _scaled_int8_quant_kernel(
-    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
-) -> list[torch.Tensor]:
-    return _opaque.flatten(_cuda_quant.scaled_int8_quant(x, scale, azp, symmetric))
-
-
-def _scaled_int8_quant_fake(
-    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
-) -> list[torch.Tensor]:
-    return _opaque.flatten(_reference_quant.scaled_int8_quant(x, scale, azp, symmetric))
-
-
-def scaled_int8_quant(
-    x: torch.Tensor,
-    scale: torch.Tensor | None = None,
-    azp: torch.Tensor | None = None,
-    symmetric: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``scaled_int8_quant``: a direct call, or custom op ``vllm_fl::cuda_scaled_int8_quant`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_quant.scaled_int8_quant(x, scale, azp, symmetric)
-    out = torch.ops.vllm_fl.cuda_scaled_int8_quant(x, scale, azp, symmetric)
-    return (out[0], out[1], None) if len(out) == 2 else (out[0], out[1], out[2])
-
-
-scaled_int8_quant.functional = _cuda_quant.scaled_int8_quant  # type: ignore[attr-defined]
-
-
-def _int8_scaled_mm_kernel(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    out_dtype: str,
-    bias: torch.Tensor | None,
-    azp_adj: torch.Tensor | None,
-    azp: torch.Tensor | None,
-) -> torch.Tensor:
-    return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
-
-
-def _int8_scaled_mm_fake(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    out_dtype: str,
-    bias: torch.Tensor | None,
-    azp_adj: torch.Tensor | None,
-    azp: torch.Tensor | None,
-) -> torch.Tensor:
-    return _reference_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
-
-
-def int8_scaled_mm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    out_dtype: str,
-    bias: torch.Tensor | None = None,
-    azp_adj: torch.Tensor | None = None,
-    azp: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``int8_scaled_mm``: a direct call, or custom op ``vllm_fl::cuda_int8_scaled_mm`` under Dynamo."""
-    if not torch.compiler.is_compiling():
-        # The custom op exists for Dynamo; in eager mode its dispatcher round trip is pure latency.
-        return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
-    return torch.ops.vllm_fl.cuda_int8_scaled_mm(
-        a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp
-    )
-
-
-int8_scaled_mm.functional = _cuda_quant.int8_scaled_mm  # type: ignore[attr-defined]
+REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
     """Register the 17 implementation(s) of backend ``cuda``."""
-    available = Probe(requires=("vllm._custom_ops",), device="cuda")
-    _opaque.define("vllm_fl::cuda_silu_and_mul", _silu_and_mul_kernel, _silu_and_mul_fake)
-    registry.register_impl(
-        OpImpl(
-            "silu_and_mul",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            silu_and_mul,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_mul_and_silu", _mul_and_silu_kernel, _mul_and_silu_fake)
-    registry.register_impl(
-        OpImpl(
-            "mul_and_silu",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            mul_and_silu,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_gelu_and_mul", _gelu_and_mul_kernel, _gelu_and_mul_fake)
-    registry.register_impl(
-        OpImpl(
-            "gelu_and_mul",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            gelu_and_mul,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_gelu_new", _gelu_new_kernel, _gelu_new_fake)
-    registry.register_impl(
-        OpImpl(
-            "gelu_new",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            gelu_new,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_gelu_fast", _gelu_fast_kernel, _gelu_fast_fake)
-    registry.register_impl(
-        OpImpl(
-            "gelu_fast",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            gelu_fast,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_quick_gelu", _quick_gelu_kernel, _quick_gelu_fake)
-    registry.register_impl(
-        OpImpl(
-            "quick_gelu",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            quick_gelu,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_rms_norm", _rms_norm_kernel, _rms_norm_fake)
-    registry.register_impl(
-        OpImpl(
-            "rms_norm",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            rms_norm,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_gemma_rms_norm", _gemma_rms_norm_kernel, _gemma_rms_norm_fake)
-    registry.register_impl(
-        OpImpl(
-            "gemma_rms_norm",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            gemma_rms_norm,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define(
-        "vllm_fl::cuda_rotary_embedding", _rotary_embedding_kernel, _rotary_embedding_fake
-    )
-    registry.register_impl(
-        OpImpl(
-            "rotary_embedding",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            rotary_embedding,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "attention_backend",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            _cuda_attention.attention_backend,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "topk_softmax",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            _cuda_moe.topk_softmax,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "moe_align_block_size",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            _cuda_moe.moe_align_block_size,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    registry.register_impl(
-        OpImpl(
-            "moe_sum",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            _cuda_moe.moe_sum,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_grouped_topk", _grouped_topk_kernel, _grouped_topk_fake)
-    registry.register_impl(
-        OpImpl(
-            "grouped_topk",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            grouped_topk,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_fused_experts", _fused_experts_kernel, _fused_experts_fake)
-    registry.register_impl(
-        OpImpl(
-            "fused_experts",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            fused_experts,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define(
-        "vllm_fl::cuda_scaled_int8_quant", _scaled_int8_quant_kernel, _scaled_int8_quant_fake
-    )
-    registry.register_impl(
-        OpImpl(
-            "scaled_int8_quant",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            scaled_int8_quant,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
-    _opaque.define("vllm_fl::cuda_int8_scaled_mm", _int8_scaled_mm_kernel, _int8_scaled_mm_fake)
-    registry.register_impl(
-        OpImpl(
-            "int8_scaled_mm",
-            "vendor.cuda",
-            BackendImplKind.VENDOR,
-            int8_scaled_mm,
-            vendor="cuda",
-            priority=100,
-            available=available,
-        )
-    )
+    REGISTRATIONS.register(registry)
+
+
+def __getattr__(name: str) -> object:
+    """``register_ops.<op>``: the adapter registered for op ``<op>``."""
+    return REGISTRATIONS.adapter(name)
