@@ -54,17 +54,14 @@ e2e=(-m benchmarks.e2e --design rounds --configs vanilla,prefer=flagos,flagos-de
 aa="prefer=vendor,prefer=flagos,prefer=vendor again"
 case $stage in
 tests)
-    "$py" -m pytest -q -m gpu tests/ops/test_flagos_on_gpu.py tests/ops/test_flagos_own_launches_on_gpu.py \
-        tests/integration/test_compile_safety.py
-    "$py" -m pytest -q tests/generated tests/ops/test_flaggems_rotary_kernel.py \
-        tests/ops/test_flaggems_norm_kernel.py tests/ops/test_flaggems_routing_kernels.py \
-        tests/ops/test_flaggems_own_kernels_wired.py
+    "$py" -m pytest -q tests/generated tests/kernels tests/backends
+    "$py" -m pytest -q -m gpu tests/vllm/test_compile_safety.py
     ;;
 vllm)
-    "$py" -m pytest -q -m gpu tests/integration/test_vllm_gpu.py
+    "$py" -m pytest -q -m gpu tests/vllm/test_vllm_gpu.py
     ;;
 vllm-user)
-    "$py" -m pytest -q -m gpu tests/integration/test_vllm_gpu_user_script.py
+    "$py" -m pytest -q -m gpu tests/vllm/test_vllm_gpu_user_script.py
     ;;
 ops)
     "$py" -m benchmarks.profile_flagos --tokens 1 --triton-runner \

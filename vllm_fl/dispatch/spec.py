@@ -12,7 +12,7 @@ have neither). So ``FLBackendBase.rms_norm(self, layer, x, residual=None)`` is i
 Implementations are functional: they never mutate their inputs and never return an input tensor.
 
 Both sides read this one contract: ``make codegen`` checks every impl function of ops.yaml against
-the op's signature (with ``ast``, importing nothing), and ``tests/ops/test_impl_signatures.py``
+the op's signature (with ``ast``, importing nothing), and ``tests/backends/test_impl_signatures.py``
 checks every registered implementation against this class with ``inspect.signature``.
 """
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from ops_helpers import cos_sin_cache, op_tolerance
+from tests.support.ops_helpers import cos_sin_cache, op_tolerance
 
 from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm

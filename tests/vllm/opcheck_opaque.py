@@ -1,6 +1,6 @@
 """torch.library.opcheck of every custom op the opaque backends define (run as a script).
 
-    python tests/integration/opcheck_opaque.py [--device cpu|cuda]
+    python tests/vllm/opcheck_opaque.py [--device cpu|cuda]
 
 ``--device cpu`` (the default; test_compile_safety.py runs it): the opaque kernels (FlagGems,
 vLLM's CUDA ops, torch_npu) cannot run on a CPU-only machine, so each op gets a CPU kernel here
@@ -16,7 +16,7 @@ opcheck also compares each real kernel with its fake; ops of a backend that is u
 
 The arguments are the ones the generated adapter (the OpImpl's fn, compiled with
 fullgraph=True, as it calls the custom op only under Dynamo) passes for a real layer
-(tests/integration/layer_samples.py), captured on the way. Prints one line:
+(tests/vllm/layer_samples.py), captured on the way. Prints one line:
 OPCHECK {"device": ..., "checked": {qualname/case: "ok" | error}, "unavailable": {qualname:
 reason}, "unchecked": [...]}.
 """

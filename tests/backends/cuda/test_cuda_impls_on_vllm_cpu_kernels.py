@@ -10,7 +10,7 @@ allocation, the copies that keep in-place kernels functional. A kernel the CPU b
 
 import pytest
 import torch
-from ops_helpers import DTYPES, TOLERANCES, assert_fresh, unchanged
+from tests.support.ops_helpers import DTYPES, TOLERANCES, assert_fresh, unchanged
 
 from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
 from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm

@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import DTYPES, cos_sin_cache, TOLERANCES, assert_fresh, unchanged
+from tests.support.ops_helpers import DTYPES, cos_sin_cache, TOLERANCES, assert_fresh, unchanged
 
 from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
 from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm

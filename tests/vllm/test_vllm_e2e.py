@@ -1,6 +1,6 @@
 """Real vLLM (its CPU build) with the plugin, end to end, on a tiny model the tests build.
 
-Each configuration runs once in its own interpreter (see tests/integration/conftest.py); the tests below
+Each configuration runs once in its own interpreter (see tests/vllm/conftest.py); the tests below
 assert on those runs: greedy tokens identical with and without the plugin, in eager and in
 compile mode; our forward_oot is what ran for RMSNorm, SiluAndMul and RotaryEmbedding (the
 layer classes vLLM built, the forward method CustomOp bound, the dispatch's record and its log);

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from ops_helpers import DTYPES, TOLERANCES, assert_fresh, cos_sin_cache, unchanged
+from tests.support.ops_helpers import DTYPES, TOLERANCES, assert_fresh, cos_sin_cache, unchanged
 
 from vllm_fl.dispatch.backends.flaggems.impl import activation as flagos_act
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm

@@ -1,4 +1,4 @@
-"""Helpers shared by the operator implementation tests (imported as ``ops_helpers``).
+"""Helpers shared by the backend tests (``tests.support.ops_helpers``).
 
 What these tests need of the manifest, its dtypes and parity tolerances, comes from the model of
 ops.yaml that ``codegen.manifest.project_manifest`` loads once; every op's test cases run in the

@@ -9,7 +9,7 @@ declares).
 
 import pytest
 import torch
-from ops_helpers import DTYPES
+from tests.support.ops_helpers import DTYPES
 
 from vllm_fl.dispatch.backends.reference.impl import activation, rotary
 
