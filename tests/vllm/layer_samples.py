@@ -1,34 +1,34 @@
-"""One float32 sample per test case of every replaced layer, from ops.yaml's test cases.
+"""One sample per test case of every replaced layer (float32) and of every function op, from
+ops.yaml's test cases.
 
 Shared by the torch.compile and opcheck tests. `samples()` covers every in-tree class in
 `vllm_fl.ops.OOT_CLASSES`; a layer op without test cases in ops.yaml makes those tests fail,
-naming it. `function_samples()` gives the test cases of the ops without a layer.
+naming it. `function_samples()` gives the test cases of the ops without a layer, with the
+floating-point dtype to make them in.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from codegen import model as m
-from codegen.manifest import load_manifest
-
-MANIFEST = Path(__file__).resolve().parents[2] / "ops.yaml"
+from codegen.manifest import project_manifest
 
 
-def make_inputs(spec: dict, seed: int = 0) -> dict:
-    """Forward arguments for a case's inputs (ops.yaml), floating-point tensors in float32."""
+def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -> dict:
+    """Forward arguments for a case's inputs (ops.yaml), floating-point tensors in ``dtype``
+    where the case leaves their dtype to the test (``$dtype``)."""
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for name, item in spec.items():
         if isinstance(item, m.LiteralInput):
             out[name] = item.value
         elif item.is_int:
-            dtype = getattr(torch, item.dtype)
-            out[name] = torch.randint(0, item.high, item.shape, generator=gen, dtype=dtype)
+            ints = getattr(torch, item.dtype)
+            out[name] = torch.randint(0, item.high, item.shape, generator=gen, dtype=ints)
         else:
-            out[name] = torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)
+            floats = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
+            out[name] = (torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)).to(floats)
     return out
 
 
@@ -46,14 +46,10 @@ def make_layer(cls: type, kwargs: dict, seed: int = 0):
     return layer
 
 
-def _manifest() -> m.Manifest:
-    return load_manifest(MANIFEST.read_text(), str(MANIFEST.name))
-
-
 def samples(oot_classes: dict[str, str]):
     """(in-tree name, case id, ctor kwargs, input spec) for every class of `oot_classes`: the
     test cases its op declares in ops.yaml, with `$dtype` as float32."""
-    manifest = _manifest()
+    manifest = project_manifest()
     by_class = {op.layer.cls: op for op in manifest.ops if op.layer is not None}
     missing = sorted(n for n in oot_classes if n not in by_class or by_class[n].tests is None)
     if missing:
@@ -68,15 +64,18 @@ def samples(oot_classes: dict[str, str]):
 def op_of(in_tree_name: str) -> str:
     """The op of ops.yaml whose layer is the in-tree class ``in_tree_name``: the name the
     dispatch knows it by, which need not be the name vLLM registered the class under."""
-    for op in _manifest().ops:
+    for op in project_manifest().ops:
         if op.layer is not None and op.layer.cls == in_tree_name:
             return op.name
     raise AssertionError(f"no op of ops.yaml replaces {in_tree_name}")
 
 
 def function_samples():
-    """(op name, case id, input spec) for every test case of the ops without a layer."""
-    for op in _manifest().ops:
+    """(op name, case id, input spec, dtype) for every test case of the ops without a layer:
+    float32 where the op's tests declare it, else their first dtype (an op such as
+    ``int8_scaled_mm`` takes its bias in the ``out_dtype`` its cases name)."""
+    for op in project_manifest().ops:
         if op.layer is None and op.tests is not None:
+            name = "float32" if "float32" in op.tests.dtypes else op.tests.dtypes[0]
             for index, case in enumerate(op.tests.cases):
-                yield op.name, f"case{index}", dict(case.inputs)
+                yield op.name, f"case{index}", dict(case.inputs), getattr(torch, name)

@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:  # noqa: BLE001 - reported, the test fails on it
                 checked[key] = traceback.format_exc(limit=6)
 
-    def inputs(spec: dict) -> dict:
-        return {k: _to(device, v) for k, v in make_inputs(spec).items()}
+    def inputs(spec: dict, dtype: torch.dtype = torch.float32) -> dict:
+        return {k: _to(device, v) for k, v in make_inputs(spec, dtype=dtype).items()}
 
     with set_current_vllm_config(VllmConfig()):
         for name, case_id, ctor, spec in samples(OOT_CLASSES):
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 case_id,
                 lambda traced: traced(make_layer(base, ctor).to(device), **inputs(spec)),
             )
-        for op, case_id, spec in function_samples():
-            check(op, case_id, lambda traced: traced(**inputs(spec)))
+        for op, case_id, spec, dtype in function_samples():
+            check(op, case_id, lambda traced: traced(**inputs(spec, dtype)))
     report = {
         "device": device,
         "checked": checked,

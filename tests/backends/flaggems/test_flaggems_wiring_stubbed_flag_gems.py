@@ -112,11 +112,24 @@ class FakeFlagGems(types.ModuleType):
         return rotate(q).to(q.dtype), rotate(k).to(k.dtype)
 
 
+def _forget_flag_gems() -> None:
+    """Clear what the kernel library cached of the flag_gems it saw (launch plans of its kernels,
+    its functions): a real FlagGems loaded by an earlier test in this process must not answer for
+    the stub, nor the stub for a real one in a later test."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm_fl.kernels"):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+
+
 @pytest.fixture
 def flag_gems(monkeypatch):
     fake = FakeFlagGems()
+    _forget_flag_gems()
     monkeypatch.setitem(sys.modules, "flag_gems", fake)
-    return fake
+    yield fake
+    _forget_flag_gems()
 
 
 def _close(actual, expected):
