@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import dest, layout, names, texts
-from codegen.dest import docs
-from codegen.files import FileManager
-from codegen.impls import check_and_scaffold
-from codegen.manifest import load_manifest
-from codegen.model import Manifest
-from codegen.sources import read_text
+from . import dest, layout, names, texts
+from .dest import docs
+from .files import FileManager
+from .impls import check_and_scaffold
+from .manifest import load_manifest
+from .model import Manifest
+from .sources import read_text
 
 
 def manifest_label(manifest_path: Path, root: Path) -> str:

@@ -12,10 +12,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen import model as m
-from codegen.errors import CodegenError
-from codegen.render import format_python, render
-from codegen.sources import read_text
+from . import model as m
+from .errors import CodegenError
+from .render import format_python, render
+from .sources import read_text
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,15 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
-    """Check every impl function; return ``{relpath: new content}`` for modules needing stubs
-    (and the package ``__init__.py`` files a new impl package needs)."""
+def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None) -> dict[str, str]:
+    """Check every impl function (of backend ``only`` if given: the others' files are not in
+    ``root``); return ``{relpath: new content}`` for modules needing stubs (and the package
+    ``__init__.py`` files a new impl package needs)."""
     modules: dict[str, _Module] = {}
     stubs: dict[str, list[Stub]] = {}
     for backend in manifest.backends:
+        if only is not None and backend.name != only:
+            continue
         for op, impl in manifest.backend_ops(backend.name):
             functions = [(impl.module, impl.function, False)]
             if impl.eager is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.signature import FunctionSchema, Type
+from .signature import FunctionSchema, Type
 
 #: ops.yaml backend kind -> (BackendImplKind member, impl_id prefix)
 KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}

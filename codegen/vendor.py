@@ -18,14 +18,14 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from codegen import model as m
-from codegen.errors import CodegenError
-from codegen.files import FileManager
-from codegen.generate import build, manifest_label
-from codegen.manifest import is_identifier, load_manifest
-from codegen.render import render
-from codegen.sources import read_text
-from codegen.yamlnodes import Map, load
+from . import model as m
+from .errors import CodegenError
+from .files import FileManager
+from .generate import build, manifest_label
+from .manifest import is_identifier, load_manifest
+from .render import render
+from .sources import read_text
+from .yamlnodes import Map, load
 
 #: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
 VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"

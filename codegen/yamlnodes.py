@@ -11,7 +11,7 @@ fit in 64 bits; each refusal is a :class:`~codegen.errors.ManifestError` naming 
 
 from __future__ import annotations
 
-from codegen.errors import ManifestError
+from .errors import ManifestError
 from vllm_fl.dispatch.config.files import (
     MANIFEST_LIMITS,
     Entry,

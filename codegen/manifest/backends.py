@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.yamlnodes import Entry
+from .. import model as m
+from .reader import Reader
+from ..yamlnodes import Entry
 
 KEYS = ("kind", "vendor", "package", "priority", "requires", "device", "opaque", "probe")
 
