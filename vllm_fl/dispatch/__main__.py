@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .signatures import ImplSignatureError
 from .types import ConfigError
 
 
@@ -50,6 +51,9 @@ def _explain(table: bool) -> int:
         text = explain_table() if table else explain()
     except ConfigError as exc:
         print(f"error: invalid dispatch configuration: {exc}", file=sys.stderr)
+        return 2
+    except ImplSignatureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0
