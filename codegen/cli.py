@@ -33,8 +33,16 @@ PACKAGE_FIX = "vllm-fl generate"
 def main(argv: list[str] | None = None) -> int:
     """``python -m codegen``: ``vendor NAME ...`` scaffolds, anything else regenerates."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "vendor":
-        return vendor(argv[1:], prog="python -m codegen vendor")
+    index = 0
+    while index < len(argv):  # the first word that is no option nor an option's value
+        if argv[index] in ("--root", "--manifest", "--ops", "--out"):
+            index += 2
+        elif argv[index].startswith("-"):
+            index += 1
+        else:
+            break
+    if index < len(argv) and argv[index] == "vendor":
+        return vendor(argv[:index] + argv[index + 1 :], prog="python -m codegen vendor")
     return generate(argv, prog="python -m codegen")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import dest, layout, names, texts
+from . import backend_checks, dest, layout, names, texts
 from .dest import docs
 from .files import FileManager
 from .impls import check_and_scaffold
@@ -33,6 +33,8 @@ def build(manifest: Manifest, root: Path) -> FileManager:
     texts.check(manifest)
     layout.check(manifest, root)
     files = FileManager(root, may_own=layout.may_own)
+    backend_checks.check_probes(manifest, root)
+    backend_checks.check_renamed_packages(manifest, root, files.recorded())
     for path, text in check_and_scaffold(manifest, root).items():
         files.add(path, text, owned=False)  # stubs and package inits: the user's from now on
     for path, text in dest.emit_all(manifest, root).items():

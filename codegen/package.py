@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import layout
 from . import model as m
+from .backend_checks import check_probes
 from .dest import parity, register_ops
 from .errors import CodegenError
 from .files import FileManager
@@ -146,6 +147,8 @@ def build_package(
     _check_layout(manifest, root, pending)
     backend = _vendor(manifest)
     files = FileManager(root, may_own=layout.may_own)
+    if f"{backend.path}/__init__.py" not in pending:
+        check_probes(manifest, root, only=backend.name)
     with generated_from(MANIFEST, ", the plugin's ops.yaml", COMMAND):
         for path, body in check_and_scaffold(manifest, root, only=backend.name).items():
             files.add(path, body, owned=False)  # stubs: the vendor's from now on

@@ -162,8 +162,28 @@ def _edit(path: Path, old: str, new: str) -> None:
             "    opaque: true\n    devices: cpu\n",
             "vendor.yaml:17: unknown key 'devices' in backend 'mychip', expected one of ",
         ),
+        (
+            "    # probe: is_available",
+            "    probe: is_available",
+            "vendor.yaml:6: probe 'is_available' of backend 'mychip' is not defined in "
+            f"{PACKAGE}/__init__.py (names defined there: none), expected the name of a "
+            "zero-argument callable defined in the backend package",
+        ),
+        (
+            "    # device: mychip",
+            "    device: gpu",
+            "vendor.yaml:13: device of backend 'mychip' is 'gpu', which is no torch device type",
+        ),
     ],
-    ids=["unknown-op", "package-typo", "package-in-the-plugin", "a-plugin-backend", "unknown-key"],
+    ids=[
+        "unknown-op",
+        "package-typo",
+        "package-in-the-plugin",
+        "a-plugin-backend",
+        "unknown-key",
+        "missing-probe",
+        "no-device-type",
+    ],
 )
 def test_a_mistake_in_vendor_yaml_is_one_message_naming_the_line_and_nothing_is_written(
     tmp_path, capsys, old, new, expected
@@ -294,3 +314,15 @@ def test_installed_its_generated_parity_tests_pass(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:]
     summary = run.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary
+
+
+def test_device_takes_any_torch_device_type(tmp_path):
+    out = _scaffold(tmp_path)
+    _edit(out / "vendor.yaml", "    # device: mychip", "    device: musa")
+    assert cli.generate(["--root", str(out), "-q"]) == 0
+    assert 'device="musa"' in (out / PACKAGE / "register_ops.py").read_text()
+    from vllm_fl.dispatch.backends.availability import Probe
+
+    probe = Probe(device="musa")
+    assert not probe() and probe.reason == "no 'musa' device"
+    assert Probe(device="cpu")()
