@@ -14,36 +14,13 @@ import pytest
 
 from codegen import cli
 from codegen.resources import PROJECT_MANIFEST
-from tests.support.plugin_env import write_dist_info
+from tests.support.vendor_package import IMPLS, OPS, PACKAGE, edit, installed, scaffold
 
 REPO = PROJECT_MANIFEST.parent
-PACKAGE = "vllm_fl_mychip"
-#: impls that compute what the reference does (a vendor's kernels would go there)
-IMPLS = {
-    "activation.py": '''import torch
 
 
-def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """The mychip kernel."""
-    d = x.shape[-1] // 2
-    return torch.nn.functional.silu(x[..., :d]) * x[..., d:]
-''',
-    "normalization.py": '''import torch
-
-from vllm_fl.dispatch.backends.reference.impl import normalization
-
-
-def rms_norm(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-    """The mychip kernel."""
-    return normalization.rms_norm(self, x, residual)
-''',
-}
-
-
-def _scaffold(tmp_path: Path, ops: str = "rms_norm,silu_and_mul", name: str = "mychip") -> Path:
-    out = tmp_path / "vllm-fl-mychip"
-    assert cli.vendor([name, "--ops", ops, "--out", str(out), "-q"]) == 0
-    return out
+def _scaffold(tmp_path: Path, ops: str = ",".join(OPS), name: str = "mychip") -> Path:
+    return scaffold(tmp_path, ops, name)
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -126,12 +103,6 @@ def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path):
     assert cli.generate(["--check", "--root", str(out)]) == 0
 
 
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new))
-
-
 @pytest.mark.parametrize(
     "old, new, expected",
     [
@@ -189,7 +160,7 @@ def test_a_mistake_in_vendor_yaml_is_one_message_naming_the_line_and_nothing_is_
     tmp_path, capsys, old, new, expected
 ):
     out = _scaffold(tmp_path)
-    _edit(out / "vendor.yaml", old, new)
+    edit(out / "vendor.yaml", old, new)
     before = _tree(out)
     capsys.readouterr()
     assert cli.generate(["--root", str(out)]) == 1
@@ -202,7 +173,7 @@ def test_a_mistake_in_vendor_yaml_is_one_message_naming_the_line_and_nothing_is_
 
 def test_the_package_typo_message_names_the_packages_there(tmp_path, capsys):
     out = _scaffold(tmp_path)
-    _edit(out / "vendor.yaml", f"package: {PACKAGE}\n", "package: vllm_fl_mychp\n")
+    edit(out / "vendor.yaml", f"package: {PACKAGE}\n", "package: vllm_fl_mychp\n")
     assert cli.generate(["--root", str(out)]) == 1
     assert f"expected one of its packages: {PACKAGE}\n" in capsys.readouterr().err
 
@@ -251,24 +222,9 @@ def test_without_ops_it_prints_the_usage_with_the_ops(tmp_path, capsys):
 
 
 def _installed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A package with two impls written, available on CPU, and the environment of a process
-    where it is installed (a dist-info with its entry point, as pip records it)."""
-    out = _scaffold(tmp_path)
-    _edit(out / "vendor.yaml", "    requires: [torch_mychip]\n", "    device: cpu\n")
-    for module, text in IMPLS.items():
-        (out / PACKAGE / "impl" / module).write_text(text)
-    assert cli.generate(["--root", str(out), "-q"]) == 0
-    site = write_dist_info(
-        tmp_path / "site",
-        "vllm-fl-mychip",
-        "0.1.0",
-        {"vllm_fl.plugin": {"mychip": f"{PACKAGE}.register_ops"}},
-    )
-    path = [str(site), str(out), str(REPO), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    for key in [k for k in env if k.startswith("VLLM_FL_")]:
-        del env[key]
-    return out, env
+    out, pythonpath = installed(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
+    return out, {**env, "PYTHONPATH": pythonpath}
 
 
 def test_installed_the_vendor_is_selected_on_its_device_and_explain_names_its_entry_point(
@@ -318,7 +274,7 @@ def test_installed_its_generated_parity_tests_pass(tmp_path):
 
 def test_device_takes_any_torch_device_type(tmp_path):
     out = _scaffold(tmp_path)
-    _edit(out / "vendor.yaml", "    # device: mychip", "    device: musa")
+    edit(out / "vendor.yaml", "    # device: mychip", "    device: musa")
     assert cli.generate(["--root", str(out), "-q"]) == 0
     assert 'device="musa"' in (out / PACKAGE / "register_ops.py").read_text()
     from vllm_fl.dispatch.backends.availability import Probe
