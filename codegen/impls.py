@@ -9,6 +9,7 @@ op's signature is an error naming both the function's file:line and the manifest
 from __future__ import annotations
 
 import ast
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,8 @@ class _Module:
     text: str | None  # None: the file does not exist
     names: dict[str, ast.stmt]  # top-level bindings
     imports_torch: bool
+    #: (top-level package, line) of each absolute module-level import
+    imports: tuple[tuple[str, int], ...] = ()
 
 
 def _read_module(path: Path, rel: str) -> _Module:
@@ -61,7 +64,12 @@ def _read_module(path: Path, rel: str) -> _Module:
         ) from None
     names: dict[str, ast.stmt] = {}
     imports_torch = False
+    imports: list[tuple[str, int]] = []
     for node in tree.body:
+        if isinstance(node, ast.Import):
+            imports += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            imports.append((node.module.split(".")[0], node.lineno))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -76,7 +84,7 @@ def _read_module(path: Path, rel: str) -> _Module:
                 names[bound] = node
                 if isinstance(node, ast.Import) and alias.name == "torch" and not alias.asname:
                     imports_torch = True
-    return _Module(path, text, names, imports_torch)
+    return _Module(path, text, names, imports_torch, tuple(imports))
 
 
 def _actual(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], dict[str, object], str]:
@@ -132,6 +140,7 @@ def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None
                 module = modules.get(rel)
                 if module is None:
                     module = modules[rel] = _read_module(root / rel, rel)
+                    _check_imports(module, rel, root)
                 node = module.names.get(function)
                 if node is None:
                     stubs.setdefault(rel, []).append(Stub(backend, op, impl, rel, function, eager))
@@ -178,6 +187,28 @@ def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None
         else:
             out[rel] = module.text.rstrip("\n") + "\n\n\n" + block.lstrip("\n")
     return out
+
+
+def _check_imports(module: _Module, rel: str, root: Path) -> None:
+    """A module-level import of a package that is neither installed nor in the tree: the module
+    would not import, and its backend would vanish from the dispatch table at run time. Only the
+    top-level package is looked up (nothing is imported)."""
+    for top, line in module.imports:
+        if (root / top / "__init__.py").is_file() or (root / f"{top}.py").is_file():
+            continue
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise CodegenError(
+                rel,
+                line,
+                f"the impl module imports {top!r} at module level, which is not installed here, "
+                "so the module does not import",
+                f"{top!r} imported inside the function bodies that need it (an impl module "
+                "imports on any machine)",
+            )
 
 
 def _missing_inits(root: Path, backend: m.Backend) -> dict[str, str]:

@@ -282,3 +282,18 @@ def test_device_takes_any_torch_device_type(tmp_path):
     probe = Probe(device="musa")
     assert not probe() and probe.reason == "no 'musa' device"
     assert Probe(device="cpu")()
+
+
+def test_an_impl_module_that_would_not_import_is_an_error_naming_the_line(tmp_path, capsys):
+    out = _scaffold(tmp_path)
+    impl = out / PACKAGE / "impl/activation.py"
+    impl.write_text(
+        impl.read_text().replace("import torch\n", "import torch\nimport torch_mychip\n", 1)
+    )
+    capsys.readouterr()
+    assert cli.generate(["--root", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: {PACKAGE}/impl/activation.py:9: the impl module imports 'torch_mychip' at "
+        "module level, which is not installed here"
+    ), err
