@@ -53,9 +53,10 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_dispatch
 	$(PY) -m benchmarks.bench_ops
 
-# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick.
+# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick; an
+# existing vendor gets the ops added; OUT=DIR scaffolds a package of its own (vllm-fl vendor).
 vendor: $(STAMP)
-	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)")
+	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)") $(if $(strip $(OUT)),--out "$(OUT)")
 
 explain: $(STAMP)
 	$(PY) -m vllm_fl.dispatch explain

@@ -23,7 +23,7 @@ from .errors import CodegenError
 from .files import FileManager
 from .generate import build, read_manifest
 from .orphans import find_orphans
-from .resources import PROJECT_MANIFEST
+from .resources import CHECKOUT
 
 FIX = "make codegen"  # (vllm-fl generate)
 #: what regenerates an out-of-tree vendor package
@@ -48,11 +48,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def find_root(start: Path) -> Path:
     """The nearest folder at or above ``start`` holding ``ops.yaml`` or a vendor manifest, else
-    the checkout of this generator (the folder of the plugin's ``ops.yaml``)."""
+    the checkout this generator runs from (never an installed plugin)."""
     for folder in (start, *start.parents):
         if (folder / "ops.yaml").is_file() or (folder / package.MANIFEST).is_file():
             return folder
-    return PROJECT_MANIFEST.parent
+    if CHECKOUT is None:
+        raise CodegenError(
+            str(start),
+            None,
+            f"neither this folder nor one above it holds ops.yaml or {package.MANIFEST}",
+            "the plugin's checkout or a vendor package (vllm-fl vendor NAME --ops ... --out DIR "
+            "makes one), or --root",
+        )
+    return CHECKOUT
 
 
 def _root_argument(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +91,11 @@ def generate(argv: list[str] | None = None, prog: str = "vllm-fl generate") -> i
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)
-    root: Path = args.root or find_root(Path.cwd())
+    try:
+        root: Path = args.root or find_root(Path.cwd())
+    except CodegenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     out_of_tree = args.manifest is None and package.is_package(root)
 
     def run() -> tuple[FileManager, list]:

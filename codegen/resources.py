@@ -23,3 +23,5 @@ def _first(name: str) -> Path:
 TEMPLATES = _first("templates")
 #: the plugin's manifest: the ops, their signatures, reference impls and tests
 PROJECT_MANIFEST = _first("ops.yaml")
+#: the plugin's checkout this generator runs from; None when installed from the wheel
+CHECKOUT = None if (HERE / "ops.yaml").exists() else HERE.parent
