@@ -235,7 +235,11 @@ def _check(
     rel: str,
 ) -> None:
     names, defaults, printable = _actual(fn)
-    want_names = (["self"] if op.layer else []) + list(op.schema.arg_names)
+    want_names = list(op.schema.arg_names)
+    if op.layer and names:  # the calling layer: ``self`` by convention, any name (signatures.py)
+        want_names.insert(0, names[0])
+    elif op.layer:
+        want_names.insert(0, "self")
     want_defaults = {a.name: a.default_value for a in op.schema.arguments if a.has_default}
     ok = (
         names == want_names

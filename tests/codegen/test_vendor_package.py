@@ -297,3 +297,17 @@ def test_an_impl_module_that_would_not_import_is_an_error_naming_the_line(tmp_pa
         f"error: {PACKAGE}/impl/activation.py:9: the impl module imports 'torch_mychip' at "
         "module level, which is not installed here"
     ), err
+
+
+def test_codegen_and_the_registry_follow_one_rule(tmp_path, capsys):
+    """No annotations and another name for the layer pass both; a wrong argument name fails both
+    (the registry's check: tests/dispatch/backends/test_plugin_signatures.py)."""
+    from vllm_fl.dispatch.signatures import mismatch
+
+    out = _scaffold(tmp_path, ops="silu_and_mul")
+    source = "def silu_and_mul(layer, x):\n    return x\n"
+    (out / PACKAGE / "impl/activation.py").write_text(source)
+    assert cli.generate(["--root", str(out), "-q"]) == 0
+    namespace: dict = {}
+    exec(source, namespace)
+    assert mismatch("silu_and_mul", namespace["silu_and_mul"]) is None
