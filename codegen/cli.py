@@ -24,6 +24,7 @@ from .files import FileManager
 from .generate import build, read_manifest
 from .orphans import find_orphans
 from .resources import CHECKOUT
+from .vendor import VendorUsage, scaffold_vendor
 
 FIX = "make codegen"  # (vllm-fl generate)
 #: what regenerates an out-of-tree vendor package
@@ -137,8 +138,6 @@ def vendor(argv: list[str] | None = None, prog: str = "vllm-fl vendor") -> int:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)
-    from .vendor import VendorUsage, scaffold_vendor
-
     def run() -> tuple[FileManager, list]:
         if args.out is not None:
             return package.scaffold_package(args.name, args.ops, args.out), []
@@ -168,9 +167,9 @@ def _run(run, check: bool, quiet: bool, fix: str, what: str) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except VendorUsage:  # the command's own answer, printed by ``vendor``
+        raise
     except Exception as exc:  # a generator bug: say so in one line, as for any other error
-        if type(exc).__name__ == "VendorUsage":
-            raise
         print(
             f"error: internal generator error {type(exc).__name__}: {exc}; report it with the "
             "manifest (set CODEGEN_TRACEBACK=1 for the traceback)",

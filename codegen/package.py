@@ -29,6 +29,7 @@ from .manifest.impls import read_impl
 from .manifest.reader import Reader
 from .render import generated_from, render
 from .sources import read_text
+from .vendor import VendorUsage, parse_ops, stub_impl
 from .yamlnodes import Map, load
 
 #: the manifest of an out-of-tree vendor package, at its root
@@ -173,8 +174,6 @@ def usage(plugin: m.Manifest) -> str:
 def scaffold_package(name: str | None, ops: str | None, out: Path) -> FileManager:
     """The files of package ``out`` once vendor ``name`` implements ``ops`` (comma-separated):
     a new package, or the one in ``out`` with the ops it does not have yet added."""
-    from .vendor import VendorUsage, parse_ops, stub_impl
-
     plugin = project_manifest()
     if not name or not ops or not ops.strip():
         raise VendorUsage(usage(plugin))
