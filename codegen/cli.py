@@ -117,7 +117,7 @@ def vendor(argv: list[str] | None = None, prog: str = "vllm-fl vendor") -> int:
         description="Scaffold vendor backend NAME for the ops given with --ops: in the plugin's "
         "ops.yaml (adding ops to a vendor that exists), or with --out as a pip package of its own.",
     )
-    parser.add_argument("name", nargs="?", default="", metavar="NAME", help="the vendor name")
+    parser.add_argument("name", nargs="?", default="", metavar="[new] NAME", help="the vendor name")
     parser.add_argument(
         "--ops",
         default=None,
@@ -137,7 +137,11 @@ def vendor(argv: list[str] | None = None, prog: str = "vllm-fl vendor") -> int:
         "--manifest", type=Path, default=None, help="the manifest (default: ROOT/ops.yaml)"
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) >= 2 and argv[0] == "new" and not argv[1].startswith("-"):
+        argv = argv[1:]  # ``vllm-fl vendor new NAME``: the same command
     args = parser.parse_args(argv)
+
     def run() -> tuple[FileManager, list]:
         if args.out is not None:
             return package.scaffold_package(args.name, args.ops, args.out), []

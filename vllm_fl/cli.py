@@ -42,6 +42,10 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+#: other names of a command (``vllm-fl codegen`` is ``vllm-fl generate``)
+ALIASES = {"codegen": "generate"}
+
+
 def _generator_module(name: str):
     for package in GENERATOR_PACKAGES:
         try:
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(usage())
         return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
+    name, rest = ALIASES.get(argv[0], argv[0]), argv[1:]
     command = COMMANDS.get(name)
     if command is None:
         sys.stderr.write(

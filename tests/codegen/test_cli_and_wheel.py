@@ -59,7 +59,7 @@ def hello(argv: list[str], prog: str) -> int:
 
 
 def test_generate_check_works_from_any_directory(tmp_path):
-    done = _run("generate", "--check", cwd=tmp_path)
+    done = _run("codegen", "--check", cwd=tmp_path)  # codegen: generate's other name
     assert done.returncode == 0, done.stdout + done.stderr
     assert "generated files are up to date" in done.stdout
     done = _run("generate", "--check", cwd=REPO / "vllm_fl" / "dispatch")

@@ -86,7 +86,8 @@ def test_check_finds_a_stale_package_and_generate_finds_its_root_from_a_subfolde
 
 
 def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path):
-    out = _scaffold(tmp_path, ops="silu_and_mul")
+    out = tmp_path / "pkg"
+    assert cli.vendor(["new", "mychip", "--ops", "silu_and_mul", "--out", str(out), "-q"]) == 0
     written = IMPLS["activation.py"]
     (out / PACKAGE / "impl/activation.py").write_text(written)
     assert cli.vendor(["mychip", "--ops", "gelu_and_mul,rms_norm", "--out", str(out), "-q"]) == 0
