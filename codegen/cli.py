@@ -146,6 +146,8 @@ def vendor(argv: list[str] | None = None, prog: str = "vllm-fl vendor") -> int:
         if args.out is not None:
             return package.scaffold_package(args.name, args.ops, args.out), []
         root = args.root or find_root(Path.cwd())
+        if args.manifest is None and package.is_package(root):  # inside a vendor package
+            return package.scaffold_package(args.name, args.ops, root), []
         return scaffold_vendor(args.name, args.ops, args.manifest or root / "ops.yaml", root), []
 
     try:

@@ -23,6 +23,10 @@ def _scaffold(tmp_path: Path, ops: str = ",".join(OPS), name: str = "mychip") ->
     return scaffold(tmp_path, ops, name)
 
 
+def manifest_of(out: Path) -> str:
+    return (out / "vendor.yaml").read_text()
+
+
 def _tree(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): p.read_text()
@@ -85,7 +89,7 @@ def test_check_finds_a_stale_package_and_generate_finds_its_root_from_a_subfolde
     assert cli.generate(["--check"]) == 0
 
 
-def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path):
+def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path, monkeypatch):
     out = tmp_path / "pkg"
     assert cli.vendor(["new", "mychip", "--ops", "silu_and_mul", "--out", str(out), "-q"]) == 0
     written = IMPLS["activation.py"]
@@ -100,6 +104,9 @@ def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path):
         "  rms_norm: normalization.rms_norm\n"
     )
     assert '"gelu_and_mul"' in (out / PACKAGE / "register_ops.py").read_text()
+    monkeypatch.chdir(out / PACKAGE)  # inside the package, --out is the package
+    assert cli.vendor(["mychip", "--ops", "gelu_new", "-q"]) == 0
+    assert manifest_of(out).endswith("  gelu_new: activation.gelu_new\n")
     assert (out / "tests/generated/test_parity_gelu_and_mul.py").is_file()
     assert cli.generate(["--check", "--root", str(out)]) == 0
 
