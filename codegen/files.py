@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from codegen.errors import CodegenError
-from codegen.render import MARKER
+from .errors import CodegenError
+from .render import MARKER
 
 #: the record of the files the generator owns, relative to the root
 RECORD = ".codegen-outputs"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import dest, layout, names, texts
-from codegen.dest import docs
-from codegen.files import FileManager
-from codegen.impls import check_and_scaffold
-from codegen.manifest import load_manifest
-from codegen.model import Manifest
-from codegen.sources import read_text
+from . import backend_checks, dest, layout, names, texts
+from .dest import docs
+from .files import FileManager
+from .impls import check_and_scaffold
+from .manifest import load_manifest
+from .model import Manifest
+from .sources import read_text
 
 
 def manifest_label(manifest_path: Path, root: Path) -> str:
@@ -33,6 +33,8 @@ def build(manifest: Manifest, root: Path) -> FileManager:
     texts.check(manifest)
     layout.check(manifest, root)
     files = FileManager(root, may_own=layout.may_own)
+    backend_checks.check_probes(manifest, root)
+    backend_checks.check_renamed_packages(manifest, root, files.recorded())
     for path, text in check_and_scaffold(manifest, root).items():
         files.add(path, text, owned=False)  # stubs and package inits: the user's from now on
     for path, text in dest.emit_all(manifest, root).items():

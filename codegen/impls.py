@@ -9,13 +9,14 @@ op's signature is an error naming both the function's file:line and the manifest
 from __future__ import annotations
 
 import ast
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen import model as m
-from codegen.errors import CodegenError
-from codegen.render import format_python, render
-from codegen.sources import read_text
+from . import model as m
+from .errors import CodegenError
+from .render import format_python, render
+from .sources import read_text
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class _Module:
     text: str | None  # None: the file does not exist
     names: dict[str, ast.stmt]  # top-level bindings
     imports_torch: bool
+    #: (top-level package, line) of each absolute module-level import
+    imports: tuple[tuple[str, int], ...] = ()
 
 
 def _read_module(path: Path, rel: str) -> _Module:
@@ -61,7 +64,12 @@ def _read_module(path: Path, rel: str) -> _Module:
         ) from None
     names: dict[str, ast.stmt] = {}
     imports_torch = False
+    imports: list[tuple[str, int]] = []
     for node in tree.body:
+        if isinstance(node, ast.Import):
+            imports += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            imports.append((node.module.split(".")[0], node.lineno))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -76,7 +84,7 @@ def _read_module(path: Path, rel: str) -> _Module:
                 names[bound] = node
                 if isinstance(node, ast.Import) and alias.name == "torch" and not alias.asname:
                     imports_torch = True
-    return _Module(path, text, names, imports_torch)
+    return _Module(path, text, names, imports_torch, tuple(imports))
 
 
 def _actual(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], dict[str, object], str]:
@@ -114,12 +122,15 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
-    """Check every impl function; return ``{relpath: new content}`` for modules needing stubs
-    (and the package ``__init__.py`` files a new impl package needs)."""
+def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None) -> dict[str, str]:
+    """Check every impl function (of backend ``only`` if given: the others' files are not in
+    ``root``); return ``{relpath: new content}`` for modules needing stubs (and the package
+    ``__init__.py`` files a new impl package needs)."""
     modules: dict[str, _Module] = {}
     stubs: dict[str, list[Stub]] = {}
     for backend in manifest.backends:
+        if only is not None and backend.name != only:
+            continue
         for op, impl in manifest.backend_ops(backend.name):
             functions = [(impl.module, impl.function, False)]
             if impl.eager is not None:
@@ -129,6 +140,7 @@ def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
                 module = modules.get(rel)
                 if module is None:
                     module = modules[rel] = _read_module(root / rel, rel)
+                    _check_imports(module, rel, root)
                 node = module.names.get(function)
                 if node is None:
                     stubs.setdefault(rel, []).append(Stub(backend, op, impl, rel, function, eager))
@@ -177,6 +189,28 @@ def check_and_scaffold(manifest: m.Manifest, root: Path) -> dict[str, str]:
     return out
 
 
+def _check_imports(module: _Module, rel: str, root: Path) -> None:
+    """A module-level import of a package that is neither installed nor in the tree: the module
+    would not import, and its backend would vanish from the dispatch table at run time. Only the
+    top-level package is looked up (nothing is imported)."""
+    for top, line in module.imports:
+        if (root / top / "__init__.py").is_file() or (root / f"{top}.py").is_file():
+            continue
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise CodegenError(
+                rel,
+                line,
+                f"the impl module imports {top!r} at module level, which is not installed here, "
+                "so the module does not import",
+                f"{top!r} imported inside the function bodies that need it (an impl module "
+                "imports on any machine)",
+            )
+
+
 def _missing_inits(root: Path, backend: m.Backend) -> dict[str, str]:
     """``__init__.py`` for a new impl package, its backend package and missing parents."""
     out = {}
@@ -201,7 +235,11 @@ def _check(
     rel: str,
 ) -> None:
     names, defaults, printable = _actual(fn)
-    want_names = (["self"] if op.layer else []) + list(op.schema.arg_names)
+    want_names = list(op.schema.arg_names)
+    if op.layer and names:  # the calling layer: ``self`` by convention, any name (signatures.py)
+        want_names.insert(0, names[0])
+    elif op.layer:
+        want_names.insert(0, "self")
     want_defaults = {a.name: a.default_value for a in op.schema.arguments if a.has_default}
     ok = (
         names == want_names

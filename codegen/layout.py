@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from codegen import model as m
-from codegen.dest import backends_init, docs, oot, parity, register_ops, spec
-from codegen.errors import ManifestError
+from . import model as m
+from .dest import backends_init, docs, oot, parity, register_ops, spec
+from .errors import ManifestError
 
 #: the package the generated runtime files live in; backends may always live inside it
 HOME = "vllm_fl"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.signature import FunctionSchema, Type
+from .signature import FunctionSchema, Type
 
 #: ops.yaml backend kind -> (BackendImplKind member, impl_id prefix)
 KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
@@ -18,8 +18,10 @@ KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 DTYPE_PLACEHOLDER = "$dtype"
-#: device types ``vllm_fl.dispatch.backends.availability.Probe`` understands
-DEVICES = ("cuda", "npu", "cpu")
+#: examples of torch device types: ``device:`` takes any (``Probe`` checks ``torch.<type>``)
+DEVICES = ("cuda", "npu", "xpu", "musa", "mlu", "cpu")
+#: names people write for a device that are no torch device type -> the one they mean
+NOT_DEVICES = {"gpu": "cuda", "nvidia": "cuda", "ascend": "npu"}
 
 
 def camel(name: str) -> str:

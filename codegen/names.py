@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from codegen import model as m
-from codegen.errors import ManifestError
+from . import model as m
+from .errors import ManifestError
 
 #: longest name: file names such as ``test_parity_<op>.py`` stay far below the 255-byte limit
 MAX_NAME = 64
@@ -97,7 +97,9 @@ class _Checker:
         parts = path.split(".")
         if len(parts) > MAX_PARTS:
             raise self.error(
-                line, f"{what} has {len(parts)} parts", f"a dotted name of at most {MAX_PARTS} parts"
+                line,
+                f"{what} has {len(parts)} parts",
+                f"a dotted name of at most {MAX_PARTS} parts",
             )
         for part in parts:
             self.name(part, f"part of {what} {path[:80]!r},", line)

@@ -19,7 +19,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen import model as m
+from . import model as m
 
 
 @dataclass(frozen=True)

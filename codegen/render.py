@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
 import textwrap
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import jinja2
 
-from codegen.errors import CodegenError
+from .errors import CodegenError
+from .resources import TEMPLATES
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # Assembled so that this source file is not itself marked as generated.
 MARKER = "@" + "generated"
 LINE_LENGTH = 100
@@ -97,11 +100,30 @@ def environment() -> jinja2.Environment:
     return env
 
 
+#: (manifest, command) named by the headers of the tree being generated: the plugin's by default
+_SOURCE: ContextVar[tuple[str, str, str]] = ContextVar(
+    "source", default=("ops.yaml", "", "make codegen")
+)
+
+
+@contextlib.contextmanager
+def generated_from(manifest: str, also: str, command: str) -> Iterator[None]:
+    """Headers rendered inside say they come from ``manifest`` (and ``also``) and that
+    ``command`` regenerates them (an out-of-tree vendor package: its manifest, the plugin's
+    ops.yaml and ``vllm-fl generate``)."""
+    token = _SOURCE.set((manifest, also, command))
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
+
 def header(template: str, suffix: str) -> str:
     """The generated-file header for a file of type ``suffix`` rendered from ``template``."""
+    manifest, also, command = _SOURCE.get()
     lines = [
-        f"{MARKER} by `make codegen` from ops.yaml and templates/{template}.",
-        "Do not edit: change ops.yaml or the template, then run `make codegen`.",
+        f"{MARKER} by `{command}` from {manifest}{also} and templates/{template}.",
+        f"Do not edit: change {manifest} or the template, then run `{command}`.",
     ]
     if suffix == ".md":
         return "<!-- " + " ".join(lines) + " -->\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen.errors import CodegenError
+from .errors import CodegenError
 
 #: far above any real manifest (18 000 ops are about 5 MB) or hand-written module
 MAX_BYTES = 32 * 1024 * 1024
@@ -40,4 +40,6 @@ def read_text(path: Path, label: str) -> str:
             )
         return decode(path.read_bytes(), label)
     except OSError as exc:
-        raise CodegenError(label, None, f"cannot read the file ({exc.strerror})", "a readable file") from None
+        raise CodegenError(
+            label, None, f"cannot read the file ({exc.strerror})", "a readable file"
+        ) from None

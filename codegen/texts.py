@@ -8,8 +8,8 @@ non-printable characters such as U+2028.
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.errors import ManifestError
+from . import model as m
+from .errors import ManifestError
 
 #: whitespace a doc may contain (the loader folds it when wrapping)
 _ALLOWED = frozenset("\n\t")

@@ -18,14 +18,14 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from codegen import model as m
-from codegen.errors import CodegenError
-from codegen.files import FileManager
-from codegen.generate import build, manifest_label
-from codegen.manifest import is_identifier, load_manifest
-from codegen.render import render
-from codegen.sources import read_text
-from codegen.yamlnodes import Map, load
+from . import model as m
+from .errors import CodegenError
+from .files import FileManager
+from .generate import build, manifest_label
+from .manifest import is_identifier, load_manifest
+from .render import render
+from .sources import read_text
+from .yamlnodes import Map, load
 
 #: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
 VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"
@@ -96,12 +96,14 @@ def scaffold_vendor(
             label, None, f"vendor name {name!r} is not a lower-case identifier", "a name like metax"
         )
     for backend in manifest.backends:
+        if backend.kind == "vendor" and backend.name == name == backend.vendor:
+            return _add_ops(manifest, text, backend, ops, label, root)
         if backend.name == name or backend.vendor == name:
             raise CodegenError(
                 label,
                 backend.line,
-                f"backend {name!r} already exists",
-                "a vendor name not in ops.yaml",
+                f"backend {name!r} already exists and is not vendor {name!r}",
+                "a vendor name not in ops.yaml, or a vendor of ops.yaml to add ops to",
             )
     vendors = [b for b in manifest.backends if b.kind == "vendor"]
     parent = vendors[0].package.rsplit(".", 1)[0] if vendors else VENDOR_ROOT
@@ -127,9 +129,48 @@ def scaffold_vendor(
     return files
 
 
+def _add_ops(
+    manifest: m.Manifest, text: str, backend: m.Backend, ops: str, label: str, root: Path
+) -> FileManager:
+    """Vendor ``backend`` exists: add the ops it does not implement yet (stubs and all)."""
+    wanted = parse_ops(ops, manifest)
+    missing = [
+        op.name for op in manifest.ops if op.name in wanted and op.impl(backend.name) is None
+    ]
+    for name in wanted:
+        if name not in missing:
+            raise CodegenError(
+                OPS_LABEL,
+                None,
+                f"vendor {backend.name!r} implements {name!r} already",
+                "ops it does not implement yet: "
+                + ", ".join(
+                    n
+                    for n in pickable_ops(manifest)
+                    if manifest_op(manifest, n).impl(backend.name) is None
+                ),
+            )
+    chosen = [op for op in manifest.ops if op.name in missing]
+    new_text = _insert(text, manifest, chosen, backend.name, None, label)
+    files = build(load_manifest(new_text, label), root)
+    files.add(label, new_text, owned=False)
+    return files
+
+
+def manifest_op(manifest: m.Manifest, name: str) -> m.Op:
+    return next(op for op in manifest.ops if op.name == name)
+
+
 def _insert(
-    text: str, manifest: m.Manifest, ops: Sequence[m.Op], name: str, package: str, label: str
+    text: str,
+    manifest: m.Manifest,
+    ops: Sequence[m.Op],
+    name: str,
+    package: str | None,
+    label: str,
 ) -> str:
+    """``text`` with backend ``name`` (unless ``package`` is None: it exists) and its impl of
+    each op of ``ops`` inserted."""
     root = load(text, label)
     assert isinstance(root, Map)
     lines = text.splitlines(keepends=True)
@@ -146,12 +187,13 @@ def _insert(
             "backends is a flow mapping",
             "block style to insert a backend into",
         )
-    entry = render("vendor/manifest_backend.yaml.j2", name=name, package=package)
-    indent = " " * backends.column
-    entry = "".join(
-        indent + line[2:] if line.strip() else line for line in entry.splitlines(keepends=True)
-    )
-    inserts.append((backends.end_line, entry))
+    if package is not None:
+        entry = render("vendor/manifest_backend.yaml.j2", name=name, package=package)
+        indent = " " * backends.column
+        entry = "".join(
+            indent + line[2:] if line.strip() else line for line in entry.splitlines(keepends=True)
+        )
+        inserts.append((backends.end_line, entry))
 
     ops_node = root.entries["ops"].value
     assert isinstance(ops_node, Map)

@@ -11,7 +11,6 @@ fit in 64 bits; each refusal is a :class:`~codegen.errors.ManifestError` naming 
 
 from __future__ import annotations
 
-from codegen.errors import ManifestError
 from vllm_fl.dispatch.config.files import (
     MANIFEST_LIMITS,
     Entry,
@@ -24,6 +23,8 @@ from vllm_fl.dispatch.config.files import (
     describe,
     load_nodes,
 )
+
+from .errors import ManifestError
 
 __all__ = ["Entry", "Map", "Node", "Scalar", "Seq", "Fields", "clip", "describe", "load"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import model as m
-from codegen.dest import backends_init, docs, oot, parity, register_ops, spec
+from .. import model as m
+from . import backends_init, docs, oot, parity, register_ops, spec
 
 
 def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.render import render_file
+from .. import model as m
+from ..render import render_file
 
 PATH = "vllm_fl/dispatch/backends/__init__.py"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import model as m
-from codegen.render import render, render_file
+from .. import model as m
+from ..render import render, render_file
 
 PATH = "docs/operators.md"
 README = "README.md"

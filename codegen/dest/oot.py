@@ -3,8 +3,8 @@ the package ``__init__`` listing them (and the function ops)."""
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.render import render_file
+from .. import model as m
+from ..render import render_file
 
 DIR = "vllm_fl/ops"
 INIT = f"{DIR}/__init__.py"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from codegen import model as m
-from codegen.render import render_file
+from .. import model as m
+from ..render import render_file
 
 DIR = "tests/generated"
 CONFTEST = f"{DIR}/conftest.py"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen import model as m
-from codegen.render import render_file
-from codegen.signature import Argument
+from .. import model as m
+from ..render import render_file
+from ..signature import Argument
 
 NAME = "register_ops.py"
 

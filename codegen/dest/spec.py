@@ -3,8 +3,8 @@ op, and the ``<Op>Layer`` protocols of the layer attributes impls read."""
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.render import render_file
+from .. import model as m
+from ..render import render_file
 
 PATH = "vllm_fl/dispatch/spec.py"
 

@@ -15,21 +15,19 @@ checked once the entries they need are read; ``targets.check_targets`` checks th
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
-from codegen import model as m
-from codegen.manifest.backends import read_backends
-from codegen.manifest.ops import read_op
-from codegen.manifest.reader import Reader, is_dotted, is_identifier
-from codegen.manifest.targets import check_targets
-from codegen.manifest.tolerances import read_tolerances
-from codegen.sources import read_text
-from codegen.yamlnodes import Node, load
+from .. import model as m
+from .backends import read_backends
+from .ops import read_op
+from .reader import Reader, is_dotted, is_identifier
+from .targets import check_targets
+from .tolerances import read_tolerances
+from ..resources import PROJECT_MANIFEST
+from ..sources import read_text
+from ..yamlnodes import Node, load
 
 __all__ = ["load_manifest", "project_manifest", "is_identifier", "is_dotted"]
 
-#: the manifest of the repository the generator belongs to
-PROJECT_MANIFEST = Path(__file__).resolve().parents[2] / "ops.yaml"
 KEYS = ("backends", "tolerances", "ops")
 EXPECTED = "a mapping with backends, tolerances, ops"
 

@@ -4,9 +4,9 @@ signature's return."""
 
 from __future__ import annotations
 
-from codegen.manifest.reader import Reader
-from codegen.signature import FunctionSchema
-from codegen.yamlnodes import Entry, Node
+from .reader import Reader
+from ..signature import FunctionSchema
+from ..yamlnodes import Entry, Node
 
 
 def read_tensor_args(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.yamlnodes import Entry
+import re
+
+from .. import model as m
+from .reader import Reader
+from ..yamlnodes import Entry
 
 KEYS = ("kind", "vendor", "package", "priority", "requires", "device", "opaque", "probe")
 
@@ -68,11 +70,18 @@ def _backend(r: Reader, entry: Entry) -> m.Backend:
     device_entry = f.pop("device")
     device = None
     if device_entry is not None:
-        device = r.scalar(device_entry.value, f"device of {what}", (str,), " | ".join(m.DEVICES))
-        if device not in m.DEVICES:
+        expected = f"a torch device type ({', '.join(m.DEVICES)}, ...)"
+        device = r.scalar(device_entry.value, f"device of {what}", (str,), expected)
+        assert isinstance(device, str)
+        meant = m.NOT_DEVICES.get(device.lower())
+        if meant is not None:
             raise r.error(
-                device_entry.value.line, f"device of {what} is {device!r}", " | ".join(m.DEVICES)
+                device_entry.value.line,
+                f"device of {what} is {device!r}, which is no torch device type",
+                f"{expected}; {meant!r} for that chip",
             )
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", device):
+            raise r.error(device_entry.value.line, f"device of {what} is {device!r}", expected)
     opaque_entry = f.pop("opaque")
     opaque = r.boolean(opaque_entry.value, f"opaque of {what}") if opaque_entry else False
     probe_entry = f.pop("probe")

@@ -3,9 +3,9 @@ the long form ``{fn, priority, requires, eager}``."""
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.yamlnodes import Entry, Map
+from .. import model as m
+from .reader import Reader
+from ..yamlnodes import Entry, Map
 
 KEYS = ("fn", "priority", "requires", "eager")
 SHORT = "module.function (e.g. normalization.rms_norm) or {fn: ..., priority: ...}"
@@ -31,11 +31,14 @@ def read_impls(
                 f"impls of {what} names undeclared backend {backend!r}",
                 "one of " + ", ".join(backends),
             )
-        result.append(_impl(r, item, backend, what, inplace))
+        result.append(read_impl(r, item, backend, what, inplace))
     return tuple(result)
 
 
-def _impl(r: Reader, entry: Entry, backend: str, what: str, inplace: tuple[str, ...]) -> m.Impl:
+def read_impl(
+    r: Reader, entry: Entry, backend: str, what: str, inplace: tuple[str, ...] = ()
+) -> m.Impl:
+    """One impl of op ``what`` by ``backend``: the short or the long form."""
     sub = f"impl {backend!r} of {what}"
     priority = None
     requires: tuple[str, ...] = ()

@@ -7,14 +7,14 @@ from __future__ import annotations
 import keyword
 import re
 
-from codegen import model as m
-from codegen.manifest.arguments import check_mutates, read_tensor_args
-from codegen.manifest.impls import read_impls
-from codegen.manifest.reader import Reader
-from codegen.manifest.targets import RESERVED, read_function, read_layer, read_reads
-from codegen.manifest.tests import read_tests
-from codegen.signature import FunctionSchema, SignatureError
-from codegen.yamlnodes import Entry, Node
+from .. import model as m
+from .arguments import check_mutates, read_tensor_args
+from .impls import read_impls
+from .reader import Reader
+from .targets import RESERVED, read_function, read_layer, read_reads
+from .tests import read_tests
+from ..signature import FunctionSchema, SignatureError
+from ..yamlnodes import Entry, Node
 
 KEYS = ("signature", "doc", "layer", "function", "reads", "inplace", "mutates", "impls", "tests")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

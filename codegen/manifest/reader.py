@@ -10,9 +10,9 @@ from __future__ import annotations
 import keyword
 import re
 
-from codegen.errors import ManifestError
-from codegen.signature import SignatureError, Type
-from codegen.yamlnodes import Entry, Fields, Map, Node, Scalar, Seq, describe
+from ..errors import ManifestError
+from ..signature import SignatureError, Type
+from ..yamlnodes import Entry, Fields, Map, Node, Scalar, Seq, describe
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 IMPL_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\Z")

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.signature import FunctionSchema
-from codegen.yamlnodes import Node
+from .. import model as m
+from .reader import Reader
+from ..signature import FunctionSchema
+from ..yamlnodes import Node
 
 #: names the generated code itself uses next to signature arguments and layer attributes
 RESERVED = ("self", "layer", "torch", "out")

@@ -3,11 +3,11 @@ optional canonical form of the outputs."""
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.manifest.tolerances import read_tolerances
-from codegen.signature import FunctionSchema, Type
-from codegen.yamlnodes import Map, Node, Seq, describe
+from .. import model as m
+from .reader import Reader
+from .tolerances import read_tolerances
+from ..signature import FunctionSchema, Type
+from ..yamlnodes import Map, Node, Seq, describe
 
 KEYS = ("dtypes", "cases", "tolerances", "canonical")
 CASE_KEYS = ("init", "inputs")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from codegen import model as m
-from codegen.manifest.reader import Reader
-from codegen.yamlnodes import Node
+from .. import model as m
+from .reader import Reader
+from ..yamlnodes import Node
 
 KEYS = ("atol", "rtol")
 

@@ -217,7 +217,8 @@ CASES = [
         "bad-device",
         "device: cuda",
         "device: gpu",
-        "device of backend 'acme' is 'gpu', expected cuda | npu | cpu",
+        "device of backend 'acme' is 'gpu', which is no torch device type, expected a torch "
+        "device type (cuda, npu, xpu, musa, mlu, cpu, ...); 'cuda' for that chip",
         "device: gpu",
     ),
     (

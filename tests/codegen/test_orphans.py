@@ -73,4 +73,3 @@ def test_helpers_other_impls_call_are_not_orphans(generated, cli):
         "warning: fxpkg/fast/impl/util.py:5: unused is not used by any op of backend 'fast' in "
         "ops.yaml, nor called by another impl (left in place)"
     ]
-

@@ -98,14 +98,31 @@ def test_vendor_rejects_unknown_empty_and_repeated_ops(generated, cli, snapshot)
     assert snapshot(generated) == before
 
 
-def test_vendor_twice_is_an_error_that_changes_nothing(generated, cli, snapshot):
+def test_vendor_again_adds_ops_and_refuses_one_it_has(generated, cli, snapshot):
     assert cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)[0] == 0
+    norm = (generated / "fxpkg/vendor/metax/impl/norm.py").read_text()
     before = snapshot(generated)
-    rc, _, err = cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)
+    rc, _, err = cli("vendor", "metax", "--ops", "silu_and_mul,rms_norm", "--root", generated)
     assert rc == 1
-    assert (
-        "error: ops.yaml:22: backend 'metax' already exists, expected a vendor name not in" in err
+    assert err.startswith(
+        "error: OPS: vendor 'metax' implements 'rms_norm' already, expected ops it does not "
+        "implement yet: silu_and_mul, pick_backend"
     )
+    assert snapshot(generated) == before
+    rc, _, err = cli("vendor", "metax", "--ops", "silu_and_mul", "--root", generated)
+    assert rc == 0, err
+    manifest = (generated / "ops.yaml").read_text()
+    assert manifest.count("metax:") == 3  # the backend, rms_norm's impl, silu_and_mul's impl
+    assert (generated / "fxpkg/vendor/metax/impl/norm.py").read_text() == norm
+    assert "def silu_and_mul(" in (generated / "fxpkg/vendor/metax/impl/act.py").read_text()
+    assert cli("--root", generated, "--check")[0] == 0
+
+
+def test_vendor_with_the_name_of_another_backend_is_an_error(generated, cli, snapshot):
+    before = snapshot(generated)
+    rc, _, err = cli("vendor", "reference", "--ops", "rms_norm", "--root", generated)
+    assert rc == 1
+    assert "backend 'reference' already exists and is not vendor 'reference'" in err
     assert snapshot(generated) == before
 
 
@@ -114,7 +131,7 @@ def test_vendor_rejects_bad_names_and_existing_folders(generated, cli, snapshot)
     rc, _, err = cli("vendor", "Meta-X", "--ops", "rms_norm", "--root", generated)
     assert rc == 1 and "is not a lower-case identifier" in err
     rc, _, err = cli("vendor", "acme", "--ops", "rms_norm", "--root", generated)
-    assert rc == 1 and "backend 'acme' already exists" in err
+    assert rc == 1 and "vendor 'acme' implements 'rms_norm' already" in err
     (generated / "fxpkg/vendor/ghost").mkdir()
     rc, _, err = cli("vendor", "ghost", "--ops", "rms_norm", "--root", generated)
     assert rc == 1 and "fxpkg/vendor/ghost: the vendor folder exists" in err
@@ -215,3 +232,19 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
     assert done.stdout.splitlines()[0] == f"vendor {name} 100 (True, None)"
     done = run(*codegen, "--check")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_package_typo_is_refused_naming_the_packages(generated, cli, snapshot):
+    assert cli("vendor", "metax", "--ops", "rms_norm", "--root", generated)[0] == 0
+    manifest = generated / "ops.yaml"
+    manifest.write_text(manifest.read_text().replace("fxpkg.vendor.metax", "fxpkg.vendor.metx"))
+    before = snapshot(generated)
+    rc, _, err = cli("--root", generated)
+    assert rc == 1
+    assert err.startswith(
+        "error: ops.yaml:22: package 'fxpkg.vendor.metx' of backend 'metax' does not exist, and "
+        "package 'fxpkg.vendor.metax', whose impl/ the last generation registered, is no "
+        "backend's now"
+    ), err
+    assert "expected one of the packages: " in err and "fxpkg.vendor.metax" in err
+    assert snapshot(generated) == before

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .signatures import ImplSignatureError
 from .types import ConfigError
 
 
@@ -27,12 +28,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "docs":
         return _docs(args.root, args.check)
+    return _explain(args.table)
+
+
+def explain_command(argv: list[str], prog: str = "vllm-fl explain") -> int:
+    """``vllm-fl explain [--table]``."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Per op: candidates in order with availability, the selection, where each "
+        "impl came from and the policy's sources.",
+    )
+    parser.add_argument(
+        "--table", action="store_true", help="compact op | selected | candidates table"
+    )
+    return _explain(parser.parse_args(argv).table)
+
+
+def _explain(table: bool) -> int:
     from .explain import explain, explain_table
 
     try:
-        text = explain_table() if args.table else explain()
+        text = explain_table() if table else explain()
     except ConfigError as exc:
         print(f"error: invalid dispatch configuration: {exc}", file=sys.stderr)
+        return 2
+    except ImplSignatureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0

@@ -8,6 +8,7 @@ from .config.settings import PROCESS_SETTINGS
 from .policy.current import get_config, get_policy
 from .policy.name_checks import unknown_names
 from .policy.selection import POLICY_FIELDS, SelectionPolicy
+from .registry import BUILT_IN, DIRECT
 from .runtime.default_manager import get_default_manager
 from .runtime.manager import OpManager
 from .stubs import stub_functions
@@ -88,6 +89,25 @@ def _settings(cfg: DispatchConfig, policy: SelectionPolicy) -> list[str]:
     return lines
 
 
+def _origin(manager: OpManager, impl: OpImpl) -> str:
+    """`` (from <plugin>)`` for an impl a plugin registered; nothing for a built-in one or one
+    registered directly."""
+    origin = manager.registry.origin_of(impl)
+    return "" if origin in (BUILT_IN, DIRECT) else f" (from {origin})"
+
+
+def _plugins(manager: OpManager) -> dict[str, list[str]]:
+    """plugin -> ``op:impl_id`` of every implementation it registered."""
+    registry = manager.registry
+    out: dict[str, list[str]] = {}
+    for op in registry.list_operators():
+        for impl in registry.get_implementations(op):
+            origin = registry.origin_of(impl)
+            if origin not in (BUILT_IN, DIRECT):
+                out.setdefault(origin, []).append(f"{op}:{impl.impl_id}")
+    return out
+
+
 def explain(manager: OpManager | None = None) -> str:
     manager = manager if manager is not None else get_default_manager()
     cfg = get_config()
@@ -97,6 +117,10 @@ def explain(manager: OpManager | None = None) -> str:
     if manager.load_errors:
         lines.append("Load errors:")
         lines += [f"  {name}: {msg}" for name, msg in manager.load_errors]
+    plugins = _plugins(manager)
+    if plugins:
+        lines.append("Implementations from plugins:")
+        lines += [f"  {origin}: {', '.join(names)}" for origin, names in plugins.items()]
     unknown = unknown_names(policy, manager.registry)
     if unknown:
         lines.append("Names no backend registered (typos?):")
@@ -115,14 +139,14 @@ def explain(manager: OpManager | None = None) -> str:
             status = _stub_note(impl, stubs) if impl.impl_id in stubs else "available"
             lines.append(
                 f"  {rank}. {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
-                f" priority={impl.priority:<4} {status}"
+                f" priority={impl.priority:<4} {status}{_origin(manager, impl)}"
             )
         for impl, why in info["rejected"]:
             if impl.impl_id in stubs:
                 why = f"{why}; {_stub_note(impl, stubs)}"
             lines.append(
                 f"  -  {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
-                f" priority={impl.priority:<4} {why}"
+                f" priority={impl.priority:<4} {why}{_origin(manager, impl)}"
             )
         sel = info["selected"]
         lines.append(f"  selected: {sel if sel else 'none (no implementation can run here)'}")

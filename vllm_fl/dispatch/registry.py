@@ -13,11 +13,21 @@ from .types import OpImpl
 if TYPE_CHECKING:
     from .backends.backend import Backend
 
-__all__ = ["OpRegistry"]
+__all__ = ["OpRegistry", "BUILT_IN", "DIRECT"]
+
+#: the origin of the built-in backends' implementations
+BUILT_IN = "built-in"
+#: the origin of an implementation registered outside any plugin hook (user code, tests)
+DIRECT = "registered directly"
 
 # The backend whose package is registering now (``OpRegistry.registering_for``).
 _registering_for: contextvars.ContextVar["Backend | None"] = contextvars.ContextVar(
     "vllm_fl_registering_for", default=None
+)
+
+# Where the implementations registered now come from (``OpRegistry.registering_from``).
+_registering_from: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "vllm_fl_registering_from", default=None
 )
 
 
@@ -30,6 +40,7 @@ class OpRegistry:
     def __init__(self) -> None:
         self._impls: dict[str, dict[str, OpImpl]] = {}
         self._backend_of: dict[tuple[str, str], "Backend"] = {}
+        self._origin: dict[tuple[str, str], str] = {}
         self._listeners: list[weakref.WeakMethod | Callable[[], None]] = []
         self.generation = 0
         # Bumped by clear(): plugin loading (discovery) registers into a cleared registry again.
@@ -58,6 +69,17 @@ class OpRegistry:
         finally:
             _registering_for.reset(token)
 
+    @contextlib.contextmanager
+    def registering_from(self, origin: str) -> Iterator[None]:
+        """Inside the block, implementations registered (by this thread) come from ``origin``
+        (``BUILT_IN``, ``entry point 'name' (target)``, ``module 'name'``), which ``explain``
+        shows."""
+        token = _registering_from.set(origin)
+        try:
+            yield
+        finally:
+            _registering_from.reset(token)
+
     def register_impl(self, impl: OpImpl) -> None:
         self.register_many((impl,))
 
@@ -65,6 +87,12 @@ class OpRegistry:
         """Register all or nothing: every entry is checked before any is added."""
         impls = list(impls)
         backend = _registering_for.get()
+        origin = _registering_from.get()
+        # a plugin's hook: its signatures are checked once, here (the built-ins' are checked by
+        # the generator and their tests)
+        if origin is not None and origin != BUILT_IN:
+            impls = _matching_signatures(impls, origin)
+        origin = origin or DIRECT
         with sync.LOCK:
             pending: dict[tuple[str, str], OpImpl] = {}
             for impl in impls:
@@ -74,6 +102,7 @@ class OpRegistry:
                     impl = backend.guard(impl)
                     self._backend_of[(impl.op_name, impl.impl_id)] = backend
                 self._impls.setdefault(impl.op_name, {})[impl.impl_id] = impl
+                self._origin[(impl.op_name, impl.impl_id)] = origin
             if impls:
                 self.generation += 1
         if impls:
@@ -88,6 +117,7 @@ class OpRegistry:
             if not self._impls[op_name]:
                 del self._impls[op_name]
             self._backend_of.pop((op_name, impl_id), None)
+            self._origin.pop((op_name, impl_id), None)
             self.generation += 1
         self._notify()
         return impl
@@ -100,6 +130,7 @@ class OpRegistry:
         with sync.LOCK:
             self._impls.clear()
             self._backend_of.clear()
+            self._origin.clear()
             self.generation += 1
             self.epoch += 1
         self._notify()
@@ -117,6 +148,12 @@ class OpRegistry:
         directly)."""
         with sync.LOCK:
             return self._backend_of.get((impl.op_name, impl.impl_id))
+
+    def origin_of(self, impl: OpImpl) -> str:
+        """Where ``impl`` came from: ``BUILT_IN``, the plugin that registered it (``entry point
+        'name' (target)``, ``module 'name'``) or ``DIRECT``."""
+        with sync.LOCK:
+            return self._origin.get((impl.op_name, impl.impl_id), DIRECT)
 
     def backends(self) -> list["Backend"]:
         """The backend objects of the registered implementations, in registration order."""
@@ -148,3 +185,26 @@ class OpRegistry:
             cb = ref() if isinstance(ref, weakref.WeakMethod) else ref
             if cb is not None:
                 cb()
+
+
+def _matching_signatures(impls: list[OpImpl], origin: str) -> list[OpImpl]:
+    """``impls`` whose functions take their op's parameters (``signatures``). A mismatch raises
+    ``ImplSignatureError`` in strict mode; otherwise it is a WARNING and the implementation is
+    not registered, so it is never a candidate that fails at its first call."""
+    from .logger_manager import get_logger
+    from .policy.current import get_policy
+    from .signatures import ImplSignatureError, mismatch
+
+    kept = []
+    for impl in impls:
+        problem = mismatch(impl.op_name, impl.fn) if isinstance(impl, OpImpl) else None
+        if problem is None:
+            kept.append(impl)
+            continue
+        message = (
+            f"implementation {impl.impl_id!r} of op {impl.op_name!r} (from {origin}): {problem}"
+        )
+        if get_policy().strict:
+            raise ImplSignatureError(message)
+        get_logger().warning("%s; it is not registered", message)
+    return kept

@@ -25,7 +25,10 @@ ENGINE = [sys.executable, "-m", "vllm_fl.testing.engine"]
 # Our entry points' name in both groups (pyproject.toml); VLLM_PLUGINS is vLLM's allow-list.
 PLUGIN_NAME = "fl"
 PLUGIN_OFF = {"VLLM_PLUGINS": "none"}
-PLUGIN_ON = {"VLLM_PLUGINS": PLUGIN_NAME, "VLLM_FL_PLATFORM": "cpu"}
+# The plugin's runs pin the reference first: they compare tokens with vanilla vLLM and check which
+# impl ran, and must hold whichever vendor backend is installed and available on the machine
+# (a run of a vendor's impl overrides VLLM_FL_PREFER).
+PLUGIN_ON = {"VLLM_PLUGINS": PLUGIN_NAME, "VLLM_FL_PLATFORM": "cpu", "VLLM_FL_PREFER": "reference"}
 #: in-tree layers of the tiny Llama the plugin replaces -> their op
 REPLACED = {
     "RMSNorm": "rms_norm",

@@ -9,18 +9,25 @@ from .. import sync
 
 __all__ = ["Probe"]
 
-_DEVICES = ("cuda", "npu", "cpu")
-
-
 def _device_present(device: str) -> bool:
+    """Whether a device of torch device type ``device`` (cuda, npu, xpu, musa, mlu, ...) is
+    there: ``torch.<device>.is_available()`` where the vendor's runtime registered that module
+    (torch.npu, torch.musa exist once torch_npu, torch_musa are imported), else the current
+    ``torch.accelerator`` being of that type with at least one device."""
     import torch
 
     if device == "cpu":
         return True
     if device == "cuda":
         return bool(torch.cuda.is_available())
-    mod = getattr(torch, device, None)  # torch.npu exists only once torch_npu is imported
-    return bool(mod is not None and mod.is_available())
+    mod = getattr(torch, device, None)
+    if mod is not None and callable(getattr(mod, "is_available", None)):
+        return bool(mod.is_available())
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None or not accelerator.is_available():
+        return False
+    current = accelerator.current_accelerator()
+    return current is not None and current.type == device and accelerator.device_count() > 0
 
 
 class _Check:
@@ -60,7 +67,8 @@ class _Check:
 
 
 class Probe(_Check):
-    """Available when every module in ``requires`` imports and ``device`` (cuda|npu|cpu) exists.
+    """Available when every module in ``requires`` imports and a ``device`` of that torch device
+    type (cuda, npu, xpu, musa, mlu, cpu, ...) is present.
 
     The device is checked first, so a module that probes the device on import (flag_gems) is not
     imported on a machine without that device.
@@ -71,8 +79,8 @@ class Probe(_Check):
         if isinstance(requires, str):
             requires = (requires,)
         self.requires = tuple(requires)
-        if device is not None and device not in _DEVICES:
-            raise ValueError(f"Probe: invalid device {device!r}; allowed: {', '.join(_DEVICES)}")
+        if device is not None and not (isinstance(device, str) and device.isidentifier()):
+            raise ValueError(f"Probe: invalid device {device!r}; expected a torch device type")
         self.device = device
 
     def _evaluate(self) -> str | None:

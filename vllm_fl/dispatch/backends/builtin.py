@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..logger_manager import get_logger
-from ..registry import OpRegistry
+from ..registry import BUILT_IN, OpRegistry
 from . import BUILTIN_BACKENDS
 from .backend import Backend
 
@@ -41,7 +41,7 @@ def register_builtins(
         try:
             backend = builtin_backend(pkg)
             register = importlib.import_module(f"{pkg}.register_ops").register
-            with registry.registering_for(backend):
+            with registry.registering_for(backend), registry.registering_from(BUILT_IN):
                 register(registry)
         except Exception as exc:  # noqa: BLE001
             msg = f"{type(exc).__name__}: {exc}"

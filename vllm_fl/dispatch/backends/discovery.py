@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from ..logger_manager import get_logger
 from ..registry import OpRegistry
+from ..signatures import ImplSignatureError
 
 __all__ = ["ENTRY_POINT_GROUP", "load_plugins", "load_plugin_module", "load_entry_points"]
 
@@ -48,7 +49,10 @@ def _run(label: str, registry: OpRegistry, errors: list | None, load) -> bool:
     if label in done:
         return True
     try:
-        _register_with(load(), registry, label)
+        with registry.registering_from(label):
+            _register_with(load(), registry, label)
+    except ImplSignatureError:  # strict mode: a wrong signature stops here, not at a call
+        raise
     except Exception as exc:  # noqa: BLE001 - one broken plugin must not stop the others
         msg = f"{type(exc).__name__}: {exc}"
         logger.warning("Plugin %s failed to load: %s", label, msg, exc_info=True)
