@@ -37,21 +37,23 @@ def _close(a, b):
 
 @pytest.mark.parametrize("name, case_id, ctor, spec", CASES)
 def test_forward_oot_compiles_fullgraph_on_reference(vllm_config, name, case_id, ctor, spec):
-    from vllm_fl.dispatch import get_default_manager
+    from vllm_fl.dispatch import get_default_manager, with_preference
 
     cls = _load_class(OOT_CLASSES[name])
     layer = make_layer(cls, ctor)
     inputs = make_inputs(spec)
     expected = layer.forward_native(**_cloned(inputs))
-    # Resolution happens before tracing, as the plugin's registration does it in vLLM
-    # (resolve_all); Dynamo then sees the trampoline calling the selected impl.
-    get_default_manager().resolve_all()
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(layer.forward_oot)(**_cloned(inputs))
-    assert explained.graph_break_count == 0, explained.break_reasons
-    compiled = torch.compile(layer.forward_oot, fullgraph=True, backend="aot_eager")
-    _close(compiled(**_cloned(inputs)), expected)
-    assert get_default_manager().used_impls()[op_of(name)] == "reference.torch"
+    # The reference is asked for by name: a vendor available on this machine would otherwise win.
+    with with_preference("reference"):
+        # Resolution happens before tracing, as the plugin's registration does it in vLLM
+        # (resolve_all); Dynamo then sees the trampoline calling the selected impl.
+        get_default_manager().resolve_all()
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(layer.forward_oot)(**_cloned(inputs))
+        assert explained.graph_break_count == 0, explained.break_reasons
+        compiled = torch.compile(layer.forward_oot, fullgraph=True, backend="aot_eager")
+        _close(compiled(**_cloned(inputs)), expected)
+        assert get_default_manager().used_impls()[op_of(name)] == "reference.torch"
 
 
 def _cloned(inputs: dict) -> dict:
