@@ -3,8 +3,8 @@ they run in the engine's child once vLLM is built, and return what the command p
 
 - ``generate``: greedy tokens of the prompts (bring-up mode is on through the environment; each
   process that runs the model writes its report when it exits).
-- ``bisect``: one engine, several configurations: the ops' selection as the policy says, then
-  all-reference, then groups of ops on their selected impls and the rest on the reference
+- ``bisect``: one engine, several configurations: the ops' selection as the policy says (the
+  ops the model calls are counted meanwhile: only they are bisected), then all-reference, then groups of ops on their selected impls and the rest on the reference
   (``vllm_fl.verify.bisect``). Each configuration is a per-op policy (what ``VLLM_FL_PER_OP``
   says: ``op=impl:<selected id>`` or ``op=reference``) set in every worker between two
   generations, so the model is built once; prefix caching is off, so no configuration reuses
@@ -51,6 +51,34 @@ def worker_used_impls(worker=None) -> dict[str, str]:
     return dict(get_default_manager().used_impls())
 
 
+_CALLED: dict[str, int] = {}
+
+
+def worker_count_calls(worker=None, on: bool = True) -> dict[str, int]:
+    """From now on (``on``) count the eager calls of each op in this worker, through the
+    dispatch's selection wrapper; with ``on`` False stop and return op -> calls."""
+    from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
+    from vllm_fl.dispatch.runtime.manager import wrap_selections
+
+    if not on:
+        wrap_selections(None)
+        return dict(_CALLED)
+    _CALLED.clear()
+
+    def counting(op, impl, registry):
+        fn = impl.fn
+
+        def counted(*args, **kwargs):
+            _CALLED[op] = _CALLED.get(op, 0) + 1
+            return fn(*args, **kwargs)
+
+        setattr(counted, IMPL_ATTR, fn)
+        return counted
+
+    wrap_selections(counting)
+    return {}
+
+
 def worker_set_per_op(worker=None, per_op: dict[str, str] | None = None) -> None:
     """The policy the worker started with, its per-op lists updated with ``per_op`` (op -> one
     token); None: that policy itself."""
@@ -74,8 +102,10 @@ def _rpc(llm, fn, *args):
 
 def bisect(llm, workload) -> dict[str, Any]:
     prompts, max_tokens = _options(workload)
+    _rpc(llm, worker_count_calls, True)
     selected_tokens = _generate(llm, prompts, max_tokens)  # the policy's own selection
-    used = _rpc(llm, worker_used_impls)
+    called = _rpc(llm, worker_count_calls, False)
+    used = {op: impl for op, impl in _rpc(llm, worker_used_impls).items() if called.get(op)}
     candidates = sorted(op for op, impl in used.items() if impl != REFERENCE_ID)
     runs = 1
 

@@ -214,8 +214,13 @@ class Binding:
     def _resolve_and_call(self, *args: Any, **kwargs: Any) -> Any:
         traced = tracing_now()
         impl, strict = self.select(traced)
+        fn = impl.fn
+        if not traced:  # what the selection installed for eager calls (a wrapper's function)
+            installed = self._cells["_impl"].cell_contents
+            if getattr(installed, IMPL_ATTR, None) is fn:
+                fn = installed
         try:
-            return impl.fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except Exception as exc:
             if strict:
                 raise
