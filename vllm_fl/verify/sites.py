@@ -4,8 +4,9 @@ A layer op's call carries its layer (``self``): its site is the layer's path in 
 (``model.layers.3.mlp.act_fn``), read once when the model is built (``name_model``). vLLM shares
 some layers between blocks (its rotary embeddings are cached by configuration); such a layer is
 named under the block that runs it (``model.layers.3.self_attn.rotary_emb``). A function op
-(the MoE family) has no layer: its site is the MoE layer running (hooks on the model's MoE layers
-record it), else the block running, else ``-``. The hooks exist only where verification is on and
+(the MoE family) has no layer: its site is the module owning a weight it is given
+(``fused_experts``' ``w1``: the MoE layer, ``model.layers.3.mlp.experts``), else the MoE layer or
+block running (hooks on them record it), else ``-``. The hooks exist only where verification is on and
 do nothing inside a torch.compile trace. Layers outside a named model are named by class and the
 order they were first seen (``RMSNorm#0``).
 """
@@ -33,6 +34,7 @@ class Sites:
         self._counts: dict[str, int] = {}
         self._local = threading.local()
         self._hooks: list[Any] = []
+        self._owners: dict[int, str] = {}  # parameter -> the path of the module holding it
 
     def _stack(self) -> list[str]:
         stack = getattr(self._local, "stack", None)
@@ -47,6 +49,8 @@ class Sites:
         for name, module in model.named_modules(remove_duplicate=False):
             paths.setdefault(id(module), []).append(name)
         self._paths.update({key: tuple(names) for key, names in paths.items()})
+        for name, param in model.named_parameters():
+            self._owners[id(param)] = name.rpartition(".")[0]
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.ModuleList):
                 for child_name, child in module.named_children():
@@ -92,7 +96,13 @@ class Sites:
             name = self._anonymous[id(layer)] = f"{cls}#{index}"
         return name
 
-    def current(self) -> str:
-        """Where a call without a layer runs: the innermost MoE layer or block, else ``-``."""
+    def current(self, args: Any = ()) -> str:
+        """Where a call without a layer runs: the module owning a weight among ``args``, else
+        the innermost MoE layer or block running, else ``-``."""
+        for value in args:
+            if isinstance(value, torch.nn.Parameter):
+                owner = self._owners.get(id(value))
+                if owner is not None:
+                    return owner
         stack = self._stack()
         return stack[-1] if stack else "-"

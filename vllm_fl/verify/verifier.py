@@ -171,7 +171,7 @@ class Verifier:
     def _site(self, check: Check, args: tuple) -> str:
         if check.layer and args:
             return self.sites.of_layer(args[0])
-        return self.sites.current()
+        return self.sites.current(args)
 
     def _compare(self, op, impl_id, ref_fn, check, args, kwargs, copies_args, copies_kwargs, out):
         self._local.in_reference = True
