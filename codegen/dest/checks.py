@@ -36,7 +36,9 @@ def _dtype_from(op: m.Op) -> tuple[str, ...]:
                     if name not in found:
                         found.append(name)
         return tuple(a for a in op.schema.arg_names if a in found)
-    return tuple(a.name for a in op.schema.arguments if a.type.is_tensor and a.name not in op.mutates)
+    return tuple(
+        a.name for a in op.schema.arguments if a.type.is_tensor and a.name not in op.mutates
+    )
 
 
 def _view(manifest: m.Manifest, op: m.Op) -> _CheckView:

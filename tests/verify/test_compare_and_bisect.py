@@ -42,10 +42,28 @@ def test_reports_merge_over_processes_through_json_files(tmp_path):
     for pid, err in ((1, 0.5), (2, 2.0)):
         rec = Recorder()
         rec.seen("silu_and_mul", "vendor.x")
-        rec.add("silu_and_mul", "vendor.x", "model.layers.0.mlp.act_fn", "x=4x8", "float32",
-                (1.0, 0.0), Diff(err, err, err), 1, 1)
-        rec.add("rms_norm", "vendor.x", "model.norm", "x=4x8", "float32", (1.0, 0.0),
-                Diff(math.inf, math.inf, math.inf, ["shape"]), 1, 1)
+        rec.add(
+            "silu_and_mul",
+            "vendor.x",
+            "model.layers.0.mlp.act_fn",
+            "x=4x8",
+            "float32",
+            (1.0, 0.0),
+            Diff(err, err, err),
+            1,
+            1,
+        )
+        rec.add(
+            "rms_norm",
+            "vendor.x",
+            "model.norm",
+            "x=4x8",
+            "float32",
+            (1.0, 0.0),
+            Diff(math.inf, math.inf, math.inf, ["shape"]),
+            1,
+            1,
+        )
         path = tmp_path / f"verify-{pid}.json"
         path.write_text(json.dumps(rec.to_json(pid=pid)))
     report = read_dir(tmp_path)
@@ -56,7 +74,9 @@ def test_reports_merge_over_processes_through_json_files(tmp_path):
     text = format_report(report)
     assert text.index("rms_norm") < text.index("silu_and_mul") and "inf" in text
     written = write(tmp_path / "new", {"rows": [], "ops": {}})
-    assert written.name.startswith("verify-") and merge([json.loads(written.read_text())]).rows == []
+    assert (
+        written.name.startswith("verify-") and merge([json.loads(written.read_text())]).rows == []
+    )
 
 
 def test_bisection_halves_then_tries_ops_one_at_a_time():
@@ -101,7 +121,12 @@ def test_invalid_settings_are_clear_errors(env, message):
 
 def test_settings_values(tmp_path):
     cfg = load_config({"VLLM_FL_PLATFORM": "cpu"})
-    assert (cfg.verify, cfg.verify_every, cfg.verify_steps, cfg.verify_report) == (False, 1, 0, None)
+    assert (cfg.verify, cfg.verify_every, cfg.verify_steps, cfg.verify_report) == (
+        False,
+        1,
+        0,
+        None,
+    )
     cfg = load_config(
         {
             "VLLM_FL_PLATFORM": "cpu",

@@ -36,12 +36,19 @@ def biased(self, x):
 def _manager() -> OpManager:
     registry = OpRegistry()
     registry.register_impl(
-        OpImpl("silu_and_mul", "reference.torch", BackendImplKind.REFERENCE,
-               activation.silu_and_mul)
+        OpImpl(
+            "silu_and_mul", "reference.torch", BackendImplKind.REFERENCE, activation.silu_and_mul
+        )
     )
     registry.register_impl(
-        OpImpl("silu_and_mul", "vendor.test", BackendImplKind.VENDOR, biased, vendor="test",
-               priority=100)
+        OpImpl(
+            "silu_and_mul",
+            "vendor.test",
+            BackendImplKind.VENDOR,
+            biased,
+            vendor="test",
+            priority=100,
+        )
     )
     return OpManager(registry)
 
@@ -118,7 +125,10 @@ def test_verify_command_prints_the_report_and_fails_on_a_call_over_tolerance(
 
     monkeypatch.setattr(cli, "run_verify", fake_run)
     out = tmp_path / "r.json"
-    assert cli.main(["MODEL", "--max-tokens", "3", "--prompts", "a", "b", "--json", str(out)]) == status
+    assert (
+        cli.main(["MODEL", "--max-tokens", "3", "--prompts", "a", "b", "--json", str(out)])
+        == status
+    )
     assert "rms_norm" in capsys.readouterr().out
     assert seen["model"] == "MODEL" and seen["prompts"] == ["a", "b"] and seen["max_tokens"] == 3
     assert '"tokens"' in out.read_text()

@@ -54,8 +54,12 @@ class Net(torch.nn.Module):
 def test_off_the_trampoline_calls_the_impl_itself():
     manager = _manager(silu_and_mul=biased)
     manager.binding("silu_and_mul").select()
-    cells = dict(zip(manager.binding("silu_and_mul").fn.__code__.co_freevars,
-                     manager.binding("silu_and_mul").fn.__closure__))
+    cells = dict(
+        zip(
+            manager.binding("silu_and_mul").fn.__code__.co_freevars,
+            manager.binding("silu_and_mul").fn.__closure__,
+        )
+    )
     assert cells["_impl"].cell_contents is biased
     assert current() is None
 
@@ -95,7 +99,11 @@ def test_every_kth_call_and_a_list_of_ops():
     layer = types.SimpleNamespace()
     for _ in range(7):
         fn(layer, torch.randn(2, 8))
-    assert verifier.recorder.ops["silu_and_mul"] == {"impl": "vendor.test", "calls": 7, "verified": 3}
+    assert verifier.recorder.ops["silu_and_mul"] == {
+        "impl": "vendor.test",
+        "calls": 7,
+        "verified": 3,
+    }
     disable()
     verifier = enable(ops=frozenset({"rms_norm"}))
     fn(layer, torch.randn(2, 8))
@@ -113,10 +121,24 @@ def _topk_args(tokens=5, experts=8, k=2):
 
 
 def test_an_op_that_writes_its_outputs_is_compared_on_them_in_canonical_form():
-    def reordered(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize=False,
-                  e_score_correction_bias=None, is_padding=None):
-        moe.topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output,
-                         renormalize, e_score_correction_bias, is_padding)
+    def reordered(
+        topk_weights,
+        topk_ids,
+        token_expert_indices,
+        gating_output,
+        renormalize=False,
+        e_score_correction_bias=None,
+        is_padding=None,
+    ):
+        moe.topk_softmax(
+            topk_weights,
+            topk_ids,
+            token_expert_indices,
+            gating_output,
+            renormalize,
+            e_score_correction_bias,
+            is_padding,
+        )
         # the op leaves the order of a token's experts open: the canonical form sorts them
         topk_weights.copy_(topk_weights.flip(-1))
         topk_ids.copy_(topk_ids.flip(-1))
@@ -136,10 +158,24 @@ def test_an_op_that_writes_its_outputs_is_compared_on_them_in_canonical_form():
 
 
 def test_an_impl_writing_into_an_input_is_noted():
-    def scribbles(topk_weights, topk_ids, token_expert_indices, gating_output, renormalize=False,
-                  e_score_correction_bias=None, is_padding=None):
-        moe.topk_softmax(topk_weights, topk_ids, token_expert_indices, gating_output.clone(),
-                         renormalize, e_score_correction_bias, is_padding)
+    def scribbles(
+        topk_weights,
+        topk_ids,
+        token_expert_indices,
+        gating_output,
+        renormalize=False,
+        e_score_correction_bias=None,
+        is_padding=None,
+    ):
+        moe.topk_softmax(
+            topk_weights,
+            topk_ids,
+            token_expert_indices,
+            gating_output.clone(),
+            renormalize,
+            e_score_correction_bias,
+            is_padding,
+        )
         gating_output.zero_()
 
     manager = _manager(topk_softmax=scribbles)
@@ -158,8 +194,14 @@ def test_a_failing_reference_is_a_note_and_the_call_still_returns():
         OpImpl("silu_and_mul", "reference.torch", BackendImplKind.REFERENCE, broken_reference)
     )
     registry.register_impl(
-        OpImpl("silu_and_mul", "vendor.test", BackendImplKind.VENDOR, biased, vendor="test",
-               priority=100)
+        OpImpl(
+            "silu_and_mul",
+            "vendor.test",
+            BackendImplKind.VENDOR,
+            biased,
+            vendor="test",
+            priority=100,
+        )
     )
     manager = OpManager(registry)
     verifier = enable(ops=True)

@@ -54,7 +54,9 @@ def find_culprits(ops: Sequence[str], changes: Callable[[tuple[str, ...]], bool]
     return result
 
 
-def first_divergence(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> tuple[int, int] | None:
+def first_divergence(
+    a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]
+) -> tuple[int, int] | None:
     """(prompt, position) of the first token where two generations differ, or None. A prompt
     whose tokens differ first at a later position than another's still counts: the earliest
     position over all prompts wins (then the lowest prompt index)."""

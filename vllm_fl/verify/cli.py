@@ -117,8 +117,9 @@ def format_bisection(result: Mapping[str, Any]) -> str:
         lines.append("the greedy tokens equal the all-reference run's: no op changes them")
         return "\n".join(lines)
     prompt, pos = divergence
-    lines.append(f"the greedy tokens diverge from the all-reference run at prompt {prompt}, "
-                 f"token {pos}")
+    lines.append(
+        f"the greedy tokens diverge from the all-reference run at prompt {prompt}, " f"token {pos}"
+    )
     for group in result["culprits"]:
         if len(group) == 1:
             op = group[0]
@@ -126,7 +127,9 @@ def format_bisection(result: Mapping[str, Any]) -> str:
             at = f" (alone: prompt {where[0]}, token {where[1]})" if where else ""
             lines.append(f"culprit: {op} ({used[op]}){at}")
         else:
-            lines.append("culprits only together: " + ", ".join(f"{op} ({used[op]})" for op in group))
+            lines.append(
+                "culprits only together: " + ", ".join(f"{op} ({used[op]})" for op in group)
+            )
     return "\n".join(lines)
 
 

@@ -38,8 +38,12 @@ class Diff:
 
 def _tensor_diff(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> Diff:
     if actual.shape != expected.shape:
-        return Diff(math.inf, math.inf, math.inf, [f"shape {tuple(actual.shape)}, reference "
-                                                   f"{tuple(expected.shape)}"])
+        return Diff(
+            math.inf,
+            math.inf,
+            math.inf,
+            [f"shape {tuple(actual.shape)}, reference " f"{tuple(expected.shape)}"],
+        )
     notes = []
     if actual.dtype != expected.dtype:
         notes.append(f"dtype {actual.dtype}, reference {expected.dtype}")
@@ -64,7 +68,9 @@ def _tensor_diff(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol
     max_abs = float(err.max())
     rel = torch.where(mag > 0, err / mag.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0))
     bound = atol + rtol * mag
-    over = torch.where(bound > 0, err / bound.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0))
+    over = torch.where(
+        bound > 0, err / bound.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0)
+    )
     return Diff(max_abs, float(rel.max()), float(over.max()), notes)
 
 

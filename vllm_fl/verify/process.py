@@ -38,8 +38,9 @@ def current():
     return _verifier
 
 
-def enable(model: Any = None, *, ops: Any = None, every: int | None = None,
-           steps: int | None = None):
+def enable(
+    model: Any = None, *, ops: Any = None, every: int | None = None, steps: int | None = None
+):
     """Turn verification on in this process now (the settings unless given); ``model``: name its
     layers and count its forwards as steps. Returns the ``Verifier``."""
     global _verifier, _finished
@@ -131,7 +132,9 @@ def finish() -> str | None:
             return None
         _finished = True
     data = verifier.recorder.to_json(
-        pid=os.getpid(), steps=verifier.step, every=verifier.every,
+        pid=os.getpid(),
+        steps=verifier.step,
+        every=verifier.every,
         verified=sorted(verifier.ops) if isinstance(verifier.ops, frozenset) else "all",
     )
     text = format_report(merge([data]))

@@ -158,8 +158,9 @@ class Verifier:
                 logger.warning("vllm_fl verify: op '%s' could not be verified", op, exc_info=True)
             site = self._site(check, args)
             diff = Diff(notes=[f"not verified: {type(exc).__name__}: {exc}"])
-            self.recorder.add(op, impl_id, site, "?", "?", (0.0, 0.0), diff,
-                              self._calls.get(op, 0), self.step)
+            self.recorder.add(
+                op, impl_id, site, "?", "?", (0.0, 0.0), diff, self._calls.get(op, 0), self.step
+            )
         return out
 
     def _named(self, check: Check, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -210,8 +211,17 @@ class Verifier:
             for name, value in real.items()
             if isinstance(value, torch.Tensor) and name not in check.mutates
         )
-        self.recorder.add(op, impl_id, self._site(check, args), shapes, dtype, (atol, rtol), diff,
-                          self._calls.get(op, 0), self.step)
+        self.recorder.add(
+            op,
+            impl_id,
+            self._site(check, args),
+            shapes,
+            dtype,
+            (atol, rtol),
+            diff,
+            self._calls.get(op, 0),
+            self.step,
+        )
 
     @staticmethod
     def _dtype(check: Check, named: dict[str, Any], out: Any) -> str:
