@@ -121,7 +121,7 @@ def test_verify_command_prints_the_report_and_fails_on_a_call_over_tolerance(
 
     def fake_run(model, **options):
         seen.update(model=model, **options)
-        return cli.VerifyRun(_report(exceeded), [[1, 2]], "")
+        return cli.VerifyRun(_report(exceeded), [[1, 2]], [[1, 2]], 2.0, 1.0, 10, "")
 
     monkeypatch.setattr(cli, "run_verify", fake_run)
     out = tmp_path / "r.json"
@@ -129,7 +129,10 @@ def test_verify_command_prints_the_report_and_fails_on_a_call_over_tolerance(
         cli.main(["MODEL", "--max-tokens", "3", "--prompts", "a", "b", "--json", str(out)])
         == status
     )
-    assert "rms_norm" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "rms_norm" in printed
+    assert "verification cost: 100.0 ms per engine step (10 steps" in printed
+    assert "tokens equal with verification paused" in printed
     assert seen["model"] == "MODEL" and seen["prompts"] == ["a", "b"] and seen["max_tokens"] == 3
     assert '"tokens"' in out.read_text()
 
@@ -153,3 +156,7 @@ def test_bisect_command_prints_the_culprits(monkeypatch, capsys):
 def test_bad_arguments_are_clear(capsys):
     assert cli.main(["MODEL", "--max-tokens", "0"]) == 2
     assert "--max-tokens=0: expected 1 or more" in capsys.readouterr().err
+    assert cli.main(["llama2", "--shape"]) == 2
+    assert "--shape: unknown model shape 'llama2'; allowed: llama3-8b, qwen3-moe" in (
+        capsys.readouterr().err
+    )

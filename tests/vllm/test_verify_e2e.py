@@ -110,8 +110,12 @@ def test_correct_impls_are_clean(llama, qwen3_moe):
 
 def test_tokens_with_verification_equal_tokens_without(llama, qwen3_moe):
     for runs in (llama, qwen3_moe):
-        assert runs["verify"].tokens == runs["bisect"]["selected_tokens"]
-        assert len(runs["verify"].tokens[0]) == MAX_TOKENS
+        verify = runs["verify"]
+        # in the same engine with verification paused, and in another engine without it
+        assert verify.tokens == verify.tokens_unverified == runs["bisect"]["selected_tokens"]
+        assert len(verify.tokens[0]) == MAX_TOKENS
+        # one engine step per token: the prefill gives the first, each decode step one more
+        assert verify.steps == MAX_TOKENS
 
 
 def test_bisection_names_the_ops_that_change_the_tokens(llama, qwen3_moe):

@@ -32,20 +32,47 @@ TIMEOUT_S = 1800.0
 
 @dataclass
 class VerifyRun:
-    """A verification run: the merged report, the greedy tokens, the child's whole output."""
+    """A verification run: the merged report, the greedy tokens with bring-up mode on and then
+    paused, the seconds of both generations and the engine steps verified, the child's output."""
 
     report: Report
     tokens: list[list[int]]
+    tokens_unverified: list[list[int]]
+    verified_s: float
+    unverified_s: float
+    steps: int
     output: str
 
+    def cost(self) -> str:
+        """What verification cost, per engine step."""
+        if not self.steps:
+            return "verification cost: no engine step was verified"
+        per_step = (self.verified_s - self.unverified_s) / self.steps * 1e3
+        return (
+            f"verification cost: {per_step:.1f} ms per engine step ({self.steps} steps: "
+            f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified); "
+            f"tokens {'equal' if self.tokens == self.tokens_unverified else 'DIFFER'} "
+            "with verification paused"
+        )
 
-def _workload(task: str, prompts, max_tokens: int, llm_args: Mapping[str, Any]):
+
+def _workload(
+    task: str,
+    prompts,
+    max_tokens: int,
+    llm_args: Mapping[str, Any],
+    prompt_len: int | None = None,
+    num_prompts: int | None = None,
+):
     from vllm_fl.testing.engine import Workload
 
     return Workload(
         mode="eager",
         max_tokens=max_tokens,
-        llm_args=dict(llm_args),
+        prompt_len=prompt_len,
+        num_prompts=num_prompts,
+        # the same prompts are generated more than once: none may reuse another's KV cache
+        llm_args={**llm_args, "enable_prefix_caching": False},
         task=f"vllm_fl.verify.tasks:{task}",
         task_options={"prompts": list(prompts) if prompts else None},
     )
@@ -68,6 +95,8 @@ def run_verify(
     prompts: list[str] | None = None,
     max_tokens: int = 16,
     llm_args: Mapping[str, Any] | None = None,
+    prompt_len: int | None = None,
+    num_prompts: int | None = None,
     timeout: float = TIMEOUT_S,
 ) -> VerifyRun:
     """Generate with ``env`` (default: this process's environment) and bring-up mode on;
@@ -81,10 +110,22 @@ def run_verify(
         directory = env["VLLM_FL_VERIFY_REPORT"]
         for old in Path(directory).glob("verify-*.json"):
             old.unlink()
-        workload = _workload("generate", prompts, max_tokens, llm_args or {})
+        workload = _workload(
+            "generate", prompts, max_tokens, llm_args or {}, prompt_len, num_prompts
+        )
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends the task's functions
         run = _launch(model, workload, env, timeout)
         report = read_dir(directory)
-    return VerifyRun(report, run.result["tokens"], run.output)
+    r = run.result
+    return VerifyRun(
+        report,
+        r["tokens"],
+        r["tokens_unverified"],
+        r["verified_s"],
+        r["unverified_s"],
+        r["steps"],
+        run.output,
+    )
 
 
 def run_bisect(
@@ -94,14 +135,16 @@ def run_bisect(
     prompts: list[str] | None = None,
     max_tokens: int = 16,
     llm_args: Mapping[str, Any] | None = None,
+    prompt_len: int | None = None,
+    num_prompts: int | None = None,
     timeout: float = TIMEOUT_S,
 ) -> dict[str, Any]:
     """The bisection (``vllm_fl.verify.tasks.bisect``) with ``env`` and bring-up mode off."""
     env = dict(os.environ if env is None else env)
     env["VLLM_FL_VERIFY"] = "off"
     env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends the task's functions
-    args = {**(llm_args or {}), "enable_prefix_caching": False}
-    return _launch(model, _workload("bisect", prompts, max_tokens, args), env, timeout).result
+    workload = _workload("bisect", prompts, max_tokens, llm_args or {}, prompt_len, num_prompts)
+    return _launch(model, workload, env, timeout).result
 
 
 def format_bisection(result: Mapping[str, Any]) -> str:
@@ -137,7 +180,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_fl.verify", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("model", help="model directory or name (as vllm.LLM takes it)")
+    parser.add_argument(
+        "model",
+        help="model directory or name (as vllm.LLM takes it), or with --shape a model shape "
+        "of vllm_fl.testing.models.MODELS (llama3-8b, qwen3-moe) run on dummy weights",
+    )
+    parser.add_argument(
+        "--shape", action="store_true", help="MODEL is a shape: dummy weights, token-id prompts"
+    )
+    parser.add_argument("--layers", type=int, default=None, help="with --shape: decoder layers")
+    parser.add_argument(
+        "--prompt-len", type=int, default=128, help="with --shape: tokens per random prompt"
+    )
+    parser.add_argument("--num-prompts", type=int, default=4, help="with --shape: prompts")
     parser.add_argument("--prompts", nargs="+", default=None, help="text prompts")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens generated per prompt")
     parser.add_argument("--dtype", default="auto", help="vllm.LLM's dtype (default: auto)")
@@ -158,17 +213,45 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--max-tokens={args.max_tokens}: expected 1 or more", file=sys.stderr)
         return 2
     llm_args = {"dtype": args.dtype, "max_model_len": args.max_model_len, **args.llm_args}
-    options = dict(prompts=args.prompts, max_tokens=args.max_tokens, llm_args=llm_args)
+    options: dict[str, Any] = dict(
+        prompts=args.prompts, max_tokens=args.max_tokens, llm_args=llm_args
+    )
+    model = args.model
+    with tempfile.TemporaryDirectory(prefix="vllm-fl-verify-model-") as tmp:
+        if args.shape:
+            from vllm_fl.testing.models import MODELS, write_dummy_checkpoint
+
+            if model not in MODELS:
+                print(
+                    f"--shape: unknown model shape {model!r}; allowed: {', '.join(MODELS)}",
+                    file=sys.stderr,
+                )
+                return 2
+            model = str(write_dummy_checkpoint(Path(tmp) / model, model, args.layers))
+            llm_args.update(load_format="dummy", skip_tokenizer_init=True)
+            options.update(prompt_len=args.prompt_len, num_prompts=args.num_prompts)
+        return _run(bisecting, model, options, args)
+
+
+def _run(bisecting: bool, model: str, options: dict[str, Any], args) -> int:
     try:
         if bisecting:
-            result = run_bisect(args.model, **options)
+            result = run_bisect(model, **options)
             print(format_bisection(result))
             data: Any = result
             status = 0
         else:
-            run = run_verify(args.model, **options)
+            run = run_verify(model, **options)
             print(format_report(run.report, args.rows))
-            data = {"tokens": run.tokens, **run.report.to_json()}
+            print(run.cost())
+            data = {
+                "tokens": run.tokens,
+                "tokens_unverified": run.tokens_unverified,
+                "verified_s": run.verified_s,
+                "unverified_s": run.unverified_s,
+                "steps": run.steps,
+                **run.report.to_json(),
+            }
             status = 1 if run.report.exceeded else 0
     except RuntimeError as exc:
         print(f"vllm_fl verify: {exc}", file=sys.stderr)

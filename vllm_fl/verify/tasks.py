@@ -1,8 +1,9 @@
 """Engine tasks of ``python -m vllm_fl.verify`` (``vllm_fl.testing.engine``'s ``Workload.task``):
 they run in the engine's child once vLLM is built, and return what the command prints.
 
-- ``generate``: greedy tokens of the prompts (bring-up mode is on through the environment; each
-  process that runs the model writes its report when it exits).
+- ``generate``: greedy tokens of the prompts with bring-up mode on (through the environment;
+  each process that runs the model writes its report when it exits), then again with it paused:
+  both generations timed, and their tokens, which must be equal, reported.
 - ``bisect``: one engine, several configurations: the ops' selection as the policy says (the
   ops the model calls are counted meanwhile: only they are bisected), then all-reference, then groups of ops on their selected impls and the rest on the reference
   (``vllm_fl.verify.bisect``). Each configuration is a per-op policy (what ``VLLM_FL_PER_OP``
@@ -22,23 +23,44 @@ __all__ = ["generate", "bisect", "REFERENCE_ID"]
 REFERENCE_ID = "reference.torch"
 
 
-def _generate(llm, prompts: list[str], max_tokens: int) -> list[list[int]]:
+def _generate(llm, prompts: list, max_tokens: int, detokenize: bool = True) -> list[list[int]]:
     from vllm_fl.testing.engine import sampling_params
 
-    outputs = llm.generate(prompts, sampling_params(max_tokens), use_tqdm=False)
+    outputs = llm.generate(prompts, sampling_params(max_tokens, detokenize), use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outputs]
 
 
-def _options(workload) -> tuple[list[str], int]:
-    from vllm_fl.testing.engine import TEXT_PROMPTS
+def _options(workload) -> tuple[list, int]:
+    """The prompts (text, or token ids where the workload has a prompt length) and the tokens
+    to generate."""
+    from vllm_fl.testing.engine import TEXT_PROMPTS, prompts
 
-    prompts = workload.task_options.get("prompts") or list(TEXT_PROMPTS)
-    return list(prompts), workload.max_tokens
+    if workload.prompt_len is not None:
+        return prompts(workload), workload.max_tokens
+    texts = workload.task_options.get("prompts") or list(TEXT_PROMPTS)
+    return list(texts), workload.max_tokens
 
 
 def generate(llm, workload) -> dict[str, Any]:
+    import time
+
     prompts, max_tokens = _options(workload)
-    return {"tokens": _generate(llm, prompts, max_tokens), "prompts": prompts}
+    steps_before = _rpc(llm, worker_verification, None)
+    start = time.perf_counter()
+    tokens = _generate(llm, prompts, max_tokens, workload.detokenize)
+    on_s = time.perf_counter() - start
+    steps = _rpc(llm, worker_verification, True) - steps_before  # pauses it
+    start = time.perf_counter()
+    tokens_off = _generate(llm, prompts, max_tokens, workload.detokenize)
+    off_s = time.perf_counter() - start
+    _rpc(llm, worker_verification, False)
+    return {
+        "tokens": tokens,
+        "tokens_unverified": tokens_off,
+        "verified_s": round(on_s, 4),
+        "unverified_s": round(off_s, 4),
+        "steps": steps,
+    }
 
 
 # -- run in the worker (``LLM.collective_rpc``) ------------------------------------------------
@@ -49,6 +71,18 @@ def worker_used_impls(worker=None) -> dict[str, str]:
     from vllm_fl.dispatch import get_default_manager
 
     return dict(get_default_manager().used_impls())
+
+
+def worker_verification(worker=None, paused: bool | None = None) -> int:
+    """Pause (True) or resume (False) bring-up mode in this worker; the engine steps counted."""
+    from .process import current
+
+    verifier = current()
+    if verifier is None:
+        return 0
+    if paused is not None:
+        verifier.paused = paused
+    return verifier.step
 
 
 _CALLED: dict[str, int] = {}
@@ -102,8 +136,9 @@ def _rpc(llm, fn, *args):
 
 def bisect(llm, workload) -> dict[str, Any]:
     prompts, max_tokens = _options(workload)
+    detokenize = workload.detokenize
     _rpc(llm, worker_count_calls, True)
-    selected_tokens = _generate(llm, prompts, max_tokens)  # the policy's own selection
+    selected_tokens = _generate(llm, prompts, max_tokens, detokenize)  # the policy's selection
     called = _rpc(llm, worker_count_calls, False)
     used = {op: impl for op, impl in _rpc(llm, worker_used_impls).items() if called.get(op)}
     candidates = sorted(op for op, impl in used.items() if impl != REFERENCE_ID)
@@ -114,7 +149,7 @@ def bisect(llm, workload) -> dict[str, Any]:
         per_op = {op: f"impl:{used[op]}" if op in on_selected else "reference" for op in candidates}
         _rpc(llm, worker_set_per_op, per_op)
         runs += 1
-        return _generate(llm, prompts, max_tokens)
+        return _generate(llm, prompts, max_tokens, detokenize)
 
     baseline = tokens_with(()) if candidates else selected_tokens
     divergence = first_divergence(selected_tokens, baseline)
@@ -132,7 +167,6 @@ def bisect(llm, workload) -> dict[str, Any]:
     result = find_culprits(candidates, changes) if divergence is not None else None
     _rpc(llm, worker_set_per_op, None)
     return {
-        "prompts": prompts,
         "used_impls": used,
         "candidates": candidates,
         "selected_tokens": selected_tokens,
