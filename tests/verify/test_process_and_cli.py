@@ -132,7 +132,7 @@ def test_verify_command_prints_the_report_and_fails_on_a_call_over_tolerance(
     printed = capsys.readouterr().out
     assert "rms_norm" in printed
     assert "verification cost: 100.0 ms per engine step (10 steps" in printed
-    assert "tokens equal with verification paused" in printed
+    assert "tokens with verification paused: equal" in printed
     assert seen["model"] == "MODEL" and seen["prompts"] == ["a", "b"] and seen["max_tokens"] == 3
     assert '"tokens"' in out.read_text()
 

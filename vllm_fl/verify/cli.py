@@ -48,11 +48,16 @@ class VerifyRun:
         if not self.steps:
             return "verification cost: no engine step was verified"
         per_step = (self.verified_s - self.unverified_s) / self.steps * 1e3
+        same = (
+            "equal"
+            if self.tokens == self.tokens_unverified
+            else "differ (the engine may batch the requests of two generations differently, "
+            "which changes the result of a kernel that depends on the batch)"
+        )
         return (
             f"verification cost: {per_step:.1f} ms per engine step ({self.steps} steps: "
-            f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified); "
-            f"tokens {'equal' if self.tokens == self.tokens_unverified else 'DIFFER'} "
-            "with verification paused"
+            f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified); tokens "
+            f"with verification paused: {same}"
         )
 
 

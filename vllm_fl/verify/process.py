@@ -39,10 +39,16 @@ def current():
 
 
 def enable(
-    model: Any = None, *, ops: Any = None, every: int | None = None, steps: int | None = None
+    model: Any = None,
+    *,
+    ops: Any = None,
+    every: int | None = None,
+    steps: int | None = None,
+    compiled: bool = False,
 ):
     """Turn verification on in this process now (the settings unless given); ``model``: name its
-    layers and count its forwards as steps. Returns the ``Verifier``."""
+    layers and count its forwards as steps (``compiled``: the model's forward is compiled, so
+    its blocks get no hooks). Returns the ``Verifier``."""
     global _verifier, _finished
     from vllm_fl.dispatch.runtime.manager import wrap_selections
 
@@ -55,7 +61,7 @@ def enable(
         cfg.verify_steps if steps is None else steps,
     )
     if model is not None:
-        verifier.sites.name_model(model)
+        verifier.sites.name_model(model, hooks=not compiled)
 
         def count_step(_module, _args):
             import torch
@@ -88,7 +94,8 @@ def start(model: Any, vllm_config: Any = None) -> bool:
     cfg = get_config()
     if not cfg.verify:
         return False
-    verifier = enable(model)
+    compiled = _compiled(vllm_config)
+    verifier = enable(model, compiled=bool(compiled))
     atexit.register(finish)
     what = "every op" if cfg.verify is True else ", ".join(sorted(cfg.verify))
     logger.info(
@@ -98,7 +105,6 @@ def start(model: Any, vllm_config: Any = None) -> bool:
         verifier.every,
         f"first {verifier.steps} step(s)" if verifier.steps else "every step",
     )
-    compiled = _compiled(vllm_config)
     if compiled:
         logger.warning(
             "vllm_fl verify: %s: only eager calls are verified; the ops inside compiled graphs "

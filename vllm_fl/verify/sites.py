@@ -42,16 +42,18 @@ class Sites:
             stack = self._local.stack = []
         return stack
 
-    def name_model(self, model: torch.nn.Module) -> int:
-        """Learn every module's path(s); hook the blocks (children of a ModuleList) and the MoE
-        layers so that calls without a layer know where they run. Returns the modules named."""
+    def name_model(self, model: torch.nn.Module, hooks: bool = True) -> int:
+        """Learn every module's path(s); with ``hooks``, hook the blocks (children of a
+        ModuleList) and the MoE layers so that calls without a layer know where they run (not
+        in a compiled model: a hook added after compilation would make Dynamo recompile).
+        Returns the modules named."""
         paths: dict[int, list[str]] = {}
         for name, module in model.named_modules(remove_duplicate=False):
             paths.setdefault(id(module), []).append(name)
         self._paths.update({key: tuple(names) for key, names in paths.items()})
         for name, param in model.named_parameters():
             self._owners[id(param)] = name.rpartition(".")[0]
-        for name, module in model.named_modules():
+        for name, module in model.named_modules() if hooks else ():
             if isinstance(module, torch.nn.ModuleList):
                 for child_name, child in module.named_children():
                     self._hook(child, f"{name}.{child_name}" if name else child_name)
