@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .report import Report, format_report, read_dir
+from .report import FILE_PREFIX, Report, format_report, merge
 
 __all__ = ["VerifyRun", "run_verify", "run_bisect", "format_bisection", "main"]
 
@@ -59,6 +59,13 @@ class VerifyRun:
             f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified); tokens "
             f"with verification paused: {same}"
         )
+
+
+def _report_files(directory: Path) -> dict[Path, tuple[int, int]]:
+    """The reports in ``directory``: path -> (modification time, size)."""
+    return {
+        p: (p.stat().st_mtime_ns, p.stat().st_size) for p in directory.glob(f"{FILE_PREFIX}*.json")
+    }
 
 
 def _workload(
@@ -112,15 +119,19 @@ def run_verify(
         env["VLLM_FL_VERIFY"] = "on"
     with tempfile.TemporaryDirectory(prefix="vllm-fl-verify-") as tmp:
         env.setdefault("VLLM_FL_VERIFY_REPORT", tmp)
-        directory = env["VLLM_FL_VERIFY_REPORT"]
-        for old in Path(directory).glob("verify-*.json"):
-            old.unlink()
+        directory = Path(env["VLLM_FL_VERIFY_REPORT"])
+        before = _report_files(directory)  # a directory of the user's may hold older reports
         workload = _workload(
             "generate", prompts, max_tokens, llm_args or {}, prompt_len, num_prompts
         )
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends the task's functions
         run = _launch(model, workload, env, timeout)
-        report = read_dir(directory)
+        after = _report_files(directory)
+        report = merge(
+            json.loads(path.read_text())
+            for path, stamp in sorted(after.items())
+            if before.get(path) != stamp
+        )
     r = run.result
     return VerifyRun(
         report,

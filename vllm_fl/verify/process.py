@@ -71,7 +71,9 @@ def enable(
 
         verifier.sites._hooks.append(model.register_forward_pre_hook(count_step))
     with _lock:
-        _verifier, _finished = verifier, False
+        old, _verifier, _finished = _verifier, verifier, False
+    if old is not None:
+        old.sites.remove_hooks()
     wrap_selections(verifier.wrap)
     return verifier
 
