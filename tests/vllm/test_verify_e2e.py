@@ -106,6 +106,9 @@ def test_correct_impls_are_clean(llama, qwen3_moe):
     clean = llama["clean"].report
     assert clean.rows and clean.exceeded == [], clean.exceeded
     assert {r.op for r in clean.rows} == {"rms_norm"}  # the others run the reference
+    for op in ("silu_and_mul", "rotary_embedding"):  # listed, with their calls, none verified
+        entry = clean.ops[op]
+        assert entry["impl"] == "reference.torch" and entry["calls"] > 0 == entry["verified"]
 
 
 def test_tokens_with_verification_equal_tokens_without(llama, qwen3_moe):

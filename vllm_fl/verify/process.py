@@ -100,6 +100,15 @@ def start(model: Any, vllm_config: Any = None) -> bool:
     verifier = enable(model, compiled=bool(compiled))
     atexit.register(finish)
     what = "every op" if cfg.verify is True else ", ".join(sorted(cfg.verify))
+    if cfg.verify is not True:
+        unknown = sorted(set(cfg.verify) - set(verifier.checks))
+        if unknown:
+            logger.warning(
+                "vllm_fl verify: VLLM_FL_VERIFY names op(s) %s, which have no reference to "
+                "check against; ops that can be verified: %s",
+                ", ".join(unknown),
+                ", ".join(sorted(verifier.checks)),
+            )
     logger.info(
         "vllm_fl verify: bring-up mode on for %s (one call in %d, %s); the model keeps the "
         "selected impls' results",

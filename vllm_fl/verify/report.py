@@ -139,7 +139,8 @@ def format_report(report: Report, limit: int = 40) -> str:
                 f"{first.site} {_first(first)}" if first else "-",
             ]
         )
-    summary.sort(key=lambda line: (line[4] == "0", -_ratio(line[5]), line[0]))
+    # calls over tolerance first, then by error over tolerance; ops not verified last
+    summary.sort(key=lambda line: (line[4] == "0", line[3] == "0", -_ratio(line[5]), line[0]))
     parts = [
         "vllm_fl verify: selected impls against the reference, per op",
         _table(

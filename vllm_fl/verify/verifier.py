@@ -101,19 +101,24 @@ class Verifier:
     def wants(self, op: str) -> bool:
         return self.ops is True or (isinstance(self.ops, frozenset) and op in self.ops)
 
-    def wrap(self, op: str, impl: OpImpl, registry: Any) -> Callable[..., Any] | None:
-        """The verifying function for ``op``'s selected ``impl``, or None where there is nothing
-        to verify (an op not asked for, the reference selected, no reference registered)."""
+    def wrap(self, op: str, impl: OpImpl, registry: Any) -> Callable[..., Any]:
+        """The verifying function for ``op``'s selected ``impl``; where there is nothing to
+        verify (an op not asked for, the reference selected, no reference registered) one that
+        only counts the calls, so the report lists the op with none verified."""
+        fn, impl_id = impl.fn, impl.impl_id
         check = self.checks.get(op)
-        if check is None or not self.wants(op) or impl.kind is BackendImplKind.REFERENCE:
-            return None
         reference = next(
             (i for i in registry.get_implementations(op) if i.kind is BackendImplKind.REFERENCE),
             None,
         )
-        if reference is None:
-            return None
-        fn, ref_fn, impl_id = impl.fn, reference.fn, impl.impl_id
+        if (
+            check is None
+            or reference is None
+            or not self.wants(op)
+            or impl.kind is BackendImplKind.REFERENCE
+        ):
+            return self._counting(op, impl_id, fn)
+        ref_fn = reference.fn
         due, run = self._due, self._verify
 
         def verified(*args: Any, **kwargs: Any) -> Any:
@@ -124,6 +129,18 @@ class Verifier:
         verified.__qualname__ = f"verified[{op}:{impl_id}]"
         setattr(verified, IMPL_ATTR, fn)
         return verified
+
+    def _counting(self, op: str, impl_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        seen, local = self.recorder.seen, self._local
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if not self.paused and not getattr(local, "in_reference", False):
+                seen(op, impl_id)
+            return fn(*args, **kwargs)
+
+        counted.__qualname__ = f"counted[{op}:{impl_id}]"
+        setattr(counted, IMPL_ATTR, fn)
+        return counted
 
     def _due(self, op: str, impl_id: str) -> bool:
         if self.paused:
