@@ -143,7 +143,7 @@ class Verifier:
         return counted
 
     def _due(self, op: str, impl_id: str) -> bool:
-        if self.paused:
+        if self.paused or getattr(self._local, "in_reference", False):
             return False
         self.recorder.seen(op, impl_id)
         n = self._calls.get(op, 0)
@@ -151,8 +151,6 @@ class Verifier:
         if n % self.every:
             return False
         if self.steps and self.step > self.steps:
-            return False
-        if getattr(self._local, "in_reference", False):
             return False
         return not torch.compiler.is_compiling() and not _capturing()
 
