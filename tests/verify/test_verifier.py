@@ -210,3 +210,43 @@ def test_a_failing_reference_is_a_note_and_the_call_still_returns():
     (row,) = verifier.recorder.rows.values()
     assert row.exceeded == 1
     assert row.notes == ["not verified: RuntimeError: no kernel for this shape"]
+
+
+class SharedNet(torch.nn.Module):
+    """Two blocks sharing one activation layer (as vLLM shares rotary embeddings); each block
+    calls the op on it when run."""
+
+    def __init__(self, fn):
+        super().__init__()
+        shared = torch.nn.Identity()
+        self.layers = torch.nn.ModuleList(Block(shared, fn) for _ in range(2))
+
+    def forward(self, x):
+        for block in self.layers:
+            x = block(x)
+        return x
+
+
+class Block(torch.nn.Module):
+    def __init__(self, act, fn):
+        super().__init__()
+        self.act = act
+        self._fn = fn
+
+    def forward(self, x):
+        return self._fn(self.act, x)[..., : x.shape[-1] // 2].repeat(1, 2)
+
+
+def test_a_shared_layer_is_named_under_the_block_running_it_and_steps_bound_the_checks():
+    manager = _manager(silu_and_mul=biased)
+    net = SharedNet(manager.binding("silu_and_mul").fn)
+    verifier = enable(net, ops=True, steps=1)
+    net(torch.randn(2, 8))  # step 1: verified
+    net(torch.randn(2, 8))  # step 2: past VLLM_FL_VERIFY_STEPS=1
+    rows = {r.site: r.calls for r in verifier.recorder.rows.values()}
+    assert rows == {"layers.0.act": 1, "layers.1.act": 1}
+    assert verifier.recorder.ops["silu_and_mul"] == {
+        "impl": "vendor.test",
+        "calls": 4,
+        "verified": 2,
+    }
