@@ -194,7 +194,11 @@ def format_bisection(result: Mapping[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_fl.verify", description=__doc__.split("\n\n")[0]
+        prog="python -m vllm_fl.verify",
+        usage="%(prog)s [bisect] MODEL [options]",
+        description="Without 'bisect': a short greedy generation with bring-up mode on, then the "
+        "report. With 'bisect': the ops whose selected impls change the greedy tokens against "
+        "an all-reference run. See docs/verify.md.",
     )
     parser.add_argument(
         "model",
