@@ -11,6 +11,8 @@ may fork.
   does not replace run their CUDA path, as in vanilla vLLM
   (`vllm_fl.platform.route_unreplaced_ops_to_cuda`); after vLLM's own warm-up it
   also lets the selected MoE backend compile its kernel variants (`vllm_fl.moe.warm_up`).
+- Both start bring-up mode after vLLM's warm-up where `VLLM_FL_VERIFY` asks for it, and report
+  at shutdown (`vllm_fl.verify.process`).
 - `CPUWorkerFL` (`vllm_fl.platform.PlatformFLCpu`): vLLM's CPU worker with a null memory-pool
   context. vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache
   allocation in `_maybe_get_memory_pool_context`, which returns a null context only for in-tree
@@ -26,6 +28,19 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 from vllm_fl import compat
+
+
+def _start_verification(worker) -> None:
+    """Bring-up mode (`VLLM_FL_VERIFY`), after vLLM's warm-up: its dummy runs stay unverified."""
+    from vllm_fl.verify import process
+
+    process.start(worker.get_model(), worker.vllm_config)
+
+
+def _finish_verification() -> None:
+    from vllm_fl.verify import process
+
+    process.finish()
 
 
 def _build_gpu_worker() -> type:
@@ -46,7 +61,12 @@ def _build_gpu_worker() -> type:
             from vllm_fl import moe
 
             moe.warm_up(self.get_model(), self.scheduler_config.max_num_batched_tokens)
+            _start_verification(self)
             return result
+
+        def shutdown(self) -> None:
+            _finish_verification()
+            super().shutdown()
 
     WorkerFL.__module__ = __name__
     WorkerFL.__qualname__ = "WorkerFL"
@@ -66,6 +86,15 @@ def _build_cpu_worker() -> type:
 
         def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
             return nullcontext()
+
+        def compile_or_warm_up_model(self):
+            result = super().compile_or_warm_up_model()
+            _start_verification(self)
+            return result
+
+        def shutdown(self) -> None:
+            _finish_verification()
+            super().shutdown()
 
     CPUWorkerFL.__module__ = __name__
     CPUWorkerFL.__qualname__ = "CPUWorkerFL"

@@ -2,6 +2,7 @@
 ``{path: text}``:
 
 - ``spec``: the backend contract ``FLBackendBase``;
+- ``checks``: how each op is checked against its reference at run time (tolerances, outputs);
 - ``backends_init``: the list of built-in backend packages;
 - ``register_ops``: every backend's table of registrations (impls, adapters, custom ops);
 - ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
@@ -17,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import model as m
-from . import backends_init, docs, oot, parity, register_ops, spec
+from . import backends_init, checks, docs, oot, parity, register_ops, spec
 
 
 def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
@@ -25,6 +26,7 @@ def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
     region replaced)."""
     out: dict[str, str] = {}
     out.update(spec.emit(manifest))
+    out.update(checks.emit(manifest))
     out.update(backends_init.emit(manifest))
     for backend in manifest.backends:
         out.update(register_ops.emit(manifest, backend))

@@ -140,6 +140,20 @@ def _modules(mods: tuple[str, ...]) -> str:
     return ", ".join(mods) or "(none)"
 
 
+def _verified(value: bool | frozenset[str]) -> str:
+    if isinstance(value, bool):
+        return "on (every op)" if value else "off"
+    return ", ".join(sorted(value))
+
+
+def _every(k: int) -> str:
+    return "every call" if k <= 1 else f"one call in {k}"
+
+
+def _steps(n: int) -> str:
+    return "every step" if n == 0 else f"the first {n} step(s)"
+
+
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
     # -- process: environment only ------------------------------------------------------------
@@ -225,6 +239,23 @@ SETTINGS: tuple[Setting, ...] = (
             "its kernel variants; `false` skips it (a faster cold start, compilation on first "
             "use)",
             (EnvVar("VLLM_FL_MOE_WARMUP"),), parse=v.parse_bool, default=True),
+    # -- bring-up mode (vllm_fl.verify) --------------------------------------------------------
+    Setting("verify", PROCESS,
+            "bring-up mode: every call of a dispatched op (or of the ops listed, "
+            "comma-separated) also runs the op's reference on copies of its inputs and records "
+            "the difference; the model keeps the selected impl's result (docs/verify.md)",
+            (EnvVar("VLLM_FL_VERIFY"),), parse=v.parse_verify, default=False, show=_verified),
+    Setting("verify_steps", PROCESS,
+            "verify only during the first N engine steps (model forwards after vLLM's "
+            "warm-up); `0`: every step",
+            (EnvVar("VLLM_FL_VERIFY_STEPS"),), parse=v.parse_count, default=0, show=_steps),
+    Setting("verify_every", PROCESS,
+            "verify every K-th call of each op (`1`, `0`: every call)",
+            (EnvVar("VLLM_FL_VERIFY_EVERY"),), parse=v.parse_count, default=1, show=_every),
+    Setting("verify_report", PROCESS,
+            "directory where each verifying process writes its report as "
+            "`verify-<pid>.json` when it exits; `python -m vllm_fl.verify` merges them",
+            (EnvVar("VLLM_FL_VERIFY_REPORT"),), parse=v.parse_output_dir, default=None),
 )
 # fmt: on
 

@@ -43,6 +43,9 @@ __all__ = [
     "parse_input_file",
     "LOG_LEVELS",
     "parse_log_level",
+    "parse_verify",
+    "parse_count",
+    "parse_output_dir",
 ]
 
 PREFER_CHOICES = ("flagos", "vendor", "reference")
@@ -269,3 +272,43 @@ def parse_log_level(value: Any, source: str) -> int:
             f"{source}={value!r}: invalid log level; allowed: {', '.join(LOG_LEVELS)}"
         )
     return getattr(logging, name)
+
+
+def parse_verify(value: Any, source: str) -> bool | frozenset[str]:
+    """What ``VLLM_FL_VERIFY`` checks: a switch (``on``: every op, ``off``: none) or op names,
+    comma-separated (lower-cased)."""
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE + ("all",):
+        return value.strip().lower() in _TRUE + ("all",)
+    if isinstance(value, bool):
+        return value
+    names = parse_name_set(value, source, "op")
+    if not names:
+        raise ConfigError(f"{source}={value!r}: expected on, off or op names, comma-separated")
+    return names
+
+
+def parse_count(value: Any, source: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        number = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        number = -1
+    if isinstance(value, bool) or number < 0:
+        raise ConfigError(f"{source}={value!r}: expected a whole number, 0 or more")
+    return number
+
+
+def parse_output_dir(value: Any, source: str) -> str:
+    """A directory the process writes files into: it exists or its parent does (it is created
+    when written), and it is no file."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{source}={value!r}: expected a directory path")
+    path = Path(value.strip()).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{source}={value!r}: is a file; expected a directory path")
+    if not path.exists() and not path.parent.is_dir():
+        raise ConfigError(
+            f"{source}={value!r}: neither it nor its parent directory {str(path.parent)!r} "
+            "exists; expected a directory in an existing directory"
+        )
+    return str(path)

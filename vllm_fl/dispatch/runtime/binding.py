@@ -8,6 +8,11 @@ Every state change happens under ``sync.LOCK`` and nothing else does: availabili
 implementations run outside it. A selection computed outside the lock is installed only when the
 dispatch generation has not moved since it started (see ``sync``), so a policy or registry change
 always wins over a resolution or fallback that began before it.
+
+A selection wrapper (``set_selection_wrapper``; ``vllm_fl.verify`` sets one in bring-up mode) may
+give the eager calls of an op another function than the impl's own, one that calls the impl; the
+trampoline then splits, so calls traced by torch.compile get the impl itself. With no wrapper set
+(the default) nothing of this runs: it is looked at when a selection is installed, never per call.
 """
 
 from __future__ import annotations
@@ -23,9 +28,31 @@ from ..types import DispatchError, OpImpl
 from .failures import FailureLog
 from .trampoline import build, same_key, signature_key, tracing_now
 
-__all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error"]
+__all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error", "set_selection_wrapper"]
 
 logger = get_logger()
+
+#: (op, selected impl, the registry it came from) -> the function eager calls get instead of
+#: the impl's, or None for the impl's own. The function carries the impl's as ``IMPL_ATTR``.
+SelectionWrapper = Callable[[str, OpImpl, OpRegistry], "Callable[..., Any] | None"]
+IMPL_ATTR = "__vllm_fl_impl__"
+_WRAPPER: SelectionWrapper | None = None
+
+
+def set_selection_wrapper(wrapper: SelectionWrapper | None) -> SelectionWrapper | None:
+    """Install ``wrapper`` for the selections installed from now on (None: none); returns the
+    previous one. The caller re-selects (``OpManager`` does, see ``manager.wrap_selections``)."""
+    global _WRAPPER
+    with sync.LOCK:
+        old, _WRAPPER = _WRAPPER, wrapper
+    return old
+
+
+def _eager_fn(op: str, impl: OpImpl, registry: OpRegistry) -> Callable[..., Any]:
+    wrapper = _WRAPPER
+    if wrapper is None:
+        return impl.fn
+    return wrapper(op, impl, registry) or impl.fn
 
 
 class Resolver(Protocol):
@@ -137,12 +164,16 @@ class Binding:
             manager.resolve_candidates(self.op, traced=True) if policy.splits_traced else candidates
         )
         impl, traced_impl = candidates[0], traced_cands[0]
+        eager_fn = _eager_fn(self.op, impl, manager.registry)  # outside the lock: may import
         with sync.LOCK:
             if sync.generation() == gen and (self.active is None or self.active_traced is None):
                 split = traced_impl is not impl
-                self._specialise(candidates + traced_cands if split else candidates, split)
+                self._specialise(
+                    candidates + traced_cands if split else candidates,
+                    split or eager_fn is not impl.fn,
+                )
                 self._set("_strict", policy.strict)
-                self._set("_impl", impl.fn)
+                self._set("_impl", eager_fn)
                 self._set("_traced", traced_impl.fn)
                 self.active, self.active_traced = impl, traced_impl
                 self.in_use = True
@@ -183,8 +214,13 @@ class Binding:
     def _resolve_and_call(self, *args: Any, **kwargs: Any) -> Any:
         traced = tracing_now()
         impl, strict = self.select(traced)
+        fn = impl.fn
+        if not traced:  # what the selection installed for eager calls (a wrapper's function)
+            installed = self._cells["_impl"].cell_contents
+            if getattr(installed, IMPL_ATTR, None) is fn:
+                fn = installed
         try:
-            return impl.fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except Exception as exc:
             if strict:
                 raise
@@ -201,6 +237,7 @@ class Binding:
 
     def _impl_of(self, fn: Callable[..., Any]) -> OpImpl | None:
         """The implementation whose function is ``fn``: blame goes to what actually ran."""
+        fn = getattr(fn, IMPL_ATTR, fn)  # a selection wrapper's function: the impl it calls
         for impl in (self.active, self.active_traced):
             if impl is not None and impl.fn is fn:
                 return impl
@@ -261,15 +298,18 @@ class Binding:
         traced: bool,
         gen: int,
     ) -> None:
+        eager_fn = nxt.fn if traced else _eager_fn(self.op, nxt, manager.registry)
         with sync.LOCK:
             if sync.generation() != gen:
                 return  # a policy/registry change or another failure since: its selection wins
             other = (self.active if traced else self.active_traced) if self._split else None
             self._specialise(list(candidates) + ([other] if other else []), self._split)
+            # one selection for both modes: no split, or a split made by a selection wrapper only
+            same = self.active is not None and self.active is self.active_traced
             if not traced:
-                self._set("_impl", nxt.fn)
+                self._set("_impl", eager_fn)
                 self.active = nxt
-            if traced or not self._split:  # without a split one selection serves both modes
+            if traced or not self._split or same:
                 self._set("_traced", nxt.fn)
                 self.active_traced = nxt
             self.in_use = True

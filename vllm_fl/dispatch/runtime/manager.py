@@ -20,10 +20,10 @@ from ..policy.current import add_policy_listener, get_config, get_policy
 from ..policy.selection import SelectionPolicy
 from ..registry import OpRegistry
 from ..types import DispatchError, OpImpl
-from .binding import Binding, BindingTable
+from .binding import Binding, BindingTable, SelectionWrapper, set_selection_wrapper
 from .failures import FailureLog
 
-__all__ = ["OpManager"]
+__all__ = ["OpManager", "wrap_selections"]
 
 logger = get_logger()
 
@@ -49,6 +49,15 @@ def _reselect(bindings: Sequence[Binding]) -> None:
 
 
 add_policy_listener(_on_policy_change)
+
+
+def wrap_selections(wrapper: SelectionWrapper | None) -> SelectionWrapper | None:
+    """Give every op's eager calls what ``wrapper`` makes of its selected impl (None: the impl
+    itself again), from now on: every manager re-selects the ops in use. Returns the previous
+    wrapper. ``vllm_fl.verify`` uses it for bring-up mode."""
+    old = set_selection_wrapper(wrapper)
+    _on_policy_change()
+    return old
 
 
 def _forgetting(cache: dict[tuple[str, bool], tuple[OpImpl, ...]]) -> Callable[[str | None], None]:

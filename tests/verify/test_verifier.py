@@ -1,0 +1,252 @@
+"""Bring-up mode inside one process, without vLLM: the verifying callable installed as an op's
+selection records the selected impl's distance from the reference per call site, shapes and
+dtype, returns the selected impl's result unchanged, and nothing of it exists while it is off."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+
+import vllm_fl.dispatch as d
+from vllm_fl.dispatch import BackendImplKind, OpImpl, OpManager, OpRegistry
+from vllm_fl.dispatch.backends.reference.impl import activation, moe
+from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
+from vllm_fl.verify import current, disable, enable
+from vllm_fl.verify.report import format_report, merge
+
+
+@pytest.fixture(autouse=True)
+def verification_off(monkeypatch):
+    monkeypatch.setenv("VLLM_FL_PLATFORM", "cpu")
+    d.reset_global_policy()
+    yield
+    disable()
+
+
+def _manager(**impls) -> OpManager:
+    registry = OpRegistry()
+    refs = {"silu_and_mul": activation.silu_and_mul, "topk_softmax": moe.topk_softmax}
+    for op, fn in impls.items():
+        registry.register_impl(OpImpl(op, "reference.torch", BackendImplKind.REFERENCE, refs[op]))
+        registry.register_impl(
+            OpImpl(op, "vendor.test", BackendImplKind.VENDOR, fn, vendor="test", priority=100)
+        )
+    return OpManager(registry)
+
+
+def biased(self, x):
+    return activation.silu_and_mul(self, x) + 0.25
+
+
+class Net(torch.nn.Module):
+    """Two blocks, each with its own activation layer (a stand-in for vLLM's SiluAndMul)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.ModuleDict({"act_fn": torch.nn.Identity()}) for _ in range(2)
+        )
+
+
+def test_off_the_trampoline_calls_the_impl_itself():
+    manager = _manager(silu_and_mul=biased)
+    manager.binding("silu_and_mul").select()
+    cells = dict(
+        zip(
+            manager.binding("silu_and_mul").fn.__code__.co_freevars,
+            manager.binding("silu_and_mul").fn.__closure__,
+        )
+    )
+    assert cells["_impl"].cell_contents is biased
+    assert current() is None
+
+
+def test_a_biased_impl_is_recorded_per_call_site_and_the_model_keeps_its_result():
+    manager = _manager(silu_and_mul=biased)
+    net = Net()
+    verifier = enable(net, ops=True, every=1, steps=0)
+    fn = manager.binding("silu_and_mul").fn
+    x = torch.randn(3, 16)
+    outs = [fn(block["act_fn"], x) for block in net.layers]
+    # the trampoline holds the verifying callable, which carries the impl
+    binding = manager.binding("silu_and_mul")
+    impl_cell = dict(zip(binding.fn.__code__.co_freevars, binding.fn.__closure__))["_impl"]
+    assert getattr(impl_cell.cell_contents, IMPL_ATTR) is biased
+    for out in outs:
+        torch.testing.assert_close(out, activation.silu_and_mul(None, x) + 0.25)
+    rows = {r.site: r for r in verifier.recorder.rows.values()}
+    assert set(rows) == {"layers.0.act_fn", "layers.1.act_fn"}
+    for row in rows.values():
+        assert row.op == "silu_and_mul" and row.impl == "vendor.test"
+        assert row.shapes == "x=3x16" and row.dtype == "float32"
+        assert row.calls == row.exceeded == 1
+        assert math.isclose(row.max_abs, 0.25, rel_tol=1e-5)
+        assert row.ratio > 1 and (row.atol, row.rtol) == (1e-05, 1.3e-06)
+    assert rows["layers.0.act_fn"].first_exceeded["call"] == 1
+    text = format_report(merge([verifier.recorder.to_json()]))
+    assert "silu_and_mul" in text and "layers.1.act_fn" in text
+    disable()
+    assert impl_cell.cell_contents is biased  # off again: the impl itself
+
+
+def test_every_kth_call_and_a_list_of_ops():
+    manager = _manager(silu_and_mul=biased)
+    verifier = enable(ops=frozenset({"silu_and_mul"}), every=3)
+    fn = manager.binding("silu_and_mul").fn
+    layer = types.SimpleNamespace()
+    for _ in range(7):
+        fn(layer, torch.randn(2, 8))
+    assert verifier.recorder.ops["silu_and_mul"] == {
+        "impl": "vendor.test",
+        "calls": 7,
+        "verified": 3,
+    }
+    disable()
+    verifier = enable(ops=frozenset({"rms_norm"}))
+    fn(layer, torch.randn(2, 8))
+    assert not verifier.recorder.rows  # not an op asked for
+
+
+def _topk_args(tokens=5, experts=8, k=2):
+    return dict(
+        topk_weights=torch.empty(tokens, k),
+        topk_ids=torch.empty(tokens, k, dtype=torch.int32),
+        token_expert_indices=torch.empty(tokens, k, dtype=torch.int32),
+        gating_output=torch.randn(tokens, experts),
+        renormalize=True,
+    )
+
+
+def test_an_op_that_writes_its_outputs_is_compared_on_them_in_canonical_form():
+    def reordered(
+        topk_weights,
+        topk_ids,
+        token_expert_indices,
+        gating_output,
+        renormalize=False,
+        e_score_correction_bias=None,
+        is_padding=None,
+    ):
+        moe.topk_softmax(
+            topk_weights,
+            topk_ids,
+            token_expert_indices,
+            gating_output,
+            renormalize,
+            e_score_correction_bias,
+            is_padding,
+        )
+        # the op leaves the order of a token's experts open: the canonical form sorts them
+        topk_weights.copy_(topk_weights.flip(-1))
+        topk_ids.copy_(topk_ids.flip(-1))
+
+    manager = _manager(topk_softmax=reordered)
+    verifier = enable(ops=True)
+    args = _topk_args()
+    manager.binding("topk_softmax").fn(**args)
+    (row,) = verifier.recorder.rows.values()
+    assert row.site == "-" and row.exceeded == 0, row
+    assert row.shapes == "gating_output=5x8"
+    # what the model got is what the selected impl wrote
+    expected = _topk_args()
+    expected["gating_output"] = args["gating_output"]
+    moe.topk_softmax(**expected)
+    torch.testing.assert_close(args["topk_weights"], expected["topk_weights"].flip(-1))
+
+
+def test_an_impl_writing_into_an_input_is_noted():
+    def scribbles(
+        topk_weights,
+        topk_ids,
+        token_expert_indices,
+        gating_output,
+        renormalize=False,
+        e_score_correction_bias=None,
+        is_padding=None,
+    ):
+        moe.topk_softmax(
+            topk_weights,
+            topk_ids,
+            token_expert_indices,
+            gating_output.clone(),
+            renormalize,
+            e_score_correction_bias,
+            is_padding,
+        )
+        gating_output.zero_()
+
+    manager = _manager(topk_softmax=scribbles)
+    verifier = enable(ops=True)
+    manager.binding("topk_softmax").fn(**_topk_args())
+    (row,) = verifier.recorder.rows.values()
+    assert row.exceeded == 1 and "the impl wrote into its input 'gating_output'" in row.notes
+
+
+def test_a_failing_reference_is_a_note_and_the_call_still_returns():
+    def broken_reference(self, x):
+        raise RuntimeError("no kernel for this shape")
+
+    registry = OpRegistry()
+    registry.register_impl(
+        OpImpl("silu_and_mul", "reference.torch", BackendImplKind.REFERENCE, broken_reference)
+    )
+    registry.register_impl(
+        OpImpl(
+            "silu_and_mul",
+            "vendor.test",
+            BackendImplKind.VENDOR,
+            biased,
+            vendor="test",
+            priority=100,
+        )
+    )
+    manager = OpManager(registry)
+    verifier = enable(ops=True)
+    out = manager.binding("silu_and_mul").fn(types.SimpleNamespace(), torch.zeros(3, 8))
+    torch.testing.assert_close(out, torch.full((3, 4), 0.25))
+    (row,) = verifier.recorder.rows.values()
+    assert row.exceeded == 1
+    assert row.notes == ["not verified: RuntimeError: no kernel for this shape"]
+
+
+class SharedNet(torch.nn.Module):
+    """Two blocks sharing one activation layer (as vLLM shares rotary embeddings); each block
+    calls the op on it when run."""
+
+    def __init__(self, fn):
+        super().__init__()
+        shared = torch.nn.Identity()
+        self.layers = torch.nn.ModuleList(Block(shared, fn) for _ in range(2))
+
+    def forward(self, x):
+        for block in self.layers:
+            x = block(x)
+        return x
+
+
+class Block(torch.nn.Module):
+    def __init__(self, act, fn):
+        super().__init__()
+        self.act = act
+        self._fn = fn
+
+    def forward(self, x):
+        return self._fn(self.act, x)[..., : x.shape[-1] // 2].repeat(1, 2)
+
+
+def test_a_shared_layer_is_named_under_the_block_running_it_and_steps_bound_the_checks():
+    manager = _manager(silu_and_mul=biased)
+    net = SharedNet(manager.binding("silu_and_mul").fn)
+    verifier = enable(net, ops=True, steps=1)
+    net(torch.randn(2, 8))  # step 1: verified
+    net(torch.randn(2, 8))  # step 2: past VLLM_FL_VERIFY_STEPS=1
+    rows = {r.site: r.calls for r in verifier.recorder.rows.values()}
+    assert rows == {"layers.0.act": 1, "layers.1.act": 1}
+    assert verifier.recorder.ops["silu_and_mul"] == {
+        "impl": "vendor.test",
+        "calls": 4,
+        "verified": 2,
+    }
