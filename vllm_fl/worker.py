@@ -32,6 +32,10 @@ from vllm_fl import compat
 
 def _start_verification(worker) -> None:
     """Bring-up mode (`VLLM_FL_VERIFY`), after vLLM's warm-up: its dummy runs stay unverified."""
+    from vllm_fl.dispatch import get_config
+
+    if not get_config().verify:
+        return
     from vllm_fl.verify import process
 
     process.start(worker.get_model(), worker.vllm_config)

@@ -34,6 +34,7 @@ def _env(**extra: str) -> dict[str, str]:
     return vllm_env(
         {
             **PLUGIN_ON,
+            "VLLM_FL_PREFER": "vendor",  # the test backend's impls, not PLUGIN_ON's reference
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "VLLM_FL_PLUGIN_MODULES": "verify_test_backend",
             "PYTHONPATH": str(HERE),
