@@ -133,8 +133,9 @@ def run(model: str | Path, workload: Workload) -> dict:
     if workload.task is not None:
         module, _, function = workload.task.partition(":")
         found = getattr(importlib.import_module(module), function)(llm, workload)
-        # what the task reports wins over the run's record (a task may name its own mode)
-        return {**_platform_record(workload), **found, **_dispatch_record(workload.mode)}
+        # what the task reports wins over the run's record (a task may name its own mode, and
+        # in vLLM's default process layout this process's dispatch record is not the workers')
+        return {**_platform_record(workload), **_dispatch_record(workload.mode), **found}
 
     # A repeat gets prompts of its own: the same prompts again would be served from vLLM's
     # prefix cache, without their prefill.
