@@ -4,12 +4,12 @@ built-in ones without touching the plugin.
 The package's manifest, ``vendor.yaml``, holds its one vendor backend (the keys of an ops.yaml
 backend) and its impls per op, naming ops of the plugin's ops.yaml; the op signatures, the
 reference impls and the test cases come from the plugin. Its optional ``ops:`` declares ops of
-the package's own, in ops.yaml's format, with a reference impl in the package
-(``manifest.own_ops``): registered by the package with that reference, tested against it. ``vllm-fl generate`` in the package
-renders its ``register_ops.py`` (with the ``torch.library`` wrappers where opaque), its parity
-tests under ``tests/generated`` and stubs for missing impls; ``vllm-fl vendor NAME --ops ...
---out DIR`` scaffolds the package (pyproject with the ``vllm_fl.plugin`` entry point, README,
-manifest) or adds ops to the one in DIR.
+the package's own, in ops.yaml's format, each with a reference impl in the package
+(``manifest.own_ops``), which the package registers and tests the vendor's impl against.
+``vllm-fl generate`` in the package renders its ``register_ops.py`` (with the ``torch.library``
+wrappers where opaque), its parity tests under ``tests/generated`` and stubs for missing impls;
+``vllm-fl vendor NAME --ops ... --out DIR`` scaffolds the package (pyproject with the
+``vllm_fl.plugin`` entry point, README, manifest) or adds ops to the one in DIR.
 """
 
 from __future__ import annotations
