@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,14 +123,16 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None) -> dict[str, str]:
-    """Check every impl function (of backend ``only`` if given: the others' files are not in
-    ``root``); return ``{relpath: new content}`` for modules needing stubs (and the package
-    ``__init__.py`` files a new impl package needs)."""
+def check_and_scaffold(
+    manifest: m.Manifest, root: Path, only: Collection[str] | None = None
+) -> dict[str, str]:
+    """Check every impl function (of the backends named in ``only`` if given: the others' files
+    are not in ``root``); return ``{relpath: new content}`` for modules needing stubs (and the
+    package ``__init__.py`` files a new impl package needs)."""
     modules: dict[str, _Module] = {}
     stubs: dict[str, list[Stub]] = {}
     for backend in manifest.backends:
-        if only is not None and backend.name != only:
+        if only is not None and backend.name not in only:
             continue
         for op, impl in manifest.backend_ops(backend.name):
             functions = [(impl.module, impl.function, False)]
@@ -180,6 +183,8 @@ def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None
                     "impl_module.py.j2",
                     backend=backend,
                     ops=list(dict.fromkeys(s.op.name for s in items)),
+                    # a vendor package's module holding only the package's own ops
+                    declared_in=_declared_in(items),
                 )
             )
             out[rel] = head + "\n\n" + block.lstrip("\n")
@@ -187,6 +192,12 @@ def check_and_scaffold(manifest: m.Manifest, root: Path, only: str | None = None
         else:
             out[rel] = module.text.rstrip("\n") + "\n\n\n" + block.lstrip("\n")
     return out
+
+
+def _declared_in(stubs: list[Stub]) -> str | None:
+    """The vendor manifest declaring every op of ``stubs``; None when one is the plugin's."""
+    files = {stub.op.declared_in for stub in stubs}
+    return files.pop() if len(files) == 1 else None
 
 
 def _check_imports(module: _Module, rel: str, root: Path) -> None:

@@ -185,6 +185,9 @@ class Op:
     function: Function | None = None
     #: caller-provided output tensors every impl writes into (ops returning None)
     mutates: tuple[str, ...] = ()
+    #: the vendor package manifest that declares the op itself (its ``ops:``), with its own
+    #: reference impl; None for an op of the plugin's ops.yaml (``FLBackendBase`` declares it)
+    declared_in: str | None = None
 
     @property
     def camel(self) -> str:
@@ -226,8 +229,18 @@ class Manifest:
         return None
 
     def reference_impl(self, op: Op) -> Impl | None:
-        ref = self.reference
-        return None if ref is None else op.impl(ref.name)
+        """The op's impl by a reference backend: the plugin's, or for an op a vendor package
+        declares, the package's own."""
+        backend = self.reference_of(op)
+        return None if backend is None else op.impl(backend.name)
+
+    def reference_of(self, op: Op) -> Backend | None:
+        """The reference backend that implements ``op`` (None: no reference impl)."""
+        for impl in op.impls:
+            backend = self.backend(impl.backend)
+            if backend.kind == "reference":
+                return backend
+        return None
 
     def backend_ops(self, name: str) -> tuple[tuple[Op, Impl], ...]:
         """The (op, impl) pairs a backend implements, in manifest op order."""

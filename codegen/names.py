@@ -38,6 +38,9 @@ GENERATED_NAMES = frozenset(
         "DECLARED",
         "IMPLS",
         "REGISTRATIONS",
+        "REFERENCE_DECLARED",
+        "REFERENCE_IMPLS",
+        "REFERENCE_REGISTRATIONS",
         "FLBackendBase",
         "OPS",
         "register",
@@ -74,8 +77,8 @@ class _Checker:
             self.op(op)
         self.layers()
         self.custom_ops()
-        for backend in self.manifest.backends:
-            self.module_names(backend)
+        for path in dict.fromkeys(backend.path for backend in self.manifest.backends):
+            self.module_names(path)
 
     # -- single names --------------------------------------------------------------------------
 
@@ -214,22 +217,24 @@ class _Checker:
                     )
                 seen[name] = (backend, op)
 
-    def module_names(self, backend: m.Backend) -> None:
-        """Every name ``register_ops.py`` binds at module level is bound once."""
+    def module_names(self, path: str) -> None:
+        """Every name ``register_ops.py`` binds at module level is bound once (a vendor
+        package's file registers its backend and the reference impls of its own ops)."""
         bound: dict[str, str] = {}
-        for name, line, what in self._register_ops_names(backend):
-            other = bound.get(name)
-            if other is not None and other != what:
-                raise self.error(
-                    line,
-                    f"{what} and {other} are both named {name} in "
-                    f"{backend.path}/register_ops.py",
-                    "backend, module and op names that do not combine into the same name",
-                )
-            bound[name] = what
+        for backend in self.manifest.backends:
+            if backend.path != path:
+                continue
+            for name, line, what in self._register_ops_names(backend):
+                other = bound.get(name)
+                if other is not None and other != what:
+                    raise self.error(
+                        line,
+                        f"{what} and {other} are both named {name} in {path}/register_ops.py",
+                        "backend, module and op names that do not combine into the same name",
+                    )
+                bound[name] = what
 
     def _register_ops_names(self, backend: m.Backend) -> Iterator[tuple[str, int, str]]:
-        reference = self.manifest.reference
         for op, impl in self.manifest.backend_ops(backend.name):
             modules = [impl.module] + ([impl.eager[0]] if impl.eager else [])
             for module in modules:
@@ -239,6 +244,7 @@ class _Checker:
                     f"the import of module {module} of backend {backend.name!r}",
                 )
             if backend.opaque and op.opaque_ok:
+                reference = self.manifest.reference_of(op)
                 ref_impl = self.manifest.reference_impl(op)
                 if reference is not None and ref_impl is not None:
                     yield (

@@ -3,11 +3,13 @@ built-in ones without touching the plugin.
 
 The package's manifest, ``vendor.yaml``, holds its one vendor backend (the keys of an ops.yaml
 backend) and its impls per op, naming ops of the plugin's ops.yaml; the op signatures, the
-reference impls and the test cases come from the plugin. ``vllm-fl generate`` in the package
-renders its ``register_ops.py`` (with the ``torch.library`` wrappers where opaque), its parity
-tests under ``tests/generated`` and stubs for missing impls; ``vllm-fl vendor NAME --ops ...
---out DIR`` scaffolds the package (pyproject with the ``vllm_fl.plugin`` entry point, README,
-manifest) or adds ops to the one in DIR.
+reference impls and the test cases come from the plugin. Its optional ``ops:`` declares ops of
+the package's own, in ops.yaml's format, each with a reference impl in the package
+(``manifest.own_ops``), which the package registers and tests the vendor's impl against.
+``vllm-fl generate`` in the package renders its ``register_ops.py`` (with the ``torch.library``
+wrappers where opaque), its parity tests under ``tests/generated`` and stubs for missing impls;
+``vllm-fl vendor NAME --ops ... --out DIR`` scaffolds the package (pyproject with the
+``vllm_fl.plugin`` entry point, README, manifest) or adds ops to the one in DIR.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import dataclasses
 import textwrap
 from pathlib import Path
 
-from . import layout
+from . import layout, names
 from . import model as m
 from .backend_checks import check_probes
 from .dest import parity, register_ops
@@ -26,6 +28,7 @@ from .impls import check_and_scaffold
 from .manifest import is_identifier, project_manifest
 from .manifest.backends import read_backends
 from .manifest.impls import read_impl
+from .manifest.own_ops import package_reference, read_own_ops
 from .manifest.reader import Reader
 from .render import generated_from, render
 from .sources import read_text
@@ -36,8 +39,11 @@ from .yamlnodes import Map, load
 MANIFEST = "vendor.yaml"
 #: what regenerates such a package
 COMMAND = "vllm-fl generate"
-KEYS = ("backends", "impls")
-EXPECTED = "a mapping with backends (one vendor backend) and impls (op -> module.function)"
+KEYS = ("backends", "impls", "ops")
+EXPECTED = (
+    "a mapping with backends (one vendor backend), impls (op -> module.function) and optionally "
+    "ops (ops of your own)"
+)
 #: top-level packages a vendor package may not be (the plugin's and generic names)
 FORBIDDEN = ("vllm_fl", "vllm", "codegen", "tests", "torch")
 
@@ -54,7 +60,8 @@ def package_name(vendor: str) -> str:
 def load_package_manifest(text: str, plugin: m.Manifest, file: str = MANIFEST) -> m.Manifest:
     """The package's manifest as a model: the plugin's reference backend and the vendor's, the
     plugin's ops the vendor implements (in the plugin's order), each with the reference impl and
-    the vendor's."""
+    the vendor's; then the ops the package declares itself (``ops:``, in file order), each with
+    the package's reference impl and the vendor's, and the package's reference backend."""
     r = Reader(file)
     root = load(text, file)
     if root is None:
@@ -62,6 +69,7 @@ def load_package_manifest(text: str, plugin: m.Manifest, file: str = MANIFEST) -
     top = r.fields(root, "the manifest", EXPECTED, KEYS)
     backends_entry = top.require("backends", "a mapping with one vendor backend")
     impls_entry = top.require("impls", "a mapping of op -> module.function")
+    ops_entry = top.pop("ops")
     top.done()
     backends = read_backends(r, backends_entry)
     if len(backends) != 1 or backends[0].kind != "vendor":
@@ -81,6 +89,12 @@ def load_package_manifest(text: str, plugin: m.Manifest, file: str = MANIFEST) -
                 "plugin itself",
                 "a vendor name of your own, none of " + ", ".join(b.name for b in plugin.backends),
             )
+    own_reference: m.Backend | None = None
+    own_ops: tuple[m.Op, ...] = ()
+    if ops_entry is not None:
+        own_reference = package_reference(plugin, backend, ops_entry.key_line)
+        own_ops = read_own_ops(r, ops_entry, backend, own_reference, plugin)
+    own_by_name = {op.name: op for op in own_ops}
     ops_by_name = {op.name: op for op in plugin.ops}
     allowed = [op.name for op in plugin.ops if plugin.reference_impl(op) is not None]
     table = r.map(impls_entry.value, "impls", "a mapping of op -> module.function")
@@ -89,6 +103,13 @@ def load_package_manifest(text: str, plugin: m.Manifest, file: str = MANIFEST) -
     chosen: dict[str, m.Impl] = {}
     for item in table.entries.values():
         name = r.key_ident(item, "op in impls")
+        if name in own_by_name:
+            raise r.error(
+                item.key_line,
+                f"impls names {name!r}, an op this file declares under ops (line "
+                f"{own_by_name[name].line})",
+                f"the impls of {name!r} in its entry under ops (impls names the plugin's ops)",
+            )
         if name not in allowed:
             raise r.error(
                 item.key_line,
@@ -104,11 +125,14 @@ def load_package_manifest(text: str, plugin: m.Manifest, file: str = MANIFEST) -
             ref_impl = plugin.reference_impl(op)
             assert ref_impl is not None
             ops.append(dataclasses.replace(op, impls=(ref_impl, impl)))
-    return m.Manifest(file, (reference, backend), plugin.tolerances, tuple(ops))
+    backends = (reference, backend) + ((own_reference,) if own_reference else ())
+    manifest = m.Manifest(file, backends, plugin.tolerances, tuple(ops) + own_ops)
+    names.check(manifest)
+    return manifest
 
 
 def _vendor(manifest: m.Manifest) -> m.Backend:
-    return manifest.backends[-1]
+    return next(b for b in manifest.backends if b.kind == "vendor")
 
 
 def _check_layout(manifest: m.Manifest, root: Path, pending: set[str]) -> None:
@@ -151,7 +175,8 @@ def build_package(
     if f"{backend.path}/__init__.py" not in pending:
         check_probes(manifest, root, only=backend.name)
     with generated_from(MANIFEST, ", the plugin's ops.yaml", COMMAND):
-        for path, body in check_and_scaffold(manifest, root, only=backend.name).items():
+        own = {b.name for b in manifest.backends if b.package == backend.package}
+        for path, body in check_and_scaffold(manifest, root, only=own).items():
             files.add(path, body, owned=False)  # stubs: the vendor's from now on
         for path, body in register_ops.emit(manifest, backend).items():
             files.add(path, body)

@@ -59,14 +59,18 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
         # the reference is checked on its own (its contract, vLLM's forward_native), never
         # against itself
         backends = [
-            manifest.backend(impl.backend) for impl in op.impls if impl.backend != reference.name
+            manifest.backend(impl.backend)
+            for impl in op.impls
+            if manifest.backend(impl.backend).kind != "reference"
         ]
         eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
         cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
         canonical = None
         if op.tests.canonical is not None:
             module, function = op.tests.canonical
-            canonical = f"{reference.package}.impl.{module}:{function}"
+            op_reference = manifest.reference_of(op)
+            assert op_reference is not None  # tests need a reference impl (the loader checks)
+            canonical = f"{op_reference.package}.impl.{module}:{function}"
         # keyword arguments of parity.check beyond the common ones
         check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
             "" if canonical is None else ", canonical=CANONICAL"

@@ -6,6 +6,7 @@ objects, adapters and ``torch.library`` custom ops."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import model as m
 from ..render import render_file
@@ -71,9 +72,10 @@ def _backend_fields(backend: m.Backend) -> tuple[str, ...]:
 
 
 def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
-    """The registrations of ``backend``."""
+    """The registrations of ``backend``; in a vendor package's manifest, also those of the
+    package's reference backend (the reference impls of the ops the package declares itself),
+    which shares its package and so its ``register_ops.py``."""
     path = path_of(backend)
-    reference = manifest.reference
     imports: dict[str, _Import] = {}
 
     def module_alias(owner: m.Backend, module: str) -> str:
@@ -81,6 +83,44 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
         imports[alias] = _Import(owner.package, module, alias)
         return alias
 
+    rows = _rows(manifest, backend, module_alias)
+    reference = next(
+        (
+            b
+            for b in manifest.backends
+            if b.kind == "reference" and b is not backend and b.path == backend.path
+        ),
+        None,
+    )
+    reference_rows = [] if reference is None else _rows(manifest, reference, module_alias)
+    every_row = rows + reference_rows
+    names = ["DeclaredBackend", "Impl", "Registrations"]
+    if any(row.adapter for row in every_row):
+        names.append("Arg")
+    if any(row.custom_op for row in every_row):
+        names.append("CustomOp")
+    text = render_file(
+        "register_ops.py.j2",
+        path,
+        backend=backend,
+        backend_fields=_backend_fields(backend),
+        imports=sorted(imports.values(), key=lambda i: i.alias),
+        registration_names=sorted(names),
+        rows=rows,
+        reference=reference,
+        reference_fields=() if reference is None else _backend_fields(reference),
+        reference_rows=reference_rows,
+        adapters=any(row.adapter for row in rows),
+        custom_ops=any(row.custom_op for row in rows),
+        eager=any(impl.eager is not None for _, impl in manifest.backend_ops(backend.name)),
+    )
+    return {path: text}
+
+
+def _rows(
+    manifest: m.Manifest, backend: m.Backend, module_alias: Callable[[m.Backend, str], str]
+) -> list[_Row]:
+    """One row per op ``backend`` implements, its modules imported through ``module_alias``."""
     rows: list[_Row] = []
     for op, impl in manifest.backend_ops(backend.name):
         fields = [repr(op.name), f"{module_alias(backend, impl.module)}.{impl.function}"]
@@ -100,6 +140,7 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
         if impl.eager is not None:
             fields.append(f"eager={module_alias(backend, impl.eager[0])}.{impl.eager[1]}")
         if custom_op:
+            reference = manifest.reference_of(op)
             ref_impl = manifest.reference_impl(op)
             assert reference is not None and ref_impl is not None  # checked by the loader
             fake = f"{module_alias(reference, ref_impl.module)}.{ref_impl.function}"
@@ -109,22 +150,4 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
                 parts.append(f"reads={_tuple(reads)}")
             fields.append(f"custom_op=CustomOp({', '.join(parts)})")
         rows.append(_Row(tuple(fields), adapter, custom_op))
-
-    names = ["DeclaredBackend", "Impl", "Registrations"]
-    if any(row.adapter for row in rows):
-        names.append("Arg")
-    if any(row.custom_op for row in rows):
-        names.append("CustomOp")
-    text = render_file(
-        "register_ops.py.j2",
-        path,
-        backend=backend,
-        backend_fields=_backend_fields(backend),
-        imports=sorted(imports.values(), key=lambda i: i.alias),
-        registration_names=sorted(names),
-        rows=rows,
-        adapters=any(row.adapter for row in rows),
-        custom_ops=any(row.custom_op for row in rows),
-        eager=any(impl.eager is not None for _, impl in manifest.backend_ops(backend.name)),
-    )
-    return {path: text}
+    return rows

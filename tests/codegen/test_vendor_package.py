@@ -14,7 +14,17 @@ import pytest
 
 from codegen import cli
 from codegen.resources import PROJECT_MANIFEST
-from tests.support.vendor_package import IMPLS, OPS, PACKAGE, edit, installed, scaffold
+from codegen.manifest import project_manifest
+from tests.support.vendor_package import (
+    IMPLS,
+    NEW_OP,
+    NEW_OP_YAML,
+    OPS,
+    PACKAGE,
+    edit,
+    installed,
+    scaffold,
+)
 
 REPO = PROJECT_MANIFEST.parent
 
@@ -229,8 +239,8 @@ def test_without_ops_it_prints_the_usage_with_the_ops(tmp_path, capsys):
     assert "rms_norm" in err and err.endswith("nothing was written\n")
 
 
-def _installed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    out, pythonpath = installed(tmp_path)
+def _installed(tmp_path: Path, new_op: bool = False) -> tuple[Path, dict[str, str]]:
+    out, pythonpath = installed(tmp_path, new_op)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_FL_")}
     return out, {**env, "PYTHONPATH": pythonpath}
 
@@ -319,3 +329,196 @@ def test_codegen_and_the_registry_follow_one_rule(tmp_path, capsys):
     namespace: dict = {}
     exec(source, namespace)
     assert mismatch("silu_and_mul", namespace["silu_and_mul"]) is None
+
+
+# -- ops of the package's own (vendor.yaml's ops:) ---------------------------------------------
+
+
+def _with_new_op(tmp_path: Path) -> Path:
+    out = _scaffold(tmp_path)
+    with (out / "vendor.yaml").open("a") as manifest:
+        manifest.write(NEW_OP_YAML)
+    return out
+
+
+def test_a_new_op_gets_stubs_registrations_of_both_impls_and_parity_tests(tmp_path, capsys):
+    out = _with_new_op(tmp_path)
+    assert cli.generate(["--root", str(out), "-q"]) == 0
+    signature = "def scaled_silu(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:"
+    reference = (out / PACKAGE / "impl/reference.py").read_text()
+    assert signature in reference
+    assert "matching op scaled_silu in vendor.yaml" in reference
+    kernels = (out / PACKAGE / "impl/activation.py").read_text()
+    assert "def silu_and_mul(self, x: torch.Tensor)" in kernels and signature in kernels
+    register_ops = (out / PACKAGE / "register_ops.py").read_text()
+    assert (
+        'REFERENCE_DECLARED = DeclaredBackend(\n    "mychip_reference", "reference.torch", '
+        "BackendImplKind.REFERENCE, priority=50\n)"
+    ) in register_ops
+    assert (
+        'REFERENCE_IMPLS = (Impl("scaled_silu", _mychip_reference_reference.scaled_silu),)'
+        in register_ops
+    )
+    # the vendor's impl is a custom op whose fake is the package's reference
+    assert (
+        '        "scaled_silu",\n        _mychip_activation.scaled_silu,\n'
+        '        args=(Arg("x", "Tensor"), Arg("scale", "float", 1.0)),\n'
+        "        custom_op=CustomOp(_mychip_reference_reference.scaled_silu),\n"
+    ) in register_ops
+    assert register_ops.index("    REFERENCE_REGISTRATIONS.register(registry)\n") < (
+        register_ops.index("    REGISTRATIONS.register(registry)\n")
+    )
+    parity = (out / "tests/generated/test_parity_scaled_silu.py").read_text()
+    assert 'BACKENDS = [\n    pytest.param("vendor.mychip", "cpu", id="mychip"),\n]' in parity
+    assert "def test_reference_contract(" in parity
+    capsys.readouterr()
+    assert cli.generate(["--check", "--root", str(out)]) == 0
+    assert "all 6 generated files are up to date" in capsys.readouterr().out
+
+
+def test_a_plugin_op_added_later_leaves_the_new_ops_in_place(tmp_path):
+    out = _with_new_op(tmp_path)
+    assert cli.generate(["--root", str(out), "-q"]) == 0
+    assert cli.vendor(["mychip", "--ops", "gelu_and_mul", "--out", str(out), "-q"]) == 0
+    assert manifest_of(out).endswith(
+        "  silu_and_mul: activation.silu_and_mul\n"
+        "  gelu_and_mul: activation.gelu_and_mul\n" + NEW_OP_YAML
+    )
+    assert (out / "tests/generated/test_parity_scaled_silu.py").is_file()
+    assert cli.generate(["--check", "--root", str(out)]) == 0
+
+
+def test_installed_a_new_op_is_dispatched_by_call_op_and_its_parity_tests_run(tmp_path):
+    out, env = _installed(tmp_path, new_op=True)
+    script = (
+        "import json, torch\n"
+        "from vllm_fl.dispatch import call_op, get_default_manager, used_impls, with_preference\n"
+        "x = torch.randn(4, 8)\n"
+        "ok = torch.equal(call_op('scaled_silu', x, 0.5), torch.nn.functional.silu(x) * 0.5)\n"
+        "chosen = used_impls()['scaled_silu']\n"
+        "with with_preference('reference'):\n"
+        "    fallback = get_default_manager().resolve_candidates('scaled_silu')[0].impl_id\n"
+        "impls = get_default_manager().registry.get_implementations('scaled_silu')\n"
+        "print(json.dumps([ok, chosen, fallback, sorted(i.impl_id for i in impls)]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == (
+        '[true, "vendor.mychip", "reference.torch", ["reference.torch", "vendor.mychip"]]'
+    )
+
+    def parity() -> str:
+        test = f"tests/generated/test_parity_{NEW_OP}.py"
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            env=env,
+            cwd=out,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        return run.stdout.strip().splitlines()[-1]
+
+    # 2 dtypes x 2 cases: the mychip impl against the reference, and the reference alone
+    assert parity().startswith("8 passed"), parity()
+    edit(
+        out / PACKAGE / "impl/activation.py",
+        '    """The mychip kernel."""\n    return torch.nn.functional.silu(x) * scale\n',
+        '    """The mychip kernel."""\n    return torch.nn.functional.silu(x) * scale * 1.1\n',
+    )
+    assert parity().startswith("4 failed, 4 passed"), parity()
+
+
+def _plugin_line(op: str) -> int:
+    return next(o.line for o in project_manifest().ops if o.name == op)
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        (
+            "  scaled_silu:\n",
+            "  rms_norm:\n",
+            "vendor.yaml:22: op 'rms_norm' is an op of the plugin "
+            f"(ops.yaml:{_plugin_line('rms_norm')}), "
+            "expected a name of your own for a new op (to implement the plugin's op, name it "
+            "under impls)\n",
+        ),
+        (
+            "-> Tensor\n",
+            "-> Tensr\n",
+            "vendor.yaml:23: bad signature of op 'scaled_silu': ",
+        ),
+        (
+            "    doc: silu(x) * scale.\n",
+            "    doc: silu(x) * scale.\n"
+            "    layer: vllm.model_executor.layers.activation.SiluAndMul\n",
+            "vendor.yaml:25: op 'scaled_silu' replaces vLLM's "
+            "vllm.model_executor.layers.activation.SiluAndMul, which only an op of the plugin's "
+            "ops.yaml may, expected no 'layer': an op of a vendor package is a function op, "
+            "called with vllm_fl.dispatch.call_op('scaled_silu', ...)\n",
+        ),
+        (
+            "      reference: reference.scaled_silu\n",
+            "",
+            "vendor.yaml:27: op 'scaled_silu' has tests but no reference impl to compare with",
+        ),
+        (
+            "      mychip: activation.scaled_silu\n",
+            "      cuda: activation.scaled_silu\n",
+            "vendor.yaml:27: impls of op 'scaled_silu' names undeclared backend 'cuda', expected "
+            "one of reference, mychip\n",
+        ),
+        (
+            "    tests:\n",
+            "    tests_:\n",
+            "vendor.yaml:28: unknown key 'tests_' in op 'scaled_silu', expected one of ",
+        ),
+        (
+            "  silu_and_mul: activation.silu_and_mul\n",
+            "  silu_and_mul: activation.silu_and_mul\n  scaled_silu: activation.scaled_silu\n",
+            "vendor.yaml:21: impls names 'scaled_silu', an op this file declares under ops "
+            "(line 23), expected the impls of 'scaled_silu' in its entry under ops",
+        ),
+    ],
+    ids=[
+        "clash-with-a-plugin-op",
+        "bad-signature",
+        "layer",
+        "no-reference-impl",
+        "undeclared-backend",
+        "unknown-key",
+        "own-op-under-impls",
+    ],
+)
+def test_a_mistake_in_a_new_op_is_one_message_naming_the_line_and_nothing_is_written(
+    tmp_path, capsys, old, new, expected
+):
+    out = _with_new_op(tmp_path)
+    edit(out / "vendor.yaml", old, new)
+    before = _tree(out)
+    capsys.readouterr()
+    assert cli.generate(["--root", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + expected), err
+    assert err.endswith("nothing was written\n")
+    assert "Traceback" not in err
+    assert _tree(out) == before
+
+
+def test_a_new_op_without_tests_is_refused(tmp_path, capsys):
+    out = _with_new_op(tmp_path)
+    manifest = out / "vendor.yaml"
+    manifest.write_text(manifest.read_text().split("    tests:\n")[0])
+    assert cli.generate(["--root", str(out)]) == 1
+    assert capsys.readouterr().err.startswith(
+        "error: vendor.yaml:22: op 'scaled_silu' has no tests, expected tests: {dtypes: [...], "
+        "cases: [...]} (its parity tests compare the mychip impl with the reference on them)\n"
+    )
