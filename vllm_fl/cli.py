@@ -39,6 +39,11 @@ COMMANDS: dict[str, Command] = {
         "per op: candidates, availability, the selection and where each impl came from; --table",
         "vllm_fl.dispatch.__main__:explain_command",
     ),
+    "verify": Command(
+        "bring-up mode: a short generation with every kernel checked against the reference; "
+        "verify bisect MODEL: the ops that change the greedy tokens",
+        "vllm_fl.verify.cli:main",
+    ),
 }
 
 

@@ -38,11 +38,13 @@ def test_the_console_script_is_the_cli():
 def test_without_a_command_it_lists_every_command(capsys):
     assert cli.main([]) == 2
     out = capsys.readouterr().out
-    for name in ("generate", "vendor", "explain"):
+    for name in ("generate", "vendor", "explain", "verify"):
         assert f"\n  {name}" in out
     assert cli.main(["genrate"]) == 2
     err = capsys.readouterr().err
-    assert err == "vllm-fl: unknown command 'genrate', expected one of generate, vendor, explain\n"
+    assert err == (
+        "vllm-fl: unknown command 'genrate', expected one of generate, vendor, explain, verify\n"
+    )
 
 
 def test_a_subcommand_is_one_row(monkeypatch, capsys):

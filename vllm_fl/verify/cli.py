@@ -192,9 +192,9 @@ def format_bisection(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "python -m vllm_fl.verify") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_fl.verify",
+        prog=prog,
         usage="%(prog)s [bisect] MODEL [options]",
         description="Without 'bisect': a short greedy generation with bring-up mode on, then the "
         "report. With 'bisect': the ops whose selected impls change the greedy tokens against "
@@ -225,10 +225,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m vllm_fl.verify") -> int:
+    """``python -m vllm_fl.verify [bisect] MODEL ...`` (also ``vllm-fl verify``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     bisecting = bool(argv) and argv[0] == "bisect"
-    args = _parser().parse_args(argv[1:] if bisecting else argv)
+    args = _parser(prog).parse_args(argv[1:] if bisecting else argv)
     if args.max_tokens < 1:
         print(f"--max-tokens={args.max_tokens}: expected 1 or more", file=sys.stderr)
         return 2
