@@ -5,7 +5,8 @@ torch_npu.
 Its parts, one job each, lower layers first:
 
 - ``types``: ``OpImpl`` (one implementation of one op), its kinds and priorities, the errors;
-- ``registry``: ``OpRegistry``, op -> implementations, and the backend each belongs to;
+- ``registry``: ``OpRegistry``, op -> implementations, the backend each belongs to and where it
+  came from; ``signatures``: the one rule an impl's signature follows, checked at registration;
 - ``config/``: the settings table, value parsers, the hardened YAML/JSON reader, the loader,
   the generated docs, the platform YAMLs;
 - ``policy/``: ``SelectionPolicy`` (a plain value), the list rules, the process-wide current
@@ -17,7 +18,8 @@ Its parts, one job each, lower layers first:
   built-in backend registration, plugin discovery, and the backend packages themselves;
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
   ``stubs``: recognising scaffolded impl stubs for it;
-- ``spec``: the generated contract of every op; ``shapes``: argument shape checks;
+- ``spec``: the generated contract of every op; ``checks``: the generated table bring-up mode
+  compares with (arguments, mutated ones, tolerances); ``shapes``: argument shape checks;
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 
