@@ -9,7 +9,7 @@ mapped under ``vllm_fl`` and its templates and the plugin's manifest are copied 
 import shutil
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 from setuptools.command.build_py import build_py
 
 GENERATOR = "vllm_fl._codegen"
@@ -29,7 +29,8 @@ class BuildPyWithGenerator(build_py):
 
 
 setup(
-    packages=find_packages(include=["vllm_fl", "vllm_fl.*"])
+    # namespace discovery, so that data folders (the tuned tables) are packages of the wheel too
+    packages=find_namespace_packages(include=["vllm_fl", "vllm_fl.*"], exclude=["*.__pycache__"])
     + [GENERATOR]
     + [f"{GENERATOR}.{sub}" for sub in find_packages("codegen")],
     package_dir={GENERATOR: "codegen"},
