@@ -45,6 +45,20 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
+def _assert_refused_and_untouched(out: Path, capsys, old: str, new: str, expected: str) -> None:
+    """After ``vendor.yaml``'s ``old`` becomes ``new``, generating fails with one message that
+    starts with ``expected``, no traceback, and leaves the package as it was."""
+    edit(out / "vendor.yaml", old, new)
+    before = _tree(out)
+    capsys.readouterr()
+    assert cli.generate(["--root", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + expected), err
+    assert err.endswith("nothing was written\n")
+    assert "Traceback" not in err
+    assert _tree(out) == before
+
+
 def test_scaffold_is_a_package_with_its_entry_point_manifest_stubs_and_tests(tmp_path, capsys):
     plugin_record = (REPO / ".codegen-outputs").read_text()
     out = _scaffold(tmp_path)
@@ -177,16 +191,7 @@ def test_adding_ops_later_keeps_the_impls_and_comments(tmp_path, monkeypatch):
 def test_a_mistake_in_vendor_yaml_is_one_message_naming_the_line_and_nothing_is_written(
     tmp_path, capsys, old, new, expected
 ):
-    out = _scaffold(tmp_path)
-    edit(out / "vendor.yaml", old, new)
-    before = _tree(out)
-    capsys.readouterr()
-    assert cli.generate(["--root", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: " + expected), err
-    assert err.endswith("nothing was written\n")
-    assert "Traceback" not in err
-    assert _tree(out) == before
+    _assert_refused_and_untouched(_scaffold(tmp_path), capsys, old, new, expected)
 
 
 def test_the_package_typo_message_names_the_packages_there(tmp_path, capsys):
@@ -501,16 +506,7 @@ def _plugin_line(op: str) -> int:
 def test_a_mistake_in_a_new_op_is_one_message_naming_the_line_and_nothing_is_written(
     tmp_path, capsys, old, new, expected
 ):
-    out = _with_new_op(tmp_path)
-    edit(out / "vendor.yaml", old, new)
-    before = _tree(out)
-    capsys.readouterr()
-    assert cli.generate(["--root", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: " + expected), err
-    assert err.endswith("nothing was written\n")
-    assert "Traceback" not in err
-    assert _tree(out) == before
+    _assert_refused_and_untouched(_with_new_op(tmp_path), capsys, old, new, expected)
 
 
 def test_a_new_op_without_tests_is_refused(tmp_path, capsys):
