@@ -97,7 +97,9 @@ def register() -> None:
             _skip_logged = True
             _log_in_tree(current_platform)
         return
-    if type(current_platform).__module__ == "vllm_fl.platform":
+    from vllm_fl.platform import is_plugin_platform
+
+    if is_plugin_platform(current_platform):
         return  # our workers do it where the model is built
     from vllm_fl.registration import prepare_model_process
 

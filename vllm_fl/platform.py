@@ -42,6 +42,13 @@ CUSTOM_OPS_DEFAULT_ATTR = "_vllm_fl_custom_ops_default"
 _default_logged = False
 
 
+def is_plugin_platform(platform) -> bool:
+    """Whether ``platform`` is one of the plugin's own platforms (``PlatformFL``,
+    ``PlatformFLCpu``), whose workers prepare the model process; another out-of-tree platform is
+    not."""
+    return type(platform).__module__ == __name__
+
+
 def note_custom_ops_default(compilation_config) -> bool:
     """Record whether `custom_ops` is still as vLLM defaults it (empty: the user gave no entry).
     Runs in `apply_config_platform_defaults`, before vLLM appends its base mode."""

@@ -30,6 +30,7 @@ import sys
 import threading
 
 from vllm_fl import compat, functions
+from vllm_fl.platform import is_plugin_platform
 
 logger = logging.getLogger("vllm_fl.vllm")
 
@@ -48,7 +49,6 @@ DISPATCHED_FORMATS: dict[str, str] = {
     "_POSSIBLE_INT8_KERNELS": "INT8 W8A8 (ops scaled_int8_quant, int8_scaled_mm)",
 }
 
-PLATFORM_MODULE = "vllm_fl.platform"
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
 
@@ -127,7 +127,7 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
 
     if platform is None:
         from vllm.platforms import current_platform as platform
-    if type(platform).__module__ != PLATFORM_MODULE:
+    if not is_plugin_platform(platform):
         return {}
     oot, base = PlatformEnum.OOT, stand_in_enum(platform)
     with _lock:
