@@ -47,9 +47,10 @@ def test_every_table_gets_an_oot_row_of_ours_then_the_stand_ins(quant, cuda):
     assert set(installed) == set(tables)
     for name, table in tables.items():
         ours = [
-            k.__name__ for k in table[PlatformEnum.OOT][: len(quant.PLUGIN_KERNELS.get(name, ()))]
+            k.__name__
+            for k in table[PlatformEnum.OOT][: len(quant.kernels_by_table().get(name, ()))]
         ]
-        assert ours == list(quant.PLUGIN_KERNELS.get(name, ()))
+        assert ours == list(quant.kernels_by_table().get(name, ()))
         rest = table[PlatformEnum.OOT][len(ours) :]
         assert rest == list(table.get(base, [])), name
 
@@ -91,7 +92,9 @@ def test_the_int8_kernel_computes_what_the_dequantised_matmul_does(quant):
     layer.input_zero_point = None
     layer.azp_adj = None
     layer.logical_widths = [n]
-    kernel_cls = quant.plugin_kernel("Int8ScaledMMKernelFL")
+    from vllm_fl.quant import int8
+
+    kernel_cls = int8.Int8ScaledMMKernelFL
     for symmetric in (True, False):
         config = Int8ScaledMMLinearLayerConfig(
             is_static_input_scheme=False, is_channelwise=True, input_symmetric=symmetric

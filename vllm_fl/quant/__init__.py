@@ -14,84 +14,49 @@ the row of the platform the plugin's platform stands in for (CUDA for ``Platform
 ``PlatformFLCpu``), so a format the plugin has no op for keeps vLLM's own kernel choice. A row
 already there (another plugin's, through ``register_linear_kernel``) is left alone.
 
-The plugin's kernels (:data:`PLUGIN_KERNELS`):
+The plugin's kernels are declared by one module per format (:data:`FORMAT_MODULES`), each with a
+``KERNELS`` tuple of :class:`~vllm_fl.quant.kernels.PluginKernel`; the kernel classes subclass the
+vLLM kernel whose weight layout they keep and compute through dispatched ops of ops.yaml.
 
-- ``Int8ScaledMMKernelFL`` (``_POSSIBLE_INT8_KERNELS``): INT8 W8A8 (compressed-tensors'
-  int-quantized layouts: per-channel or per-tensor weights, dynamic per-token or static
-  per-tensor activations, symmetric or with a zero point), through the ops
-  ``scaled_int8_quant`` and ``int8_scaled_mm``. It keeps the weight layout of vLLM's Triton INT8
-  kernel (the transposed weight, channel-wise scales, the zero-point term ``azp_adj``).
+- ``vllm_fl.quant.int8``: INT8 W8A8 (``Int8ScaledMMKernelFL``).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-import sys
 import threading
 
-from vllm_fl import compat, functions
 from vllm_fl.platform import is_plugin_platform
+from vllm_fl.quant.kernels import PluginKernel
 
 logger = logging.getLogger("vllm_fl.vllm")
 
-# The ops' dispatch trampolines as module attributes (kept current on policy changes).
-scaled_int8_quant = None
-int8_scaled_mm = None
-functions.bind(sys.modules[__name__], "scaled_int8_quant", "scaled_int8_quant")
-functions.bind(sys.modules[__name__], "int8_scaled_mm", "int8_scaled_mm")
-
-#: vLLM's kernel table -> the plugin's kernel classes placed at the head of its out-of-tree row.
-PLUGIN_KERNELS: dict[str, tuple[str, ...]] = {
-    "_POSSIBLE_INT8_KERNELS": ("Int8ScaledMMKernelFL",),
-}
-#: What the plugin dispatches, for the log line and the docs: table -> format.
-DISPATCHED_FORMATS: dict[str, str] = {
-    "_POSSIBLE_INT8_KERNELS": "INT8 W8A8 (ops scaled_int8_quant, int8_scaled_mm)",
-}
+#: The format modules, each declaring ``KERNELS`` (in the order their kernels head a table's row).
+FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8",)
 
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
 
 
-def _build_int8_kernel() -> type:
-    from vllm.model_executor.kernels.linear.scaled_mm.triton import (
-        TritonInt8ScaledMMLinearKernel,
+def plugin_kernels() -> tuple[PluginKernel, ...]:
+    """Every kernel the format modules declare, in :data:`FORMAT_MODULES` order."""
+    return tuple(
+        kernel for module in FORMAT_MODULES for kernel in importlib.import_module(module).KERNELS
     )
 
-    class Int8ScaledMMKernelFL(TritonInt8ScaledMMLinearKernel):
-        """INT8 W8A8 through the dispatch: activations quantised by ``scaled_int8_quant``, the
-        GEMM by ``int8_scaled_mm``; weights prepared as vLLM's Triton INT8 kernel prepares them
-        (``b`` is the transposed int8 weight, ``azp_adj`` its column sums)."""
 
-        @classmethod
-        def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-            return True, None
-
-        @classmethod
-        def can_implement(cls, c) -> tuple[bool, str | None]:
-            return True, None
-
-        def apply_weights(self, layer, x, bias=None):
-            w_q, w_s, i_s, i_zp, azp_adj = self._get_layer_params(layer)
-            symmetric = azp_adj is None
-            x_q, x_s, x_zp = scaled_int8_quant(x, i_s, i_zp, symmetric)
-            # A static zero point is folded into azp_adj; a dynamic one is per token.
-            azp = x_zp if (azp_adj is not None and i_zp is None) else None
-            return int8_scaled_mm(
-                x_q, w_q, x_s, w_s, str(x.dtype).removeprefix("torch."), bias, azp_adj, azp
-            )
-
-    Int8ScaledMMKernelFL.__module__ = __name__
-    Int8ScaledMMKernelFL.__qualname__ = "Int8ScaledMMKernelFL"
-    return Int8ScaledMMKernelFL
+def kernels_by_table() -> dict[str, tuple[str, ...]]:
+    """vLLM's kernel table -> the names of the plugin's kernels heading its out-of-tree row."""
+    tables: dict[str, tuple[str, ...]] = {}
+    for kernel in plugin_kernels():
+        tables[kernel.table] = (*tables.get(kernel.table, ()), kernel.name)
+    return tables
 
 
-__getattr__ = compat.lazy_classes(globals(), {"Int8ScaledMMKernelFL": _build_int8_kernel})
-
-
-def plugin_kernel(name: str) -> type:
-    """The plugin's kernel class `name` (built on first use: its base needs vLLM)."""
-    return getattr(sys.modules[__name__], name)
+def dispatched_formats() -> list[str]:
+    """What the plugin dispatches, one entry per kernel (for the log line and the docs)."""
+    return [kernel.format for kernel in plugin_kernels()]
 
 
 def kernel_tables() -> dict[str, dict]:
@@ -134,7 +99,7 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
         for name, table in kernel_tables().items():
             if name in _installed or oot in table:
                 continue
-            ours = [plugin_kernel(kernel) for kernel in PLUGIN_KERNELS.get(name, ())]
+            ours = [k.load() for k in plugin_kernels() if k.table == name]
             table[oot] = [*ours, *table.get(base, [])]
             _installed[name] = [k.__name__ for k in table[oot]]
         return dict(_installed)
@@ -154,7 +119,7 @@ def log_quantization(vllm_config, platform=None) -> None:
         "vllm_fl: quantization %r: the plugin dispatches %s; other quantized linear and MoE "
         "layers are not dispatched and keep vLLM's kernel choice for %s",
         method,
-        "; ".join(DISPATCHED_FORMATS.values()),
+        "; ".join(dispatched_formats()),
         stand_in,
     )
 
