@@ -10,6 +10,7 @@ from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime.registration import DeclaredBackend, Impl, Registrations
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
+from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
@@ -31,6 +32,7 @@ IMPLS = (
     Impl("moe_sum", _reference_moe.moe_sum),
     Impl("grouped_topk", _reference_moe.grouped_topk),
     Impl("fused_experts", _reference_moe.fused_experts),
+    Impl("fused_experts_quant", _reference_moe_quant.fused_experts_quant),
     Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
     Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
 )
@@ -39,5 +41,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 16 implementation(s) of backend ``reference``."""
+    """Register the 17 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)
