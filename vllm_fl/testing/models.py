@@ -187,9 +187,9 @@ def _fp8_blocks(weight, block: int = FP8_BLOCK):
 
 
 def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Path:
-    """The tiny Qwen3-MoE with hidden and expert sizes of one FP8 block (128) and its experts as
-    an FP8 block checkpoint (the layout of Qwen3-30B-A3B-FP8 and DeepSeek-V3,
-    ``QUANTIZATIONS["fp8-block"]``): each expert projection float8_e4m3fn with
+    """The tiny Qwen3-MoE with hidden and expert sizes of one FP8 block (128; 2 heads of head_dim
+    64) and its experts as an FP8 block checkpoint (the layout of Qwen3-30B-A3B-FP8 and
+    DeepSeek-V3, ``QUANTIZATIONS["fp8-block"]``): each expert projection float8_e4m3fn with
     ``weight_scale_inv`` per 128x128 block. The attention projections and the router stay
     unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
     the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
@@ -211,7 +211,7 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
         num_hidden_layers=TINY_MOE_LAYERS,
         num_attention_heads=2,
         num_key_value_heads=1,
-        head_dim=32,
+        head_dim=64,  # which every GPU attention kernel supports
     )
     weights = load_file(str(path / "model.safetensors"))
     converted = {}

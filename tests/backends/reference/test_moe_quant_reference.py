@@ -10,6 +10,7 @@ error, and far from what the wrong layout would give.
 
 import pytest
 import torch
+from tests.support.moe_quant import fp8_blocks, groups, int8_channels, relative_error, routing
 
 from vllm_fl.dispatch.backends.reference.impl.moe import fused_experts
 from vllm_fl.dispatch.backends.reference.impl.moe_quant import (
@@ -18,13 +19,6 @@ from vllm_fl.dispatch.backends.reference.impl.moe_quant import (
 )
 
 E, HIDDEN, INTER, TOKENS, TOP_K = 4, 256, 128, 9, 2
-FP8_MAX = 448.0
-
-
-def _routing(gen):
-    ids = torch.stack([torch.randperm(E, generator=gen)[:TOP_K] for _ in range(TOKENS)])
-    weights = torch.rand(TOKENS, TOP_K, generator=gen).softmax(-1)
-    return weights, ids.to(torch.int32)
 
 
 def _inputs(seed=0):
@@ -32,50 +26,25 @@ def _inputs(seed=0):
     x = torch.randn(TOKENS, HIDDEN, generator=gen)
     w1 = torch.randn(E, 2 * INTER, HIDDEN, generator=gen) * 0.05
     w2 = torch.randn(E, HIDDEN, INTER, generator=gen) * 0.05
-    return (x, w1, w2, *_routing(gen))
+    return (x, w1, w2, *routing(TOKENS, E, TOP_K, gen))
 
 
-def _fp8_blocks(w, bn=128, bk=128):
-    """[E, N, K] -> (fp8 values, scales [E, N/bn, K/bk]); what they stand for."""
-    e, n, k = w.shape
-    blocks = w.reshape(e, n // bn, bn, k // bk, bk)
-    scale = blocks.abs().amax(dim=(2, 4)).clamp(min=1e-12) / FP8_MAX
-    q = (blocks / scale[:, :, None, :, None]).to(torch.float8_e4m3fn)
-    dequant = (q.float() * scale[:, :, None, :, None]).reshape(e, n, k)
-    return q.reshape(e, n, k), scale, dequant
+def _fp8_blocks(w):
+    q = fp8_blocks(w)
+    return q.weight, q.scale, q.dequantised
 
 
 def _int8_channels(w):
-    scale = w.abs().amax(dim=-1) / 127
-    q = torch.round(w / scale[..., None]).clamp(-128, 127).to(torch.int8)
-    return q, scale, q.float() * scale[..., None]
+    q = int8_channels(w)
+    return q.weight, q.scale, q.dequantised
 
 
 def _groups(w, group, bits, zero_points):
-    """Unsigned `bits`-bit groups along K with scales [E, N, K/group] and zero points (or the
-    format's fixed offset); int4 values packed two per byte along K, zero points along N."""
-    e, n, k = w.shape
-    levels = 2**bits - 1
-    g = w.reshape(e, n, k // group, group)
-    if zero_points:
-        lo, hi = g.amin(-1), g.amax(-1)
-        scale = (hi - lo) / levels
-        zp = torch.round(-lo / scale).clamp(0, levels)
-    else:
-        scale = g.abs().amax(-1) / (levels // 2)
-        zp = torch.full_like(scale, float(levels // 2 + 1))
-    q = torch.round(g / scale[..., None] + zp[..., None]).clamp(0, levels)
-    dequant = ((q - zp[..., None]) * scale[..., None]).reshape(e, n, k)
-    q = q.reshape(e, n, k).to(torch.uint8)
-    zp = zp.to(torch.uint8)
-    if bits == 4:
-        q = q[..., 0::2] | (q[..., 1::2] << 4)
-        zp = zp[:, 0::2] | (zp[:, 1::2] << 4)
-    return q, scale, (zp if zero_points else None), dequant
+    q = groups(w, group, bits, zero_points)
+    return q.weight, q.scale, q.zero_point, q.dequantised
 
 
-def _relative_error(ours, expected):
-    return ((ours - expected).norm() / expected.norm()).item()
+_relative_error = relative_error
 
 
 def test_fp8_block_matches_the_dequantised_experts_within_activation_quantisation():
