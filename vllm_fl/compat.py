@@ -201,13 +201,18 @@ def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) 
     return __getattr__
 
 
-@functools.cache
-def _parameter_names(fn: Callable) -> frozenset[str]:
-    return frozenset(inspect.signature(fn).parameters)
+def _parameter_names(fn: Callable) -> frozenset[str] | None:
+    """The keyword arguments ``fn`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
 
 
 def call_with_supported(fn: Callable, **kwargs):
     """``fn(**kwargs)`` without the keyword arguments this vLLM release's ``fn`` does not take
     (Marlin's act-order arguments, gone in 0.32): pass every argument some release needs."""
     names = _parameter_names(fn)
-    return fn(**{name: value for name, value in kwargs.items() if name in names})
+    if names is not None:
+        kwargs = {name: value for name, value in kwargs.items() if name in names}
+    return fn(**kwargs)
