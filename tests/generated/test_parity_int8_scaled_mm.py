@@ -11,8 +11,7 @@ The reference is never compared with itself: it runs alone on every dtype x case
 its inputs alone and return one of the declared forms, only finite values and none of its inputs
 nor a view of one.
 Round trip: on every case with a quantized input, the reference and each available backend
-approximate the full-precision result that ``vllm_fl.dispatch.backends.reference.impl.quant:int8_scaled_mm_round_trip`` computes from the unquantised
-inputs.
+approximate the full-precision result ``ROUND_TRIP`` computes from the unquantised inputs.
 """
 
 import pytest
