@@ -66,7 +66,7 @@ class Quantized:
     zeros: torch.Tensor | None = None
 
 
-Scheme = Callable[[torch.Tensor, "tuple[int, ...] | None"], Quantized]
+Scheme = Callable[[torch.Tensor, tuple[int, ...] | None], Quantized]
 
 
 def _fail(scheme: str, what: str, expected: str) -> ValueError:
