@@ -399,6 +399,15 @@ def host_cpu(result: dict) -> str:
     )
 
 
+def quant_gemm(result: dict) -> str:
+    from benchmarks.bench_quant_gemm import Row, table
+
+    rows = [Row(**row) for row in result["rows"]]
+    return "\n".join(
+        [f"{result['device']}, µs per GEMM in a CUDA graph:", "", "```", table(rows), "```"]
+    )
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -414,6 +423,7 @@ RENDERERS = {
     "profile-e2e": Renderer(profile_e2e, ()),
     "align-graph": Renderer(align_graph, ()),
     "moe-tune": Renderer(moe_tune, ()),
+    "quant-gemm": Renderer(quant_gemm, ()),
 }
 
 
