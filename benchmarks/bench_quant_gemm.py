@@ -82,6 +82,12 @@ def fp8_block_candidates() -> dict[str, Callable]:
         a, b, a_s, b_s = inputs(m, n, k)
         return lambda: flag_gems.w8a8_block_fp8_matmul(a, b, a_s, b_s, [BLOCK, BLOCK], out)
 
+    def tuned(m, n, k):
+        from vllm_fl.kernels import block_fp8
+
+        a, b, a_s, b_s = inputs(m, n, k)
+        return lambda: block_fp8.matmul(a, b, a_s, b_s, (BLOCK, BLOCK), out)
+
     def vllm_triton(m, n, k):
         from vllm.model_executor.layers.quantization.utils.fp8_utils import (
             w8a8_triton_block_scaled_mm,
@@ -111,6 +117,7 @@ def fp8_block_candidates() -> dict[str, Callable]:
 
     return {
         "FlagGems w8a8_block_fp8_matmul": flaggems,
+        "FlagGems kernel, tuned (vllm_fl.kernels.block_fp8)": tuned,
         "vLLM Triton w8a8_triton_block_scaled_mm": vllm_triton,
         "DeepGEMM fp8_gemm_nt": deepgemm,
         "CUTLASS cutlass_scaled_mm (block)": cutlass,
