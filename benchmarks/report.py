@@ -408,6 +408,27 @@ def quant_gemm(result: dict) -> str:
     )
 
 
+def block_fp8_tune(result: dict) -> str:
+    """Per weight shape and token count: the tuned config's µs against FlagGems' own choice."""
+    from benchmarks.tables import Column, text_table
+
+    columns = [Column("N x K", align="<"), Column("tokens"), Column("tuned us", ".2f")]
+    columns += [Column("FlagGems' us", ".2f"), Column("speed-up", ".2f")]
+    body = [
+        [
+            f"{r['n']}x{r['k']}",
+            r["tokens"],
+            r["best_us"],
+            r["flag_gems_us"],
+            r["flag_gems_us"] / r["best_us"],
+        ]
+        for r in result["rows"]
+    ]
+    return "\n".join(
+        [f"{result['device']}, in a CUDA graph:", "", "```", text_table(columns, body), "```"]
+    )
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -424,6 +445,7 @@ RENDERERS = {
     "align-graph": Renderer(align_graph, ()),
     "moe-tune": Renderer(moe_tune, ()),
     "quant-gemm": Renderer(quant_gemm, ()),
+    "block-fp8-tune": Renderer(block_fp8_tune, ()),
 }
 
 

@@ -30,7 +30,7 @@ def table_dir(tmp_path, monkeypatch):
 def test_the_nearest_tuned_token_count_gives_the_config(table_dir):
     big = {**CONFIG, "BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256}
     name = block_fp8.table_name(4096, 14336, "GPU_X", (128, 128))
-    assert name == "N=4096,K=14336,device_name=GPU_X,dtype=fp8_w8a8,block_shape=[128,128].json"
+    assert name == "N=4096,K=14336,device_name=GPU_X,dtype=fp8_w8a8,block=128x128.json"
     (table_dir / name).write_text(json.dumps({"1": CONFIG, "4096": big}))
     assert block_fp8.config_for(4096, 14336, "GPU_X", (128, 128), 2) == CONFIG
     assert block_fp8.config_for(4096, 14336, "GPU_X", (128, 128), 3000) == big
@@ -81,3 +81,14 @@ def test_the_tuner_writes_tables_the_library_loads(table_dir):
     ]
     assert block_fp8.config_for(256, 512, "GPU_X", (128, 128), 50)["BLOCK_SIZE_M"] == 64
     assert block_fp8.config_for(512, 256, "GPU_X", (128, 128), 50) == CONFIG
+
+
+def test_the_shipped_tables_parse_and_are_named_for_their_contents():
+    tables = sorted(block_fp8.TABLE_DIR.glob("*.json"))
+    assert tables, "the library ships no tuned block-FP8 table"
+    for path in tables:
+        table = tuned.parse_table(path, path.read_text())
+        fields = dict(part.split("=", 1) for part in path.stem.split(","))
+        assert fields["dtype"] == "fp8_w8a8" and fields["block"] == "128x128", path.name
+        # every config keeps a tile inside one 128-column scale group
+        assert all(config["BLOCK_SIZE_K"] <= 128 for config in table.values()), path.name

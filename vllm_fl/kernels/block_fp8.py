@@ -8,7 +8,7 @@ FlagGems' ``w8a8_block_fp8_matmul`` takes its tile config from a table it ships 
 library measured for the shape on the device (``python -m vllm_fl.kernels.block_fp8_tune``,
 tables in ``block_fp8_tuned/``, one JSON file per device and (N, K)::
 
-    N=<n>,K=<k>,device_name=<device>,dtype=fp8_w8a8,block_shape=[<bn>,<bk>].json
+    N=<n>,K=<k>,device_name=<device>,dtype=fp8_w8a8,block=<bn>x<bk>.json
 
 token count -> config, the nearest tuned count wins), and FlagGems' own entry where no table
 matches.
@@ -28,9 +28,7 @@ TABLE_DIR = Path(__file__).with_name("block_fp8_tuned")
 
 def table_name(n: int, k: int, device: str, block: tuple[int, int]) -> str:
     """The file name of the table for an [N, K] weight in ``block`` blocks on ``device``."""
-    return (
-        f"N={n},K={k},device_name={device},dtype=fp8_w8a8,block_shape=[{block[0]},{block[1]}].json"
-    )
+    return f"N={n},K={k},device_name={device},dtype=fp8_w8a8,block={block[0]}x{block[1]}.json"
 
 
 @functools.cache
