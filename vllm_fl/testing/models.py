@@ -3,9 +3,10 @@
 Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging Face model directory
 that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
 vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
-INT8 W8A8 checkpoint; `build_tiny_qwen3_moe` a sparse MoE of the same size. Their weights come
-from a fixed seed and are scaled up so the logits are far from ties, which makes greedy decoding a
-sharp comparison between two runs.
+INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one;
+`build_tiny_qwen3_moe` a sparse MoE of the same size. Their weights come from a fixed seed and are
+scaled up so the logits are far from ties, which makes greedy decoding a sharp comparison between
+two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
@@ -139,6 +140,43 @@ def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
     return path
 
 
+def build_tiny_gptq_llama(
+    path: str | Path, hidden_size: int = 256, quant: str = "w4a16-gptq"
+) -> Path:
+    """The tiny Llama as a GPTQ checkpoint of format `quant` (``QUANTIZATIONS["w4a16-gptq"]``
+    or ``["w8a16-gptq"]``: symmetric, groups of 128, no act-order): every projection's weight
+    [N, K] quantised per group of input channels (``vllm_fl.kernels.wna16.quantize``) and saved
+    as GPTQ does: ``qweight`` [K / p, N] int32 packed along K, ``scales`` [K / G, N] float16,
+    ``qzeros`` [K / G, N / p] holding zero point - 1 (GPTQ's format v1), ``g_idx`` [K]."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from vllm_fl.kernels import wna16 as packing
+
+    spec = QUANTIZATIONS[quant]
+    bits, group = spec["bits"], spec["group_size"]
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    quantised: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            quantised[name] = tensor
+            continue
+        prefix = name.removesuffix("weight")
+        qweight, scales, _ = packing.quantize(tensor.t(), bits, group)
+        k, n = tensor.shape[1], tensor.shape[0]
+        zeros = torch.full((k // group, n), packing.default_zero(bits) - 1, dtype=torch.int32)
+        quantised[prefix + "qweight"] = packing.canonical_to_k_packed(qweight, bits)
+        quantised[prefix + "scales"] = scales.to(torch.float16)
+        quantised[prefix + "qzeros"] = packing.pack(zeros, bits, dim=1)
+        quantised[prefix + "g_idx"] = torch.arange(k, dtype=torch.int32) // group
+    save_file(quantised, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = QUANTIZATIONS[quant]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 TINY_MOE_LAYERS = 2
 TINY_MOE_EXPERTS = 8
 TINY_MOE_TOP_K = 2
@@ -248,6 +286,7 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
 TINY_MODELS = {
     "tiny-llama": build_tiny_llama,
     "tiny-int8-llama": build_tiny_int8_llama,
+    "tiny-gptq-llama": build_tiny_gptq_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
     "tiny-fp8-qwen3-moe": build_tiny_fp8_qwen3_moe,
 }
@@ -389,6 +428,14 @@ QUANTIZATIONS: dict[str, dict] = {
     "w4a16-gptq": {
         "quant_method": "gptq",
         "bits": 4,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+    },
+    # GPTQ 8-bit weights, groups of 128 (W8A16)
+    "w8a16-gptq": {
+        "quant_method": "gptq",
+        "bits": 8,
         "group_size": 128,
         "desc_act": False,
         "sym": True,
