@@ -138,6 +138,11 @@ def test_round_trip_is_the_unquantized_experts():
         (dict(w1_scale=torch.ones(E, 3, 2)), "argument 'w1_scale' has shape [4, 3, 2]"),
         (dict(block_n=128, block_k=0), "block shape [128, 0]"),
         (dict(activation="relu"), "activation 'relu'"),
+        (
+            dict(block_n=0, block_k=0, w1_scale=torch.ones(E), w2_scale=torch.ones(E),
+                 a1_scale=torch.ones(E)),
+            "argument 'a1_scale' has shape [4], expected [1]",
+        ),  # fmt: skip
     ],
 )
 def test_bad_arguments_are_refused_by_name(change, message):

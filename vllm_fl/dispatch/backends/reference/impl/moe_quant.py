@@ -105,6 +105,7 @@ def _fake_quantise(
     static_scale: torch.Tensor | None,
     per_act_token: bool,
     block_k: int,
+    scale_arg: str,
 ) -> torch.Tensor:
     """x [rows, K] quantised as the W8A8 kernels quantise their input, dequantised again."""
     xf = x.to(torch.float32)
@@ -119,6 +120,7 @@ def _fake_quantise(
         return q * scale
 
     if static_scale is not None and block_k == 0 and not per_act_token:
+        check_shape(OP, scale_arg, static_scale, (1,), numel=True)
         return quantise(xf, static_scale.to(torch.float32).reshape(()))
     if block_k > 0:
         rows, k = xf.shape
@@ -188,15 +190,15 @@ def fused_experts_quant(
         w1f = _weight_only(w1, w1_scale, w1_zp, "w1", quant_type, block_k, hidden)
         w2f = _weight_only(w2, w2_scale, w2_zp, "w2", quant_type, block_k, intermediate)
 
-    def activations(x: torch.Tensor, static_scale: torch.Tensor | None) -> torch.Tensor:
+    def activations(x: torch.Tensor, static_scale: torch.Tensor | None, arg: str) -> torch.Tensor:
         if quant_type in W8A8:
-            return _fake_quantise(x, quant_type, static_scale, per_act_token, block_k)
+            return _fake_quantise(x, quant_type, static_scale, per_act_token, block_k, arg)
         return x.to(torch.float32)
 
     flat_ids = topk_ids.reshape(-1).to(torch.int64)
     flat_weights = topk_weights.reshape(-1).to(torch.float32)
     token_of = torch.arange(num_tokens, device=flat_ids.device).repeat_interleave(k)
-    x1 = activations(hidden_states, a1_scale)
+    x1 = activations(hidden_states, a1_scale, "a1_scale")
     experts = [
         (expert, local)
         for expert in torch.unique(flat_ids).tolist()
@@ -218,7 +220,7 @@ def fused_experts_quant(
         gate_up = gate_up.to(dtype).to(torch.float32)
         d = gate_up.shape[-1] // 2
         inter[pairs] = (act(gate_up[:, :d]) * gate_up[:, d:]).to(dtype)
-    x2 = activations(inter, a2_scale)
+    x2 = activations(inter, a2_scale, "a2_scale")
     out = torch.zeros(num_tokens, w2f.shape[1], dtype=torch.float32, device=x1.device)
     for expert, local in experts:
         pairs = pairs_of[expert]
