@@ -191,3 +191,25 @@ def test_a_router_weight_on_the_input_is_applied_once(moe, moe_config):
     d1, d2 = q1.float() * s1[..., None], q2.float() * s2[..., None]
     expected = fused_experts(x * weights, d1, d2, torch.ones_like(weights), ids)
     assert ((out - expected).norm() / expected.norm()) < 0.02
+
+
+def test_vllms_wna16_selection_picks_the_plugins_experts_where_it_has_a_triton_backend(
+    moe, moe_config
+):
+    """vLLM 0.32's WNA16 oracle (GPTQ-style group-quantized int4, compressed-tensors args)."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils as keys
+
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.int_wna16")
+    if not hasattr(oracle.WNA16MoEBackend, "TRITON"):
+        pytest.skip("this vLLM's WNA16 oracle has no TRITON backend (vLLM 0.24)")
+    from compressed_tensors.quantization import QuantizationArgs
+
+    moe.install_moe_experts(_Platform())
+    args = QuantizationArgs(
+        num_bits=4, type="int", symmetric=True, strategy="group", group_size=128
+    )
+    backend, experts = oracle.select_wna16_moe_backend(
+        moe_config, keys.kInt4Static, args, may_have_zp=False, may_have_bias=False
+    )
+    assert backend is oracle.WNA16MoEBackend.TRITON
+    assert experts is moe.QuantizedExpertsFL
