@@ -307,17 +307,14 @@ def install_moe_experts(platform=None, policy=None) -> list[str]:
         policy = get_policy()
     if not policy.oot_allowed(OP):
         return []
+    experts_cls = getattr(sys.modules[__name__], "QuantizedExpertsFL")  # built on first access
     with _lock:
         for oracle in ORACLES:
             module, triton = _triton_member(oracle)
             if triton is None or oracle.module in _originals:
                 continue
-            _wrap(module, triton, _build_experts_class_once())
+            _wrap(module, triton, experts_cls)
         return installed()
-
-
-def _build_experts_class_once() -> type:
-    return getattr(sys.modules[__name__], "QuantizedExpertsFL")
 
 
 def installed() -> list[str]:
