@@ -56,6 +56,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def _check(backend, arguments, tolerance):
     on_gpu = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in arguments.items()}
     on_gpu["hidden_states"] = on_gpu["hidden_states"].to(torch.bfloat16)
+    if on_gpu["quant_type"] in ("int8_w8a16", "int4_w4a16"):
+        # vLLM's WNA16 MoE layers hold their scales in the activations' dtype (its CUDA WNA16
+        # kernel reads them so)
+        for name in ("w1_scale", "w2_scale"):
+            on_gpu[name] = on_gpu[name].to(torch.bfloat16)
     tensors = [v for v in on_gpu.values() if isinstance(v, torch.Tensor)]
     before = [_bits(t).clone() for t in tensors]
     got = _impl(backend)(**on_gpu)
