@@ -171,6 +171,10 @@ QUANT_SCHEMES = {
     "int8_token": QuantScheme(None, False, (2,), "[M, K]"),
     "int8_channel": QuantScheme(None, False, (2,), "[N, K]"),
     "int8_token_asym": QuantScheme(None, True, (2,), "[M, K]"),
+    "wna16_w4": QuantScheme((None,), False, (2,), "[K, N]", "[G]"),
+    "wna16_w4_zp": QuantScheme((None,), True, (2,), "[K, N]", "[G]"),
+    "wna16_w8": QuantScheme((None,), False, (2,), "[K, N]", "[G]"),
+    "wna16_w8_zp": QuantScheme((None,), True, (2,), "[K, N]", "[G]"),
 }
 
 

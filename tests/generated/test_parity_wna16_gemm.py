@@ -10,6 +10,8 @@ fails.
 The reference is never compared with itself: it runs alone on every dtype x case and must leave
 its inputs alone and return one of the declared forms, only finite values and none of its inputs
 nor a view of one.
+Round trip: on every case with a quantized input, the reference and each available backend
+approximate the full-precision result ``ROUND_TRIP`` computes from the unquantised inputs.
 """
 
 import pytest
@@ -18,6 +20,17 @@ OP = "wna16_gemm"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
+    pytest.param("vendor.cuda", "cuda", id="cuda"),
+]
+# the full-precision result the quantized op approximates, from the unquantised inputs
+ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.wna16:wna16_gemm_round_trip"
+ROUND_TRIP_TOLERANCES = {
+    "float16": {"atol": 1.0, "rtol": 0.02},
+    "bfloat16": {"atol": 1.0, "rtol": 0.02},
+}
+ROUND_TRIP_BACKENDS = [
+    pytest.param("reference.torch", "cpu", id="reference"),
     pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
@@ -33,56 +46,117 @@ CASES = [
             "init": {},
             "inputs": {
                 "x": {"shape": (1, 256), "dtype": "$dtype", "scale": 0.5},
-                "qweight": {"shape": (256, 32), "dtype": "int32", "high": 2147483647},
-                "scales": {"shape": (2, 256), "dtype": "$dtype", "scale": 0.01},
+                "qweight": {
+                    "quantize": (256, 256),
+                    "scheme": "wna16_w4",
+                    "group": (128,),
+                    "scales": "scales",
+                    "scale": 0.1,
+                },
                 "bits": {"value": 4},
                 "group_size": {"value": 128},
             },
         },
-        id="case0-x1x256-qweight256x32-scales2x256-bits=4-group_size=128",
+        id="case0-x1x256-qweight256x256-wna16_w4-bits=4-group_size=128",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
                 "x": {"shape": (33, 256), "dtype": "$dtype", "scale": 0.5},
-                "qweight": {"shape": (256, 32), "dtype": "int32", "high": 2147483647},
-                "scales": {"shape": (8, 256), "dtype": "$dtype", "scale": 0.01},
+                "qweight": {
+                    "quantize": (256, 256),
+                    "scheme": "wna16_w4_zp",
+                    "group": (32,),
+                    "scales": "scales",
+                    "zeros": "qzeros",
+                    "scale": 0.1,
+                },
                 "bits": {"value": 4},
                 "group_size": {"value": 32},
-                "qzeros": {"shape": (8, 32), "dtype": "int32", "high": 2147483647},
                 "bias": {"shape": (256,), "dtype": "$dtype", "scale": 0.1},
             },
         },
-        id="case1-x33x256-qweight256x32-scales8x256-bits=4-group_size=32-qzeros8x32-bias256",
+        id="case1-x33x256-qweight256x256-wna16_w4_zp-bits=4-group_size=32-bias256",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "x": {"shape": (16, 512), "dtype": "$dtype", "scale": 0.5},
+                "qweight": {
+                    "quantize": (512, 128),
+                    "scheme": "wna16_w4",
+                    "group": (512,),
+                    "scales": "scales",
+                    "scale": 0.1,
+                },
+                "bits": {"value": 4},
+                "group_size": {"value": -1},
+            },
+        },
+        id="case2-x16x512-qweight512x128-wna16_w4-bits=4-group_size=-1",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
                 "x": {"shape": (5, 256), "dtype": "$dtype", "scale": 0.5},
-                "qweight": {"shape": (256, 64), "dtype": "int32", "high": 2147483647},
-                "scales": {"shape": (1, 256), "dtype": "$dtype", "scale": 0.001},
+                "qweight": {
+                    "quantize": (256, 256),
+                    "scheme": "wna16_w8",
+                    "group": (256,),
+                    "scales": "scales",
+                    "scale": 0.5,
+                },
                 "bits": {"value": 8},
                 "group_size": {"value": -1},
             },
         },
-        id="case2-x5x256-qweight256x64-scales1x256-bits=8-group_size=-1",
+        id="case3-x5x256-qweight256x256-wna16_w8-bits=8-group_size=-1",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
                 "x": {"shape": (2, 3, 256), "dtype": "$dtype", "scale": 0.5},
-                "qweight": {"shape": (256, 64), "dtype": "int32", "high": 2147483647},
-                "scales": {"shape": (4, 256), "dtype": "$dtype", "scale": 0.001},
+                "qweight": {
+                    "quantize": (256, 256),
+                    "scheme": "wna16_w8_zp",
+                    "group": (128,),
+                    "scales": "scales",
+                    "zeros": "qzeros",
+                    "scale": 0.5,
+                },
                 "bits": {"value": 8},
-                "group_size": {"value": 64},
-                "qzeros": {"shape": (4, 64), "dtype": "int32", "high": 2147483647},
+                "group_size": {"value": 128},
+                "bias": {"shape": (256,), "dtype": "$dtype", "scale": 0.1},
             },
         },
-        id="case3-x2x3x256-qweight256x64-scales4x256-bits=8-group_size=64-qzeros4x64",
+        id="case4-x2x3x256-qweight256x256-wna16_w8_zp-bits=8-group_size=128-bias256",
     ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "x": {"shape": (4, 256), "dtype": "$dtype", "scale": 0.5},
+                "qweight": {
+                    "quantize": (256, 128),
+                    "scheme": "wna16_w8",
+                    "group": (32,),
+                    "scales": "scales",
+                    "scale": 0.5,
+                },
+                "bits": {"value": 8},
+                "group_size": {"value": 32},
+            },
+        },
+        id="case5-x4x256-qweight256x128-wna16_w8-bits=8-group_size=32",
+    ),
+]
+# the cases with a quantized input
+ROUND_TRIP_CASES = [
+    case for case in CASES if any("quantize" in item for item in case.values[0]["inputs"].values())
 ]
 
 
@@ -97,3 +171,12 @@ def test_parity(parity, impl_id, device, dtype, case):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_contract(parity, dtype, case):
     parity.check_reference(OP, LAYER, dtype, case, RETURNS)
+
+
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl_id, device", ROUND_TRIP_BACKENDS)
+def test_round_trip(parity, impl_id, device, dtype, case):
+    parity.check_round_trip(
+        OP, LAYER, impl_id, device, dtype, case, ROUND_TRIP, ROUND_TRIP_TOLERANCES[dtype]
+    )

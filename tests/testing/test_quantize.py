@@ -161,10 +161,116 @@ def test_int8_token_asym_maps_each_rows_range_onto_the_int8_range():
     assert ((dequantised - x).abs() <= result.scales / 2 * (1 + 1e-4)).all()
 
 
+#: weight-only scheme -> (bits, zero points)
+WNA16 = {
+    "wna16_w4": (4, False),
+    "wna16_w4_zp": (4, True),
+    "wna16_w8": (8, False),
+    "wna16_w8_zp": (8, True),
+}
+
+
+def _unpack_by_bytes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The values of int32 words [K, N / p] along N, read through their little-endian bytes: a
+    byte per 8-bit value, or its low nibble then its high one for 4 bits."""
+    assert packed.dtype == torch.int32
+    data = packed.contiguous().view(torch.uint8).to(torch.int32)  # [K, 4 * N / p]
+    if bits == 8:
+        return data
+    return torch.stack([data & 0xF, data >> 4], dim=-1).reshape(packed.shape[0], -1)
+
+
+def _groups(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x [K, N] as [K / G, G, N] by a loop over its groups of rows."""
+    return torch.stack([x[i : i + size] for i in range(0, x.shape[0], size)])
+
+
+@pytest.mark.parametrize("scheme", sorted(WNA16))
+@pytest.mark.parametrize("size", [16, 32, 96], ids=["g16", "g32", "one-group"])
+def test_wna16_packs_the_canonical_layout_along_n(scheme, size):
+    bits, zero_points = WNA16[scheme]
+    per_word = 32 // bits
+    x = _normal(96, 64)
+    result = quantize(x, scheme, (size,))
+    assert result.q.dtype == torch.int32 and result.q.shape == (96, 64 // per_word)
+    assert result.scales.dtype == torch.float32 and result.scales.shape == (96 // size, 64)
+    if zero_points:
+        assert result.zeros is not None
+        assert result.zeros.dtype == torch.int32 and result.zeros.shape == (
+            96 // size,
+            64 // per_word,
+        )
+    else:
+        assert result.zeros is None
+    q = _unpack_by_bytes(result.q, bits)
+    assert q.shape == x.shape and q.min() >= 0 and q.max() <= 2**bits - 1
+
+
+@pytest.mark.parametrize("scheme", ["wna16_w4", "wna16_w8"])
+def test_wna16_symmetric_scales_from_the_largest_value_around_the_types_bias(scheme):
+    bits, _ = WNA16[scheme]
+    bias, largest = 2 ** (bits - 1), 2 ** (bits - 1) - 1  # 8 and 7 for 4 bits
+    x = _normal(64, 48, seed=1)
+    result = quantize(x, scheme, (16,))
+    groups = _groups(x, 16)  # [4, 16, 48]
+    torch.testing.assert_close(result.scales, groups.abs().amax(dim=1) / largest, rtol=1e-6, atol=0)
+    centred = _groups(_unpack_by_bytes(result.q, bits) - bias, 16).float()
+    # each group's largest |x| of each output channel lands on +-largest
+    assert torch.equal(centred.abs().amax(dim=1), torch.full((4, 48), float(largest)))
+    error = (centred * result.scales[:, None, :] - groups).abs()
+    assert (error <= result.scales[:, None, :] / 2 * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize("scheme", ["wna16_w4_zp", "wna16_w8_zp"])
+def test_wna16_asymmetric_maps_each_groups_range_onto_the_unsigned_range(scheme):
+    bits, _ = WNA16[scheme]
+    top = 2**bits - 1
+    x = _normal(64, 32, seed=2) + 0.7  # off-centre, most groups of one sign at 4 bits
+    x[:32, :8] = x[:32, :8].abs() + 0.1  # groups wholly above 0: their range widens to 0
+    result = quantize(x, scheme, (32,))
+    groups = _groups(x, 32)  # [2, 32, 32]
+    lo = groups.amin(dim=1).clamp(max=0.0)
+    hi = groups.amax(dim=1).clamp(min=0.0)
+    torch.testing.assert_close(result.scales, (hi - lo) / top, rtol=1e-6, atol=0)
+    zeros = _unpack_by_bytes(result.zeros, bits)
+    assert torch.equal(zeros, torch.round(-lo / result.scales).to(torch.int32))
+    assert torch.equal(zeros[0, :8], torch.zeros(8, dtype=torch.int32))  # min widened to 0
+    q = _groups(_unpack_by_bytes(result.q, bits), 32)
+    assert torch.equal(q.amax(dim=1)[:, 8:], torch.full((2, 24), top, dtype=torch.int32))
+    dequantised = (q - zeros[:, None, :]).float() * result.scales[:, None, :]
+    assert ((dequantised - groups).abs() <= result.scales[:, None, :] / 2 * (1 + 1e-4)).all()
+
+
+@pytest.mark.parametrize(
+    "scheme, shape, group, message",
+    [
+        ("wna16_w4", (64, 32), (24,), "group is [24] for K = 64, expected [G] with G dividing K"),
+        (
+            "wna16_w4_zp",
+            (64, 36),
+            (32,),
+            "x has shape [64, 36], expected [K, N] with N a multiple of 8",
+        ),
+        (
+            "wna16_w8",
+            (64, 34),
+            (32,),
+            "x has shape [64, 34], expected [K, N] with N a multiple of 4",
+        ),
+        ("wna16_w8_zp", (64, 32), (1, 32), "group is [1, 32], expected [G]"),
+    ],
+    ids=["group-not-dividing-k", "n-not-whole-words-4", "n-not-whole-words-8", "2-d-group"],
+)
+def test_wna16_refuses_what_it_cannot_pack(scheme, shape, group, message):
+    with pytest.raises(ValueError, match=re.escape(f"scheme '{scheme}': {message}")):
+        quantize(_normal(*shape), scheme, group)
+
+
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_every_scheme_is_deterministic(scheme):
-    x = _normal(4, 3, 64) if QUANT_SCHEMES[scheme].ranks in ((), (2, 3)) else _normal(12, 64)
-    group = (16, 32) if scheme == "fp8_block" else (1, 32) if scheme == "fp8_group" else None
+    rules = QUANT_SCHEMES[scheme]
+    x = _normal(4, 3, 64) if rules.ranks in ((), (2, 3)) else _normal(32, 64)
+    group = None if rules.group is None else tuple(d or 16 for d in rules.group)
     first, second = quantize(x, scheme, group), quantize(x.clone(), scheme, group)
     assert torch.equal(first.q.view(torch.uint8), second.q.view(torch.uint8))  # FP8 too
     assert torch.equal(first.scales, second.scales)

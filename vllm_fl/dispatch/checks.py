@@ -294,7 +294,7 @@ CHECKS: dict[str, dict] = {
         "layer": False,
         "mutates": (),
         "inplace": (),
-        "dtype_from": ("x", "scales", "bias"),
+        "dtype_from": ("x", "bias"),
         "canonical": None,
         "tolerances": {
             "bfloat16": (0.1, 0.02),

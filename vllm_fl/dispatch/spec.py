@@ -420,8 +420,9 @@ class FLBackendBase(abc.ABC):
         x's dtype, with x [..., K] and W [K, N] = (q - zero) * scale per group of group_size input
         channels (-1: one group over K). Canonical layout (vllm_fl.kernels.wna16): qweight [K, N /
         p] int32 holding p = 32 / bits values of consecutive output channels, the first in the
-        lowest bits; scales [K / G, N] in x's dtype; qzeros [K / G, N / p] int32 packed like
-        qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4 or 8.
+        lowest bits; scales [K / G, N] in x's dtype or float32; qzeros [K / G, N / p] int32 packed
+        like qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4
+        or 8.
 
         Signature: ``wna16_gemm(Tensor x, Tensor qweight, Tensor scales, int bits, int group_size, Tensor? qzeros=None, Tensor? bias=None) -> Tensor``.
         """

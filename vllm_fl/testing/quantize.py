@@ -37,8 +37,23 @@ INT8 (range [-128, 127]), round half to even as vLLM's kernels, saturated:
   and the zero point is in [-128, 127] when the row holds 0 between them. A constant row (scale
   0) has no such quantisation; rows of random values never are constant.
 
-A group is given exactly to the schemes that take one (``fp8_group``, ``fp8_block``); the others
-refuse one. Every scheme refuses a shape it does not quantise with a
+Weight-only integer weights (W4A16, W8A16, GPTQ and AWQ checkpoints) in the canonical layout of
+the op ``wna16_gemm`` (``vllm_fl.kernels.wna16``), quantised from a float weight x [K, N] per group
+of G input channels, group ``(G,)`` (G = K: one group over K, the op's ``group_size`` -1):
+
+- ``wna16_w4``, ``wna16_w8``: symmetric as GPTQ, ``scale = max|x| / (2^(bits - 1) - 1)`` over a
+  group and output channel, ``q = round(x / scale) + 2^(bits - 1)`` in [0, 2^bits - 1] (the
+  zero point the op assumes without zero points); no ``zeros``.
+- ``wna16_w4_zp``, ``wna16_w8_zp``: asymmetric as AWQ, over a group's range widened to hold 0:
+  ``scale = (max - min) / (2^bits - 1)``, ``zero = round(-min / scale)``,
+  ``q = clamp(round(x / scale) + zero, 0, 2^bits - 1)``.
+
+``q`` is the packed int32 ``qweight`` [K, N / p] (p = 32 / bits values of consecutive output
+channels per word, the first in the lowest bits), ``scales`` [K / G, N] float32 and ``zeros`` the
+packed int32 ``qzeros`` [K / G, N / p]; rounding is half to even.
+
+A group is given exactly to the schemes that take one (``fp8_group``, ``fp8_block``, the
+``wna16_*`` ones); the others refuse one. Every scheme refuses a shape it does not quantise with a
 ``ValueError`` naming the scheme, the bad value and what is allowed.
 """
 
@@ -48,6 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from vllm_fl.kernels import wna16 as packing
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
@@ -182,6 +199,40 @@ def int8_token_asym(x: torch.Tensor, group: tuple[int, ...] | None = None) -> Qu
     return Quantized(q, scales, zeros.to(torch.int32))
 
 
+def _wna16(scheme: str, bits: int, zero_points: bool) -> Scheme:
+    """A weight-only scheme of ``bits`` bits: x [K, N] -> canonical (qweight, scales, qzeros)."""
+
+    def quantize_weight(x: torch.Tensor, group: tuple[int, ...] | None = None) -> Quantized:
+        if group is None or len(group) != 1 or int(group[0]) <= 0:
+            shown = None if group is None else list(group)
+            raise _fail(scheme, f"group is {shown}", "[G], a positive integer")
+        _rank(scheme, x, (2,), "[K, N]")
+        k, n = x.shape
+        size = int(group[0])
+        if k % size:
+            raise _fail(scheme, f"group is {[size]} for K = {k}", "[G] with G dividing K")
+        factor = packing.pack_factor(bits)
+        if n % factor:
+            raise _fail(scheme, f"x has shape {[k, n]}", f"[K, N] with N a multiple of {factor}")
+        qweight, scales, qzeros = packing.quantize(x, bits, size, zero_points=zero_points)
+        return Quantized(qweight, scales, qzeros)
+
+    quantize_weight.__name__ = quantize_weight.__qualname__ = scheme
+    quantize_weight.__doc__ = (
+        f"{bits}-bit weight x [K, N] per group [G] of input channels, "
+        + ("asymmetric (AWQ): " if zero_points else "symmetric (GPTQ): ")
+        + "canonical ``wna16_gemm`` qweight [K, N / p], scales [K / G, N]"
+        + (", qzeros [K / G, N / p]." if zero_points else ".")
+    )
+    return quantize_weight
+
+
+wna16_w4 = _wna16("wna16_w4", 4, zero_points=False)
+wna16_w4_zp = _wna16("wna16_w4_zp", 4, zero_points=True)
+wna16_w8 = _wna16("wna16_w8", 8, zero_points=False)
+wna16_w8_zp = _wna16("wna16_w8_zp", 8, zero_points=True)
+
+
 #: scheme name -> function; the names ``ops.yaml`` accepts for ``scheme:`` (the generator keeps
 #: the same names with their group and zero points in ``codegen.model.QUANT_SCHEMES``)
 SCHEMES: dict[str, Scheme] = {
@@ -193,6 +244,10 @@ SCHEMES: dict[str, Scheme] = {
     "int8_token": int8_token,
     "int8_channel": int8_token,
     "int8_token_asym": int8_token_asym,
+    "wna16_w4": wna16_w4,
+    "wna16_w4_zp": wna16_w4_zp,
+    "wna16_w8": wna16_w8,
+    "wna16_w8_zp": wna16_w8_zp,
 }
 
 

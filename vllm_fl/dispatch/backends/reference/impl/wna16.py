@@ -57,8 +57,8 @@ def wna16_gemm(
     x's dtype, with x [..., K] and W [K, N] = (q - zero) * scale per group of group_size input
     channels (-1: one group over K). Canonical layout (vllm_fl.kernels.wna16): qweight [K, N /
     p] int32 holding p = 32 / bits values of consecutive output channels, the first in the lowest
-    bits; scales [K / G, N] in x's dtype; qzeros [K / G, N / p] int32 packed like qweight, or None
-    for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4 or 8.
+    bits; scales [K / G, N] in x's dtype or float32; qzeros [K / G, N / p] int32 packed like
+    qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4 or 8.
     """
     k, n, group = check_wna16_args(x, qweight, scales, bits, group_size, qzeros, bias)
     weight = packing.dequantize(qweight, scales, bits, group, qzeros)
@@ -66,3 +66,18 @@ def wna16_gemm(
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+def wna16_gemm_round_trip(
+    originals: dict[str, torch.Tensor], arguments: dict[str, object]
+) -> torch.Tensor:
+    """The float32 GEMM ``wna16_gemm`` approximates when ``qweight`` is a float weight [K, N]
+    quantised (``scales``, ``qzeros`` its scales and zero points): ``x @ weight`` + bias."""
+    x = arguments["x"]
+    assert isinstance(x, torch.Tensor)
+    weight = originals["qweight"].float()
+    out = x.reshape(-1, weight.shape[0]).float() @ weight
+    bias = arguments.get("bias")
+    if isinstance(bias, torch.Tensor):
+        out = out + bias.float()
+    return out.reshape(*x.shape[:-1], weight.shape[1])
