@@ -17,6 +17,8 @@ KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
 #: dtype names tests may use -> torch attribute
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+#: float8 dtypes a test tensor may have (random normal values cast, for quantized operands)
+FLOAT8_DTYPES = ("float8_e4m3fn",)
 DTYPE_PLACEHOLDER = "$dtype"
 #: examples of torch device types: ``device:`` takes any (``Probe`` checks ``torch.<type>``)
 DEVICES = ("cuda", "npu", "xpu", "musa", "mlu", "cpu")

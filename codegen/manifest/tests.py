@@ -159,7 +159,7 @@ def _tensor(r: Reader, node: Map, what: str) -> m.TensorInput:
     shape = _shape(r, f.require("shape", "[dims...]").value, what)
     dtype_entry = f.pop("dtype")
     dtype = m.DTYPE_PLACEHOLDER
-    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.INT_DTYPES
+    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.FLOAT8_DTYPES + m.INT_DTYPES
     if dtype_entry is not None:
         dtype = str(
             r.scalar(dtype_entry.value, f"dtype of {what}", (str,), "one of " + ", ".join(allowed))
