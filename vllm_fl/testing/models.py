@@ -3,7 +3,8 @@
 Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging Face model directory
 that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
 vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
-INT8 W8A8 checkpoint; `build_tiny_qwen3_moe` a sparse MoE of the same size. Their weights come
+INT8 W8A8 checkpoint, `build_tiny_fp8_block_llama` as a block-quantized FP8 one (or its dequantised
+twin); `build_tiny_qwen3_moe` a sparse MoE of the same size. Their weights come
 from a fixed seed and are scaled up so the logits are far from ties, which makes greedy decoding a
 sharp comparison between two runs.
 
@@ -139,6 +140,66 @@ def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
     return path
 
 
+FP8_MAX = 448.0  # the largest float8_e4m3fn value
+FP8_BLOCK = (128, 128)
+
+
+def quantise_fp8_blocks(weight, block: tuple[int, int] = FP8_BLOCK):
+    """``weight`` [N, K] quantised to float8_e4m3fn per ``block`` (rows, columns): returns (the
+    float8 weight, float32 scales [ceil(N / rows), ceil(K / cols)]), scale = max|block| / 448."""
+    import torch
+
+    rows, cols = block
+    n, k = weight.shape
+    padded = torch.zeros(-(-n // rows) * rows, -(-k // cols) * cols, dtype=torch.float32)
+    padded[:n, :k] = weight.float()
+    blocks = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols)
+    scales = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
+    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:n, :k]
+    quantised = (weight.float() / full).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return quantised, scales
+
+
+def dequantise_fp8_blocks(quantised, scales, block: tuple[int, int] = FP8_BLOCK):
+    """The float32 weight a block-quantized one stands for."""
+    rows, cols = block
+    n, k = quantised.shape
+    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:n, :k]
+    return quantised.float() * full
+
+
+def build_tiny_fp8_block_llama(
+    path: str | Path, hidden_size: int = 256, dequantised: bool = False
+) -> Path:
+    """The tiny Llama as a block-quantized FP8 checkpoint (the layout of Qwen3-FP8 and
+    DeepSeek-V3, ``QUANTIZATIONS["fp8-block"]``): every projection's weight quantised per 128 x 128
+    block (``weight`` float8_e4m3fn, ``weight_scale_inv`` [N / 128, K / 128]). With
+    ``dequantised``, the unquantized checkpoint of the weights the FP8 one stands for (float32
+    weights equal to the dequantised blocks, no quantization config): what the FP8 model computes
+    up to the activations' quantisation."""
+    from safetensors.torch import load_file, save_file
+
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    converted = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            converted[name] = tensor
+            continue
+        quantised, scales = quantise_fp8_blocks(tensor)
+        if dequantised:
+            converted[name] = dequantise_fp8_blocks(quantised, scales)
+        else:
+            converted[name] = quantised
+            converted[name.removesuffix("weight") + "weight_scale_inv"] = scales
+    save_file(converted, str(path / "model.safetensors"))
+    if not dequantised:
+        config = json.loads((path / "config.json").read_text())
+        config["quantization_config"] = QUANTIZATIONS["fp8-block"]
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 TINY_MOE_LAYERS = 2
 TINY_MOE_EXPERTS = 8
 TINY_MOE_TOP_K = 2
@@ -173,6 +234,7 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
 TINY_MODELS = {
     "tiny-llama": build_tiny_llama,
     "tiny-int8-llama": build_tiny_int8_llama,
+    "tiny-fp8-block-llama": build_tiny_fp8_block_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
 }
 

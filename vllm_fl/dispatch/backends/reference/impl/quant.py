@@ -157,7 +157,7 @@ def scaled_fp8_quant(
     xf = x.float()
     if scale is not None:
         check_shape(op, "scale", scale, (1,), numel=True)
-        return _to_fp8(xf / scale.float().reshape(())), scale.clone()
+        return _to_fp8(xf * scale.float().reshape(()).reciprocal()), scale.clone()
     if use_per_token_if_dynamic:
         absmax = xf.abs().amax(dim=-1, keepdim=True)
         if scale_ub is not None:
@@ -168,7 +168,8 @@ def scaled_fp8_quant(
             raise ValueError(f"{op}: scale_ub is only for dynamic per-token quantisation")
         absmax = xf.abs().amax().reshape(1)
     scales = (absmax / _FP8_MAX).clamp(min=_FP8_MIN_SCALE)
-    return _to_fp8(xf / scales), scales
+    # times the reciprocal, as vLLM's kernels (and its native code) compute it
+    return _to_fp8(xf * scales.reciprocal()), scales
 
 
 def _check_out_dtype(op: str, out_dtype: str) -> torch.dtype:
