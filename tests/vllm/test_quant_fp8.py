@@ -77,6 +77,7 @@ def test_the_block_kernel_computes_the_dequantised_matmul(fp8, vllm_config, scal
     assert kernel_cls.can_implement(config) == (True, None)
     kernel = kernel_cls(config)
     kernel.process_weights_after_loading(layer)
+    kernel.quant_fp8 = None  # vLLM's QuantFP8 (``_C`` kernels on CUDA) must not be called
     x = torch.randn(m, k).to(torch.bfloat16)
     bias = torch.randn(n).to(torch.bfloat16)
     out = kernel.apply_weights(layer, x, bias)
@@ -121,6 +122,7 @@ def test_the_scaled_mm_kernel_computes_the_dequantised_matmul(
         config, layer_param_names=["weight", "weight_scale", "input_scale", "input_scale_ub"]
     )
     kernel.process_weights_after_loading(layer)
+    kernel.quant_fp8 = None  # vLLM's QuantFP8 (``_C`` kernels on CUDA) must not be called
     x = torch.randn(2, m, k).to(torch.bfloat16)
     out = kernel.apply_weights(layer, x)
     expected = x.float() @ (w_q.float() * w_s.reshape(-1, 1)).t()

@@ -25,9 +25,11 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
 TASK = "vllm_fl.testing.engine:greedy_logprobs"
 PLUGIN_MULTIPROCESS = {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 FP8_MAX = 448.0
-#: mean |logprob difference| over the run's 5 most likely first tokens: bfloat16 against float32
-#: and the activations' rounding in another order stay well below it
-CLOSE = 0.3
+#: bound of the mean |logprob difference| over the run's 5 most likely first tokens. float8
+#: rounding amplifies bfloat16's small differences: Hugging Face's own bfloat16 FP8 computation
+#: of the block model is 0.22 from its float32 one, the plugin's runs measured 0.28 (block) and
+#: 0.41 (per tensor), the same weights unquantized 0.61 and 0.55; a wrong kernel is nats away
+CLOSE = 0.5
 
 
 def _float8(x, scale):

@@ -384,8 +384,8 @@ class FLBackendBase(abc.ABC):
         power of two rounded up with use_ue8m0; x_q = x / scale saturated to float8_e4m3fn. Returns
         (x_q [tokens, hidden], scales float32 [tokens, hidden / group_size]). column_major_scales
         asks for the scales column-major (DeepGEMM's and CUTLASS's layout), tma_aligned_scales with
-        DeepGEMM's TMA-aligned column stride; these change strides only, never values, and an impl
-        that cannot honour them returns row-major scales (consumers accept any strides).
+        DeepGEMM's TMA-aligned column stride (the token count rounded up to a multiple of 4); they
+        change strides only, never values, and the GEMM ops accept scales of any strides.
 
         Signature: ``per_token_group_quant_fp8(Tensor x, int group_size, float eps=1e-10, bool column_major_scales=False, bool tma_aligned_scales=False, bool use_ue8m0=False) -> (Tensor, Tensor)``.
         """

@@ -2,9 +2,10 @@
 
 INT8: FlagGems has no INT8 scaled GEMM, so the flagos impl runs vLLM's own Triton kernel
 (``triton_scaled_mm``), with the zero-point term applied in PyTorch. FP8: FlagGems'
-``per_token_group_quant_fp8`` and ``w8a8_block_fp8_matmul`` (its Hopper variant on SM90), and
-FlagGems' Triton ``cutlass_scaled_mm`` on SM90 for per-tensor / per-channel scales (vLLM's
-``triton_scaled_mm`` on other devices, where FlagGems' raises NotImplementedError).
+``per_token_group_quant_fp8`` (its scales copied into DeepGEMM's TMA-aligned layout when asked)
+and ``w8a8_block_fp8_matmul`` (its Hopper variant on SM90), and FlagGems' Triton
+``cutlass_scaled_mm`` on SM90 for per-tensor / per-channel scales (vLLM's ``triton_scaled_mm`` on
+other devices, where FlagGems' raises NotImplementedError).
 """
 
 import torch
@@ -43,11 +44,12 @@ def per_token_group_quant_fp8(
     tma_aligned_scales: bool = False,
     use_ue8m0: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlagGems' ``per_token_group_quant_fp8``; it has no TMA-aligned layout, so with
-    tma_aligned_scales the scales are column-major with an unpadded stride (same values)."""
+    """FlagGems' ``per_token_group_quant_fp8``. It has no TMA-aligned layout: with
+    tma_aligned_scales its column-major scales are copied into one (a few bytes per token), so
+    the strides are those the reference, the op's fake under torch.compile, declares."""
     import flag_gems
 
-    return flag_gems.per_token_group_quant_fp8(
+    q, scales = flag_gems.per_token_group_quant_fp8(
         x.contiguous(),
         group_size,
         eps=eps,
@@ -55,6 +57,15 @@ def per_token_group_quant_fp8(
         column_major_scales=column_major_scales,
         scale_ue8m0=use_ue8m0,
     )
+    m = scales.shape[0]
+    aligned = -(-m // 4) * 4
+    if column_major_scales and tma_aligned_scales and aligned != m:
+        padded = torch.empty_strided(
+            scales.shape, (1, aligned), dtype=scales.dtype, device=scales.device
+        )
+        padded.copy_(scales)
+        scales = padded
+    return q, scales
 
 
 def w8a8_block_fp8_matmul(
