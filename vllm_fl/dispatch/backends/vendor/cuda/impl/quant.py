@@ -2,6 +2,8 @@
 them (INT8: ``scaled_int8_quant``, CUTLASS ``cutlass_scaled_mm`` / ``cutlass_scaled_mm_azp``; FP8: see
 below)."""
 
+import functools
+
 import torch
 
 from vllm_fl.kernels.memo import TensorMemo
@@ -102,6 +104,7 @@ def scaled_fp8_quant(
 _deep_gemm_scales = TensorMemo()
 
 
+@functools.cache  # per weight shape: decided once, not on every call
 def _deep_gemm_fits(n: int, k: int, block_n: int, block_k: int, dtype: torch.dtype) -> bool:
     from vllm.utils.deep_gemm import is_deep_gemm_supported, should_use_deepgemm_for_fp8_linear
 
