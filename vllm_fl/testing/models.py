@@ -227,6 +227,7 @@ def build_tiny_awq_llama(path: str | Path, hidden_size: int = 256) -> Path:
     config = json.loads((path / "config.json").read_text())
     config["quantization_config"] = QUANTIZATIONS["w4a16-awq"]
     (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
 
 
 FP8_BLOCK = (128, 128)
