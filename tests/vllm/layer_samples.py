@@ -17,18 +17,39 @@ from codegen.manifest import project_manifest
 
 def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -> dict:
     """Forward arguments for a case's inputs (ops.yaml), floating-point tensors in ``dtype``
-    where the case leaves their dtype to the test (``$dtype``)."""
+    where the case leaves their dtype to the test (``$dtype``); a quantized input quantised with
+    its scheme (its scales and zero points set the arguments it names), a derived one computed
+    from the others, as the generated parity tests build them."""
+    import importlib
+
+    from vllm_fl.testing.quantize import SCHEMES
+
     gen = torch.Generator().manual_seed(seed)
     out = {}
+    derived = {}
     for name, item in spec.items():
         if isinstance(item, m.LiteralInput):
             out[name] = item.value
+        elif isinstance(item, m.DerivedInput):
+            derived[name] = item
+        elif isinstance(item, m.QuantizedInput):
+            original = torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)
+            quantized = SCHEMES[item.scheme](original, item.group)
+            out[name] = quantized.q.t() if item.transpose else quantized.q
+            out[item.scales] = quantized.scales
+            if item.zeros is not None:
+                out[item.zeros] = quantized.zeros
         elif item.is_int:
             ints = getattr(torch, item.dtype)
             out[name] = torch.randint(0, item.high, item.shape, generator=gen, dtype=ints)
         else:
             floats = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
             out[name] = (torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)).to(floats)
+    for name, item in derived.items():  # of the other arguments, as built
+        reference = "vllm_fl.dispatch.backends.reference.impl."
+        out[name] = getattr(importlib.import_module(reference + item.module), item.function)(
+            dict(out)
+        )
     return out
 
 

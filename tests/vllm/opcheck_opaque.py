@@ -50,6 +50,21 @@ def _to(device: str, value):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+#: opcheck's checks; test_schema detects mutation with arithmetic float8 tensors lack (on CPU),
+#: so ops taking float8 inputs skip it: their parity tests check that inputs stay bit for bit
+OPCHECK_UTILS = (
+    "test_schema",
+    "test_autograd_registration",
+    "test_faketensor",
+    "test_aot_dispatch_dynamic",
+)
+
+
+def _test_utils(args: tuple) -> tuple[str, ...]:
+    float8 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float8_e4m3fn for a in args)
+    return tuple(u for u in OPCHECK_UTILS if not (float8 and u == "test_schema"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="opcheck of the opaque backends' custom ops")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -97,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Inference-only ops (no autograd formula; vLLM runs under inference mode): a
                 # layer's nn.Parameter weight is passed without its grad flag.
                 args = tuple(_no_grad(a) for a in captured[-1])
-                torch.library.opcheck(packet.default, args)
+                torch.library.opcheck(packet.default, args, test_utils=_test_utils(args))
                 checked[key] = "ok"
             except Exception:  # noqa: BLE001 - reported, the test fails on it
                 checked[key] = traceback.format_exc(limit=6)

@@ -105,6 +105,10 @@ class FLBackendBase(abc.ABC):
         "scaled_int8_quant",
         "int8_scaled_mm",
         "wna16_gemm",
+        "per_token_group_quant_fp8",
+        "scaled_fp8_quant",
+        "w8a8_block_fp8_matmul",
+        "fp8_scaled_mm",
     )
 
     @abc.abstractmethod
@@ -425,4 +429,79 @@ class FLBackendBase(abc.ABC):
         or 8.
 
         Signature: ``wna16_gemm(Tensor x, Tensor qweight, Tensor scales, int bits, int group_size, Tensor? qzeros=None, Tensor? bias=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def per_token_group_quant_fp8(
+        self,
+        x: torch.Tensor,
+        group_size: int,
+        eps: float = 1e-10,
+        column_major_scales: bool = False,
+        tma_aligned_scales: bool = False,
+        use_ue8m0: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """FP8 activation quantisation of x [tokens, hidden] in groups of group_size consecutive
+        elements of a row (hidden divisible by group_size): scale = max(max|group|, eps) / 448, a
+        power of two rounded up with use_ue8m0; x_q = x / scale saturated to float8_e4m3fn. Returns
+        (x_q [tokens, hidden], scales float32 [tokens, hidden / group_size]). column_major_scales
+        asks for the scales column-major (DeepGEMM's and CUTLASS's layout), tma_aligned_scales with
+        DeepGEMM's TMA-aligned column stride (the token count rounded up to a multiple of 4); they
+        change strides only, never values, and the GEMM ops accept scales of any strides.
+
+        Signature: ``per_token_group_quant_fp8(Tensor x, int group_size, float eps=1e-10, bool column_major_scales=False, bool tma_aligned_scales=False, bool use_ue8m0=False) -> (Tensor, Tensor)``.
+        """
+
+    @abc.abstractmethod
+    def scaled_fp8_quant(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor | None = None,
+        use_per_token_if_dynamic: bool = False,
+        scale_ub: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """FP8 activation quantisation of x [tokens, hidden]: with scale (static, per tensor) x /
+        scale; else dynamic, per tensor (scale = max|x| / 448, shape [1]) or with
+        use_per_token_if_dynamic per token (scale = min(max|row|, scale_ub) / 448, shape [tokens,
+        1]), each at least 1 / (448 * 512); saturated to float8_e4m3fn. Returns (x_q, scales
+        float32, a copy of a static scale).
+
+        Signature: ``scaled_fp8_quant(Tensor x, Tensor? scale=None, bool use_per_token_if_dynamic=False, Tensor? scale_ub=None) -> (Tensor, Tensor)``.
+        """
+
+    @abc.abstractmethod
+    def w8a8_block_fp8_matmul(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale_a: torch.Tensor,
+        scale_b: torch.Tensor,
+        block_n: int,
+        block_k: int,
+        out_dtype: str,
+    ) -> torch.Tensor:
+        """Block-scaled FP8 GEMM, a @ b^T dequantised, in out_dtype: a [M, K] float8_e4m3fn with
+        scale_a [M, K / block_k] (one scale per token and group of block_k), b [N, K] float8_e4m3fn
+        (the weight) with scale_b [N / block_n, K / block_k] (one per weight block), both float32,
+        ceil-divided where K or N is not a multiple of the block.
+
+        Signature: ``w8a8_block_fp8_matmul(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, int block_n, int block_k, str out_dtype) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def fp8_scaled_mm(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale_a: torch.Tensor,
+        scale_b: torch.Tensor,
+        out_dtype: str,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """FP8 GEMM with per-tensor or per-token activation scales and per-tensor or per-channel
+        weight scales: scale_a * scale_b^T * (a @ b) + bias in out_dtype, with a [M, K] and b [K, N]
+        (the transposed weight) float8_e4m3fn, scale_a [M, 1] or [1], scale_b [N, 1] or [1]
+        (float32), bias [N] in out_dtype.
+
+        Signature: ``fp8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, str out_dtype, Tensor? bias=None) -> Tensor``.
         """

@@ -21,14 +21,21 @@ vLLM kernel whose weight layout they keep and compute through dispatched ops of 
 - ``vllm_fl.quant.int8``: INT8 W8A8 (``Int8ScaledMMKernelFL``).
 - ``vllm_fl.quant.wna16``: weight-only W4A16 / W8A16, GPTQ, AWQ, compressed-tensors
   (``WNA16KernelFL``).
+- ``vllm_fl.quant.fp8``: FP8 block-quantized (``Fp8BlockScaledMMKernelFL``) and per-tensor /
+  per-channel (``Fp8ScaledMMKernelFL``) weights.
 
 A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
 what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
+<<<<<<< HEAD
 methods on the CPU platform).
 
 Quantized MoE layers choose their experts through vLLM's MoE oracles instead of these tables:
 :func:`install_moe_experts` (``vllm_fl.quant.moe``) puts the plugin's experts class, computed by
 the op ``fused_experts_quant``, first in the FP8, INT8 and WNA16 oracles.
+=======
+methods on the CPU platform; ``fp8``: vLLM's load-time FP8 weight quantisation on the CPU
+platform).
+>>>>>>> feat-fp8
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from vllm_fl.quant.kernels import PluginKernel
 logger = logging.getLogger("vllm_fl.vllm")
 
 #: The format modules, each declaring ``KERNELS`` (in the order their kernels head a table's row).
-FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.wna16")
+FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.wna16", "vllm_fl.quant.fp8")
 
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row

@@ -246,6 +246,29 @@ def _platform_record(workload: Workload) -> dict:
     }
 
 
+def greedy_logprobs(llm, workload: Workload) -> dict:
+    """A task (``Workload.task``): the text prompts' greedy tokens and, for the first generated
+    token, the ``task_options["top"]`` (default 5) most likely tokens with their logprobs
+    (``{"tokens": [[id, ...], ...], "first_logprobs": [[[id, logprob], ...], ...]}``): what two
+    runs whose arithmetic differs (a quantized model and its unquantized twin) are compared on."""
+    from vllm import SamplingParams
+
+    top = int(workload.task_options.get("top", 5))
+    params = SamplingParams(
+        temperature=0.0, max_tokens=workload.max_tokens, ignore_eos=True, logprobs=top
+    )
+    outputs = llm.generate(prompts(workload), params, use_tqdm=False)
+    first = []
+    for output in outputs:
+        step = output.outputs[0].logprobs[0]
+        ranked = sorted(step.items(), key=lambda item: -item[1].logprob)[:top]
+        first.append([[int(token), float(entry.logprob)] for token, entry in ranked])
+    return {
+        "tokens": [list(output.outputs[0].token_ids) for output in outputs],
+        "first_logprobs": first,
+    }
+
+
 def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]]:
     """Generate each batch in turn; the first batch's outputs and the seconds of every batch.
     The fastest is the run's figure: a slower one was held up by something else on the host

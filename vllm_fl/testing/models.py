@@ -4,9 +4,10 @@ Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging F
 that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
 vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
 INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one,
-`build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one; `build_tiny_qwen3_moe` a sparse
-MoE of the same size. Their weights come from a fixed seed and are scaled up so the logits are far
-from ties, which makes greedy decoding a sharp comparison between two runs.
+`build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one, `build_tiny_fp8_block_llama` as a
+block-quantized FP8 one (or its dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same
+size. Their weights come from a fixed seed and are scaled up so the logits are far from ties, which
+makes greedy decoding a sharp comparison between two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
@@ -229,6 +230,52 @@ def build_tiny_awq_llama(path: str | Path, hidden_size: int = 256) -> Path:
     return path
 
 
+FP8_BLOCK = (128, 128)
+
+
+def dequantise_fp8_blocks(quantised, scales, block: tuple[int, int] = FP8_BLOCK):
+    """The float32 weight [N, K] a block-quantized one stands for (scales [N / bn, K / bk])."""
+    rows, cols = block
+    n, k = quantised.shape
+    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:n, :k]
+    return quantised.float() * full
+
+
+def build_tiny_fp8_block_llama(
+    path: str | Path, hidden_size: int = 256, dequantised: bool = False
+) -> Path:
+    """The tiny Llama as a block-quantized FP8 checkpoint (the layout of Qwen3-FP8 and
+    DeepSeek-V3, ``QUANTIZATIONS["fp8-block"]``): every projection's weight quantised per 128 x 128
+    block (``weight`` float8_e4m3fn, ``weight_scale_inv`` [N / 128, K / 128]). With
+    ``dequantised``, the unquantized checkpoint of the weights the FP8 one stands for (float32
+    weights equal to the dequantised blocks, no quantization config): what the FP8 model computes
+    up to the activations' quantisation."""
+    from safetensors.torch import load_file, save_file
+
+    from vllm_fl.testing.quantize import fp8_block
+
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    converted = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            converted[name] = tensor
+            continue
+        blocks = fp8_block(tensor.float(), FP8_BLOCK)
+        quantised, scales = blocks.q, blocks.scales
+        if dequantised:
+            converted[name] = dequantise_fp8_blocks(quantised, scales)
+        else:
+            converted[name] = quantised
+            converted[name.removesuffix("weight") + "weight_scale_inv"] = scales
+    save_file(converted, str(path / "model.safetensors"))
+    if not dequantised:
+        config = json.loads((path / "config.json").read_text())
+        config["quantization_config"] = QUANTIZATIONS["fp8-block"]
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 TINY_MOE_LAYERS = 2
 TINY_MOE_EXPERTS = 8
 TINY_MOE_TOP_K = 2
@@ -340,6 +387,7 @@ TINY_MODELS = {
     "tiny-int8-llama": build_tiny_int8_llama,
     "tiny-gptq-llama": build_tiny_gptq_llama,
     "tiny-awq-llama": build_tiny_awq_llama,
+    "tiny-fp8-block-llama": build_tiny_fp8_block_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
     "tiny-fp8-qwen3-moe": build_tiny_fp8_qwen3_moe,
 }

@@ -75,6 +75,18 @@ def test_platform_yaml_then_env_override(tmp_path, monkeypatch):
     assert p.flagos_whitelist == {"rms_norm"} and p.flagos_blacklist == frozenset()
 
 
+@pytest.mark.parametrize(
+    "op",
+    ["per_token_group_quant_fp8", "w8a8_block_fp8_matmul", "scaled_fp8_quant", "fp8_scaled_mm"],
+)
+def test_cuda_keeps_the_fp8_gemm_ops_on_the_vendor_under_compile(op):
+    """compile_prefer's reference would make Inductor dequantise every weight on every step: the
+    shipped cuda.yaml lists the FP8 linear ops, and a per-op list holds while traced too."""
+    policy = load_config({"VLLM_FL_PLATFORM": "cuda"}).policy
+    assert policy.prefer_for(traced=True) == "reference"
+    assert policy.order_for(op, traced=True) == (("vendor", "flagos", "reference"), True)
+
+
 def test_platform_autodetected_and_unknown(monkeypatch):
     monkeypatch.setattr(config_loader, "detect_platform", lambda: "cuda")
     c = load_config({})

@@ -224,13 +224,54 @@ IMPLS = (
         ),
         custom_op=CustomOp(_reference_wna16.wna16_gemm),
     ),
+    Impl(
+        "per_token_group_quant_fp8",
+        _flagos_quant.per_token_group_quant_fp8,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("group_size", "int"),
+            Arg("eps", "float", 1e-10),
+            Arg("column_major_scales", "bool", False),
+            Arg("tma_aligned_scales", "bool", False),
+            Arg("use_ue8m0", "bool", False),
+        ),
+        returns=("(Tensor, Tensor)",),
+        custom_op=CustomOp(_reference_quant.per_token_group_quant_fp8),
+    ),
+    Impl(
+        "w8a8_block_fp8_matmul",
+        _flagos_quant.w8a8_block_fp8_matmul,
+        args=(
+            Arg("a", "Tensor"),
+            Arg("b", "Tensor"),
+            Arg("scale_a", "Tensor"),
+            Arg("scale_b", "Tensor"),
+            Arg("block_n", "int"),
+            Arg("block_k", "int"),
+            Arg("out_dtype", "str"),
+        ),
+        custom_op=CustomOp(_reference_quant.w8a8_block_fp8_matmul),
+    ),
+    Impl(
+        "fp8_scaled_mm",
+        _flagos_quant.fp8_scaled_mm,
+        args=(
+            Arg("a", "Tensor"),
+            Arg("b", "Tensor"),
+            Arg("scale_a", "Tensor"),
+            Arg("scale_b", "Tensor"),
+            Arg("out_dtype", "str"),
+            Arg("bias", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_quant.fp8_scaled_mm),
+    ),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 18 implementation(s) of backend ``flagos``."""
+    """Register the 21 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
 
 

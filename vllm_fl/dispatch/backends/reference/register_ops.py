@@ -37,11 +37,15 @@ IMPLS = (
     Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
     Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
     Impl("wna16_gemm", _reference_wna16.wna16_gemm),
+    Impl("per_token_group_quant_fp8", _reference_quant.per_token_group_quant_fp8),
+    Impl("scaled_fp8_quant", _reference_quant.scaled_fp8_quant),
+    Impl("w8a8_block_fp8_matmul", _reference_quant.w8a8_block_fp8_matmul),
+    Impl("fp8_scaled_mm", _reference_quant.fp8_scaled_mm),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 18 implementation(s) of backend ``reference``."""
+    """Register the 22 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -130,3 +130,215 @@ def scaled_int8_quant_static_azp(arguments: dict[str, object]) -> torch.Tensor:
     assert isinstance(x, torch.Tensor)
     scale = scaled_int8_quant_static_scale({"x": x, "symmetric": False})
     return torch.round(_I8_MIN - x.float().amin() / scale).to(torch.int32)
+
+
+# -- FP8 ----------------------------------------------------------------------------------------
+
+_FP8 = torch.float8_e4m3fn
+_FP8_MAX = torch.finfo(_FP8).max  # 448
+#: the smallest dynamic scale vLLM's kernels produce (an all-zero row quantises to zeros)
+_FP8_MIN_SCALE = 1.0 / (_FP8_MAX * 512.0)
+#: DeepGEMM's TMA alignment of a float32 scale column: 16 bytes
+_TMA_ALIGN = 4
+
+
+def _to_fp8(scaled: torch.Tensor) -> torch.Tensor:
+    return scaled.clamp(-_FP8_MAX, _FP8_MAX).to(_FP8)
+
+
+def _scales_like(values: torch.Tensor, column_major: bool, tma_aligned: bool) -> torch.Tensor:
+    """A copy of the float32 scales [M, G] in the requested layout (strides only)."""
+    if not column_major:
+        return values.contiguous()
+    m, groups = values.shape
+    stride = -(-m // _TMA_ALIGN) * _TMA_ALIGN if tma_aligned else m
+    out = torch.empty_strided((m, groups), (1, stride), dtype=torch.float32, device=values.device)
+    out.copy_(values)
+    return out
+
+
+def per_token_group_quant_fp8(
+    x: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-10,
+    column_major_scales: bool = False,
+    tma_aligned_scales: bool = False,
+    use_ue8m0: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 activation quantisation of x [tokens, hidden] in groups of group_size consecutive
+    elements of a row: scale = max(max|group|, eps) / 448 (a power of two rounded up with
+    use_ue8m0); x_q = x / scale saturated to float8_e4m3fn. Returns (x_q, scales float32 [tokens,
+    hidden / group_size]) in the layout the flags ask for.
+    """
+    op = "per_token_group_quant_fp8"
+    if x.dim() != 2:
+        raise ValueError(f"{op}: argument 'x' has shape {list(x.shape)}, expected [tokens, hidden]")
+    m, k = x.shape
+    if group_size <= 0 or k % group_size:
+        raise ValueError(
+            f"{op}: group_size is {group_size}, expected a positive divisor of the hidden size {k}"
+        )
+    groups = x.float().reshape(m, k // group_size, group_size)
+    scales = groups.abs().amax(dim=-1, keepdim=True).clamp(min=eps) / _FP8_MAX
+    if use_ue8m0:
+        scales = torch.exp2(torch.ceil(torch.log2(scales)))
+    q = _to_fp8(groups / scales).reshape(m, k)
+    return q, _scales_like(scales.squeeze(-1), column_major_scales, tma_aligned_scales)
+
+
+def scaled_fp8_quant(
+    x: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    use_per_token_if_dynamic: bool = False,
+    scale_ub: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 activation quantisation of x [tokens, hidden]: static per-tensor with scale, else
+    dynamic per tensor ([1]) or per token ([tokens, 1], max|row| capped at scale_ub), scales at
+    least 1 / (448 * 512); saturated to float8_e4m3fn. Returns (x_q, scales float32)."""
+    op = "scaled_fp8_quant"
+    if x.dim() != 2:
+        raise ValueError(f"{op}: argument 'x' has shape {list(x.shape)}, expected [tokens, hidden]")
+    xf = x.float()
+    if scale is not None:
+        check_shape(op, "scale", scale, (1,), numel=True)
+        return _to_fp8(xf * scale.float().reshape(()).reciprocal()), scale.clone()
+    if use_per_token_if_dynamic:
+        absmax = xf.abs().amax(dim=-1, keepdim=True)
+        if scale_ub is not None:
+            check_shape(op, "scale_ub", scale_ub, (1,), numel=True)
+            absmax = absmax.clamp(max=scale_ub.float().reshape(()))
+    else:
+        if scale_ub is not None:
+            raise ValueError(f"{op}: scale_ub is only for dynamic per-token quantisation")
+        absmax = xf.abs().amax().reshape(1)
+    scales = (absmax / _FP8_MAX).clamp(min=_FP8_MIN_SCALE)
+    # times the reciprocal, as vLLM's kernels (and its native code) compute it
+    return _to_fp8(xf * scales.reciprocal()), scales
+
+
+def _check_out_dtype(op: str, out_dtype: str) -> torch.dtype:
+    if out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"{op}: out_dtype is {out_dtype!r}, expected one of {list(_OUT_DTYPES)}")
+    return getattr(torch, out_dtype)
+
+
+def _expand_blocks(scales: torch.Tensor, rows: int, cols: int, bn: int, bk: int) -> torch.Tensor:
+    """Block scales [ceil(rows / bn), ceil(cols / bk)] repeated onto every element [rows, cols]."""
+    full = scales.float().repeat_interleave(bn, dim=0).repeat_interleave(bk, dim=1)
+    return full[:rows, :cols]
+
+
+def w8a8_block_fp8_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    out_dtype: str,
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMM, a @ b^T dequantised, in out_dtype: a [M, K] with scale_a [M, K /
+    block_k], b [N, K] with scale_b [N / block_n, K / block_k] (float32, ceil-divided)."""
+    op = "w8a8_block_fp8_matmul"
+    dtype = _check_out_dtype(op, out_dtype)
+    if block_n <= 0 or block_k <= 0:
+        raise ValueError(f"{op}: block size is [{block_n}, {block_k}], expected positive sizes")
+    if a.dim() != 2:
+        raise ValueError(f"{op}: argument 'a' has shape {list(a.shape)}, expected [M, K]")
+    m, k = a.shape
+    check_shape(op, "b", b, (None, k))
+    n = b.shape[0]
+    groups_k, groups_n = -(-k // block_k), -(-n // block_n)
+    check_shape(op, "scale_a", scale_a, (m, groups_k))
+    check_shape(op, "scale_b", scale_b, (groups_n, groups_k))
+    a_deq = a.float() * _expand_blocks(scale_a, m, k, 1, block_k)
+    b_deq = b.float() * _expand_blocks(scale_b, n, k, block_n, block_k)
+    return (a_deq @ b_deq.t()).to(dtype)
+
+
+def fp8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FP8 GEMM scale_a * scale_b^T * (a @ b) + bias in out_dtype: a [M, K], b [K, N] (the
+    transposed weight), scale_a [M, 1] or [1], scale_b [N, 1] or [1] (float32), bias [N]."""
+    op = "fp8_scaled_mm"
+    dtype = _check_out_dtype(op, out_dtype)
+    if a.dim() != 2:
+        raise ValueError(f"{op}: argument 'a' has shape {list(a.shape)}, expected [M, K]")
+    m, k = a.shape
+    check_shape(op, "b", b, (k, None))
+    n = b.shape[1]
+    check_shape(op, "scale_a", scale_a, (m, 1), numel=True)
+    check_shape(op, "scale_b", scale_b, (n, 1), numel=True)
+    out = scale_a.float().reshape(-1, 1) * (a.float() @ b.float()) * scale_b.float().reshape(1, -1)
+    if bias is not None:
+        check_shape(op, "bias", bias, (n,))
+        out = out + bias.float()
+    return out.to(dtype)
+
+
+def _dequantized_groups(q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    group = q.shape[-1] // scales.shape[-1]
+    return q.float() * scales.float().repeat_interleave(group, dim=-1)
+
+
+def fp8_group_quant_canonical(
+    result: tuple[torch.Tensor, torch.Tensor],
+    x: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-10,
+    column_major_scales: bool = False,
+    tma_aligned_scales: bool = False,
+    use_ue8m0: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What two per_token_group_quant_fp8 results must agree on: the dequantised values and the
+    scales (float8 values compare only bit for bit, and a value on a rounding boundary may round
+    either way; the scales' strides are open)."""
+    q, scales = result
+    assert q.dtype == _FP8 and scales.dtype == torch.float32, (q.dtype, scales.dtype)
+    return _dequantized_groups(q, scales), scales.contiguous()
+
+
+def fp8_quant_canonical(
+    result: tuple[torch.Tensor, torch.Tensor],
+    x: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    use_per_token_if_dynamic: bool = False,
+    scale_ub: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What two scaled_fp8_quant results must agree on: the dequantised values and the scales."""
+    q, scales = result
+    assert q.dtype == _FP8 and scales.dtype == torch.float32, (q.dtype, scales.dtype)
+    return q.float() * scales.float().reshape(-1, 1), scales.reshape(-1)
+
+
+def scaled_fp8_quant_static_scale(arguments: dict[str, object]) -> torch.Tensor:
+    """A calibrated static FP8 scale [1] of the input ``x``: max|x| / 448."""
+    x = arguments["x"]
+    assert isinstance(x, torch.Tensor)
+    return (x.float().abs().amax() / _FP8_MAX).reshape(1)
+
+
+def w8a8_block_fp8_matmul_round_trip(
+    originals: dict[str, torch.Tensor], arguments: dict[str, object]
+) -> torch.Tensor:
+    """The float32 GEMM ``w8a8_block_fp8_matmul`` approximates when ``a`` (per token group) and
+    ``b`` (per block) are quantised: the unquantised ``a @ b^T``."""
+    return originals["a"].float() @ originals["b"].float().t()
+
+
+def fp8_scaled_mm_round_trip(
+    originals: dict[str, torch.Tensor], arguments: dict[str, object]
+) -> torch.Tensor:
+    """The float32 GEMM ``fp8_scaled_mm`` approximates when ``a`` and ``b`` (the transposed
+    weight) are quantised: the unquantised ``a @ b`` + bias."""
+    out = originals["a"].float() @ originals["b"].float()
+    bias = arguments.get("bias")
+    if isinstance(bias, torch.Tensor):
+        out = out + bias.float()
+    return out

@@ -237,13 +237,66 @@ IMPLS = (
         ),
         custom_op=CustomOp(_reference_wna16.wna16_gemm),
     ),
+    Impl(
+        "per_token_group_quant_fp8",
+        _cuda_quant.per_token_group_quant_fp8,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("group_size", "int"),
+            Arg("eps", "float", 1e-10),
+            Arg("column_major_scales", "bool", False),
+            Arg("tma_aligned_scales", "bool", False),
+            Arg("use_ue8m0", "bool", False),
+        ),
+        returns=("(Tensor, Tensor)",),
+        custom_op=CustomOp(_reference_quant.per_token_group_quant_fp8),
+    ),
+    Impl(
+        "scaled_fp8_quant",
+        _cuda_quant.scaled_fp8_quant,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("scale", "Tensor?", None),
+            Arg("use_per_token_if_dynamic", "bool", False),
+            Arg("scale_ub", "Tensor?", None),
+        ),
+        returns=("(Tensor, Tensor)",),
+        custom_op=CustomOp(_reference_quant.scaled_fp8_quant),
+    ),
+    Impl(
+        "w8a8_block_fp8_matmul",
+        _cuda_quant.w8a8_block_fp8_matmul,
+        args=(
+            Arg("a", "Tensor"),
+            Arg("b", "Tensor"),
+            Arg("scale_a", "Tensor"),
+            Arg("scale_b", "Tensor"),
+            Arg("block_n", "int"),
+            Arg("block_k", "int"),
+            Arg("out_dtype", "str"),
+        ),
+        custom_op=CustomOp(_reference_quant.w8a8_block_fp8_matmul),
+    ),
+    Impl(
+        "fp8_scaled_mm",
+        _cuda_quant.fp8_scaled_mm,
+        args=(
+            Arg("a", "Tensor"),
+            Arg("b", "Tensor"),
+            Arg("scale_a", "Tensor"),
+            Arg("scale_b", "Tensor"),
+            Arg("out_dtype", "str"),
+            Arg("bias", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_quant.fp8_scaled_mm),
+    ),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 19 implementation(s) of backend ``cuda``."""
+    """Register the 23 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)
 
 
