@@ -77,11 +77,20 @@ def test_platform_yaml_then_env_override(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "op",
-    ["per_token_group_quant_fp8", "w8a8_block_fp8_matmul", "scaled_fp8_quant", "fp8_scaled_mm"],
+    [
+        "per_token_group_quant_fp8",
+        "w8a8_block_fp8_matmul",
+        "scaled_fp8_quant",
+        "fp8_scaled_mm",
+        "scaled_int8_quant",
+        "int8_scaled_mm",
+        "wna16_gemm",
+        "fused_experts_quant",
+    ],
 )
-def test_cuda_keeps_the_fp8_gemm_ops_on_the_vendor_under_compile(op):
+def test_cuda_keeps_the_quantized_ops_on_the_vendor_under_compile(op):
     """compile_prefer's reference would make Inductor dequantise every weight on every step: the
-    shipped cuda.yaml lists the FP8 linear ops, and a per-op list holds while traced too."""
+    shipped cuda.yaml lists the quantized layers' ops, and a per-op list holds while traced too."""
     policy = load_config({"VLLM_FL_PLATFORM": "cuda"}).policy
     assert policy.prefer_for(traced=True) == "reference"
     assert policy.order_for(op, traced=True) == (("vendor", "flagos", "reference"), True)
