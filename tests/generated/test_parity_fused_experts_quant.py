@@ -36,7 +36,7 @@ ROUND_TRIP_BACKENDS = [
 RETURNS = ["Tensor"]
 DTYPES = ["bfloat16"]
 TOLERANCES = {
-    "bfloat16": {"atol": 0.06, "rtol": 0.06},
+    "bfloat16": {"atol": 0.2, "rtol": 0.06},
 }
 CASES = [
     pytest.param(
