@@ -80,7 +80,9 @@ class AttentionBackendFL(TritonAttentionBackend):
         use_mm_prefix: bool,
         device_capability: object,
     ) -> str | None:
-        if kv_cache_dtype in (None, "auto") or getattr(torch, kv_cache_dtype, None) == dtype:
+        if kv_cache_dtype in (None, "auto") or kv_cache_dtype not in cls.supported_kv_cache_dtypes:
+            return None  # the model's dtype, or one supports_kv_cache_dtype already refuses
+        if getattr(torch, kv_cache_dtype) == dtype:
             return None
         return f"a {kv_cache_dtype} KV cache under {dtype} activations (it holds the keys' dtype)"
 
