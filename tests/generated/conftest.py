@@ -5,8 +5,8 @@
 A case is ``{"init": {...}, "inputs": {...}}``: ``init`` holds the layer's constructor arguments
 (``"$dtype"`` stands for the dtype under test); an input is ``{"shape": ..., "dtype": ...}`` for a
 tensor (``"$dtype"``: the dtype under test; integer dtypes draw from ``[0, high)``, floating ones
-from a normal distribution of standard deviation ``scale``, default 1) or ``{"value": ...}`` for a
-literal.
+from a normal distribution of standard deviation ``scale``, default 1; with ``"values"`` the tensor
+holds those elements) or ``{"value": ...}`` for a literal.
 """
 
 import contextlib
@@ -112,7 +112,9 @@ class Parity:
                 values[name] = item["value"]
                 continue
             item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
-            if item_dtype.is_floating_point:
+            if "values" in item:
+                tensor = torch.tensor(item["values"], dtype=item_dtype)
+            elif item_dtype.is_floating_point:
                 noise = torch.randn(item["shape"], generator=generator)
                 tensor = (noise * item.get("scale", 1.0)).to(item_dtype)
             else:

@@ -96,6 +96,8 @@ class FLBackendBase(abc.ABC):
         "gemma_rms_norm",
         "rotary_embedding",
         "attention_backend",
+        "reshape_and_cache_flash",
+        "paged_attention",
         "topk_softmax",
         "moe_align_block_size",
         "moe_sum",
@@ -226,9 +228,60 @@ class FLBackendBase(abc.ABC):
         self,
         use_mla: bool = False,
     ) -> str:
-        """The import path of the attention backend class the platform should use.
+        """The import path of the attention backend class the platform should use; an empty string
+        keeps vLLM's own choice.
 
         Signature: ``attention_backend(bool use_mla=False) -> str``.
+        """
+
+    @abc.abstractmethod
+    def reshape_and_cache_flash(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """The KV-cache write: token i of key and value [tokens, kv_heads, head_size] is stored at
+        slot slot_mapping[i] of key_cache and value_cache [num_blocks, block_size, kv_heads,
+        head_size] (block slot // block_size, offset slot % block_size). A slot of -1 is skipped;
+        tokens past len(slot_mapping) (padding) are not stored. The caches hold the keys' dtype.
+
+        Signature: ``reshape_and_cache_flash(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping) -> None``.
+        """
+
+    @abc.abstractmethod
+    def paged_attention(
+        self,
+        query: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        output: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        max_query_len: int,
+        max_seq_len: int,
+        softmax_scale: float,
+        causal: bool = True,
+        window_left: int = -1,
+        logits_soft_cap: float = 0.0,
+        sinks: torch.Tensor | None = None,
+    ) -> None:
+        """Attention of a batch of sequences, prefills and decodes mixed, over the paged KV cache,
+        written into output [tokens, heads, head_size]. Sequence i has the query tokens
+        query_start_loc[i] to query_start_loc[i + 1] of query [tokens, heads, head_size], the last
+        ones of its seq_lens[i] tokens, whose keys and values are in the blocks block_table[i] of
+        key_cache and value_cache [num_blocks, block_size, kv_heads, head_size]; query head h reads
+        kv head h // (heads // kv_heads). Scores are softmax_scale * q.k, capped to logits_soft_cap
+        * tanh(score / logits_soft_cap) when logits_soft_cap > 0; with causal a query sees the keys
+        up to its own position, with window_left >= 0 only those at most window_left positions
+        before it (and, without causal, after it). sinks [heads], if given, add one logit per head
+        to the softmax's denominator. max_query_len and max_seq_len bound the lengths (kernels size
+        their launch by them).
+
+        Signature: ``paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor output, Tensor block_table, Tensor seq_lens, Tensor query_start_loc, int max_query_len, int max_seq_len, float softmax_scale, bool causal=True, int window_left=-1, float logits_soft_cap=0.0, Tensor? sinks=None) -> None``.
         """
 
     @abc.abstractmethod

@@ -130,6 +130,8 @@ IMPLS = (
         ),
     ),
     Impl("attention_backend", _flagos_attention.attention_backend),
+    Impl("reshape_and_cache_flash", _flagos_attention.reshape_and_cache_flash),
+    Impl("paged_attention", _flagos_attention.paged_attention),
     Impl("topk_softmax", _flagos_moe.topk_softmax),
     Impl("moe_align_block_size", _flagos_moe.moe_align_block_size),
     Impl("moe_sum", _flagos_moe.moe_sum),
@@ -186,7 +188,7 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 16 implementation(s) of backend ``flagos``."""
+    """Register the 18 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
 
 

@@ -131,6 +131,8 @@ IMPLS = (
         ),
     ),
     Impl("attention_backend", _cuda_attention.attention_backend),
+    Impl("reshape_and_cache_flash", _cuda_attention.reshape_and_cache_flash),
+    Impl("paged_attention", _cuda_attention.paged_attention),
     Impl("topk_softmax", _cuda_moe.topk_softmax),
     Impl("moe_align_block_size", _cuda_moe.moe_align_block_size),
     Impl("moe_sum", _cuda_moe.moe_sum),
@@ -199,7 +201,7 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 17 implementation(s) of backend ``cuda``."""
+    """Register the 19 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)
 
 
