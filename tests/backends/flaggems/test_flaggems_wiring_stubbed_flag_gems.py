@@ -352,11 +352,9 @@ def test_rotary_embedding_inplace_without_the_flag_is_functional_stubbed(flag_ge
     _close(out[1], expected[1])
 
 
-def test_attention_backend_is_the_plugins_and_vllms_triton_mla():
+def test_attention_backend_is_the_plugins():
     assert attention.attention_backend() == "vllm_fl.attention.backend.AttentionBackendFL"
-    assert attention.attention_backend(use_mla=True) == (
-        "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
-    )
+    assert attention.attention_backend(use_mla=True) == "vllm_fl.attention.mla.backend.MLABackendFL"
 
 
 def _vllm_0_24_caches(blocks=6, block_size=16, heads=2, head_size=64, dtype=torch.float16):

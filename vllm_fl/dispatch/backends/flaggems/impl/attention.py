@@ -2,8 +2,8 @@
 Triton kernels (``vllm_fl.kernels.attention``), nothing of vLLM's compiled libraries.
 
 - ``attention_backend``: the plugin's backend (``vllm_fl.attention``), whose cache write and
-  attention are the ops below; MLA models keep vLLM's Triton MLA backend (the plugin has no MLA
-  backend of its own).
+  attention are the ops below; for MLA models the plugin's MLA backend
+  (``vllm_fl.attention.mla``), whose ops are in ``mla``.
 - ``reshape_and_cache_flash``: FlagGems' kernel where its addressing fits the cache's layout
   (vLLM 0.24's), else vLLM's Triton kernel.
 - ``paged_attention``: vLLM's Triton ``unified_attention``. FlagGems' ``flash_attn_varlen_func``
@@ -16,15 +16,13 @@ Triton kernels (``vllm_fl.kernels.attention``), nothing of vLLM's compiled libra
 import torch
 
 from vllm_fl.attention import PLUGIN_BACKEND
+from vllm_fl.attention.mla import MLA_BACKEND
 from vllm_fl.kernels import attention as kernels
-
-# vLLM's Triton MLA backend: portable Triton kernels. Same module path in vLLM 0.24 and 0.32.
-TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
 
 
 def attention_backend(use_mla: bool = False) -> str:
-    """The plugin's attention backend (vLLM's Triton MLA backend for MLA models)."""
-    return TRITON_MLA if use_mla else PLUGIN_BACKEND
+    """The plugin's attention backend (its MLA backend for MLA models)."""
+    return MLA_BACKEND if use_mla else PLUGIN_BACKEND
 
 
 def reshape_and_cache_flash(

@@ -10,12 +10,13 @@ them. Scores and the softmax are computed in float32 and each output rounded onc
 import torch
 
 from vllm_fl.attention import PLUGIN_BACKEND
+from vllm_fl.attention.mla import MLA_BACKEND
 
 
 def attention_backend(use_mla: bool = False) -> str:
-    """The plugin's attention backend (its ops then run on the dispatch); for MLA, which it does
-    not implement, vLLM's own choice."""
-    return "" if use_mla else PLUGIN_BACKEND
+    """The plugin's attention backend, its MLA backend for MLA models (their ops then run on
+    the dispatch)."""
+    return MLA_BACKEND if use_mla else PLUGIN_BACKEND
 
 
 def reshape_and_cache_flash(

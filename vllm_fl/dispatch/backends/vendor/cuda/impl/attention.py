@@ -1,8 +1,9 @@
 """Attention when the CUDA vendor backend is preferred: what vanilla vLLM runs on the GPU.
 
-- ``attention_backend``: vLLM's FlashAttention backend (FlashAttention MLA for MLA models),
-  vLLM's first choice on Hopper, so the shipped policy serves at vanilla vLLM's speed with
-  vanilla's features (FA3's ahead-of-time scheduling, cascade attention, FP8 KV caches).
+- ``attention_backend``: vLLM's FlashAttention backend, vLLM's first choice on Hopper, so the
+  shipped policy serves at vanilla vLLM's speed with vanilla's features (FA3's ahead-of-time
+  scheduling, cascade attention, FP8 KV caches); for MLA models vLLM's own choice (FlashAttention
+  MLA on Hopper, FlashInfer MLA on Blackwell, ...).
 - ``reshape_and_cache_flash`` and ``paged_attention``: the kernels the plugin's attention backend
   runs where these impls are selected (``attention_backend`` routed to the plugin, the ops to
   the vendor): vLLM's CUDA cache write, and vLLM's FlashAttention (``flash_attn_varlen_func``
@@ -17,17 +18,18 @@ import torch
 
 from vllm_fl.kernels import attention as kernels
 
-# vLLM's FlashAttention backends, vLLM's first choice on Hopper (vllm/platforms/cuda.py).
+# vLLM's FlashAttention backend, vLLM's first choice on Hopper (vllm/platforms/cuda.py).
 FLASH_ATTN = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"
-FLASH_ATTN_MLA = "vllm.v1.attention.backends.mla.flashattn_mla.FlashAttnMLABackend"
+#: the attention_backend answer that keeps vLLM's own choice
+VLLM_CHOICE = ""
 
 #: the activation dtypes vLLM's FlashAttention takes
 FLASH_ATTN_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def attention_backend(use_mla: bool = False) -> str:
-    """vLLM's FlashAttention backend (FlashAttention MLA for MLA models)."""
-    return FLASH_ATTN_MLA if use_mla else FLASH_ATTN
+    """vLLM's FlashAttention backend (vLLM's own choice for MLA models)."""
+    return VLLM_CHOICE if use_mla else FLASH_ATTN
 
 
 def reshape_and_cache_flash(
