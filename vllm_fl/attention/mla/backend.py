@@ -19,6 +19,7 @@ context read back from the cache and the merge of partial results). What it chan
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import ClassVar
 
@@ -32,6 +33,9 @@ from vllm.v1.attention.backends.mla.triton_mla import (
 
 from vllm_fl import functions
 from vllm_fl.attention.mla.prefill import MLAPrefillBackendFL
+
+logger = logging.getLogger("vllm_fl.vllm")
+_prefill_logged = False
 
 # The ops' dispatch trampolines as module attributes (kept current on policy changes): a call
 # costs one frame over the selected impl.
@@ -91,6 +95,18 @@ class MLAMetadataBuilderFL(TritonMLAMetadataBuilder):
         for name in layer_names:
             if getattr(layers.get(name), "prefill_backend", None) is not None:
                 layers[name].prefill_backend = self._prefill_backend
+        _log_prefill_once(chosen.get_name())
+
+
+def _log_prefill_once(replaced: str) -> None:
+    global _prefill_logged
+    if not _prefill_logged:
+        _prefill_logged = True
+        logger.info(
+            "vllm_fl: MLA prefill attention runs through the dispatch (op mla_prefill_attention) "
+            "instead of vLLM's %s prefill backend",
+            replaced,
+        )
 
 
 class MLAImplFL(TritonMLAImpl):
