@@ -182,12 +182,19 @@ TINY_MLA_EXPERTS = 8
 TINY_MLA_GROUPS = 4
 
 
-def build_tiny_deepseek_v3(path: str | Path) -> Path:
+def build_tiny_deepseek_v3(
+    path: str | Path,
+    heads: int = TINY_MLA_HEADS,
+    qk_nope_head_dim: int = TINY_MLA_NOPE_DIM,
+    v_head_dim: int = TINY_MLA_V_DIM,
+) -> Path:
     """A tiny random DeepSeek-V3 (``DeepseekV3ForCausalLM``) and its tokenizer in `path`
     (created if missing): hidden 64, 2 layers, the first dense and the second a MoE of 8 routed
     experts in 4 groups (``noaux_tc``: sigmoid scores plus a correction bias choose 2 groups, then
-    2 experts) with one shared expert; multi-head latent attention with 4 heads, q_lora_rank 64,
-    kv_lora_rank 512, qk_nope_head_dim 32, qk_rope_head_dim 64, v_head_dim 32."""
+    2 experts) with one shared expert; multi-head latent attention with `heads` heads (4),
+    q_lora_rank 64, kv_lora_rank 512, `qk_nope_head_dim` (32), qk_rope_head_dim 64 and
+    `v_head_dim` (32). GPU runs take DeepSeek's 16 heads of 128 + 64 and 128, the head sizes
+    vLLM's FlashAttention MLA prefill is built for."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
@@ -200,13 +207,13 @@ def build_tiny_deepseek_v3(path: str | Path) -> Path:
         moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
         num_hidden_layers=2,
         first_k_dense_replace=1,
-        num_attention_heads=TINY_MLA_HEADS,
-        num_key_value_heads=TINY_MLA_HEADS,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         q_lora_rank=TINY_MLA_Q_LORA_RANK,
         kv_lora_rank=TINY_MLA_KV_LORA_RANK,
-        qk_nope_head_dim=TINY_MLA_NOPE_DIM,
+        qk_nope_head_dim=qk_nope_head_dim,
         qk_rope_head_dim=TINY_MLA_ROPE_DIM,
-        v_head_dim=TINY_MLA_V_DIM,
+        v_head_dim=v_head_dim,
         head_dim=TINY_MLA_ROPE_DIM,
         n_routed_experts=TINY_MLA_EXPERTS,
         n_shared_experts=1,
