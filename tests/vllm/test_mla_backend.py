@@ -426,3 +426,60 @@ def test_vllms_mla_backend_stays_where_the_plugins_cannot_run_the_layer(caplog):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector(kv_cache_dtype="fp8"))
     assert chosen != MLA_BACKEND
     assert f"attention backend {MLA_BACKEND} cannot run this layer" in caplog.text
+
+
+# -- vLLM's MLA functions routed through the dispatch ----------------------------------------
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    from vllm_fl import functions
+    from vllm_fl.dispatch.policy import current as dispatch_policy
+
+    for var in ("VLLM_FL_OOT_BLACKLIST", "VLLM_FL_OOT_WHITELIST", "VLLM_FL_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("VLLM_FL_PREFER", "reference")
+    dispatch_policy.reset_global_policy()
+    functions._reset_for_tests()
+    yield functions
+    functions._reset_for_tests()
+    monkeypatch.delenv("VLLM_FL_PREFER")
+    dispatch_policy.reset_global_policy()
+
+
+def test_vllms_mla_layer_reaches_the_dispatch_for_its_functions(hooks):
+    """vLLM's MLA code calls the cache functions through ``vllm._custom_ops`` and the merge by
+    the name it imported: after ``install`` all three are the ops' dispatch."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.attention import mla_attention
+
+    sites = hooks.install()
+    assert "vllm._custom_ops.concat_and_cache_mla" in sites["concat_and_cache_mla"]
+    assert (
+        "vllm._custom_ops.gather_and_maybe_dequant_cache" in sites["gather_and_maybe_dequant_cache"]
+    )
+    assert f"{mla_attention.__name__}.merge_attn_states" in sites["merge_attn_states"]
+    assert mla_attention.merge_attn_states is not hooks.original("merge_attn_states")
+
+    gen = _generator()
+    kv_c, k_pe = torch.randn(3, KV_LORA_RANK, generator=gen), torch.randn(
+        3, ROPE_DIM, generator=gen
+    )
+    cache = torch.zeros(2, BLOCK_SIZE, ENTRY)
+    ops.concat_and_cache_mla(kv_c, k_pe, cache, torch.tensor([17, 3, 16]), "auto", torch.ones(1))
+    gathered = torch.zeros(3, ENTRY)
+    ops.gather_and_maybe_dequant_cache(
+        cache,
+        gathered,
+        torch.tensor([[0, 1]], dtype=torch.int32),
+        torch.tensor([0, 3], dtype=torch.int32),
+        torch.zeros(3, dtype=torch.int32),
+        3,
+        "auto",
+        torch.ones(1),
+        torch.tensor([15], dtype=torch.int32),
+    )
+    # positions 15, 16, 17 of the sequence: slots 15 (never written), 16 and 17
+    expected = torch.cat([kv_c, k_pe], dim=-1)
+    assert not gathered[0].any()
+    assert torch.equal(gathered[1], expected[2]) and torch.equal(gathered[2], expected[0])
