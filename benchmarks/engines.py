@@ -32,8 +32,8 @@ CONFIGS = {
     # the plugin's CPU host mode: real vLLM's CPU build running the dispatch
     "plugin-cpu": {"VLLM_PLUGINS": "fl", "VLLM_FL_PLATFORM": "cpu"},
     "prefer=flagos": {"VLLM_FL_PREFER": "flagos"},
-    # What a chip without vendor kernels runs: FlagGems, else the reference; vLLM's Triton
-    # attention instead of FlashAttention.
+    # What a chip without vendor kernels runs: FlagGems, else the reference; the plugin's
+    # attention backend on vLLM's Triton attention kernel instead of FlashAttention.
     "flagos-deny-cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
     # FlagGems for every op but the MoE experts (vLLM's fused_moe): what the experts cost.

@@ -267,3 +267,20 @@ def test_the_cpu_platform_selects_the_plugins_backend_through_the_reference(monk
     with policy_context(prefer="reference"):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector(block_size=None))
     assert chosen == PLUGIN_BACKEND
+
+
+@pytest.mark.parametrize("prefer, expected", [("reference", "NEVER"), ("flagos", "ALWAYS")])
+def test_cuda_graphs_only_where_the_selected_kernels_can_be_captured(
+    backend_module, monkeypatch, prefer, expected
+):
+    """The reference reads sequence lengths on the host: no CUDA graph may capture it."""
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    from vllm_fl.dispatch import BackendImplKind, get_default_manager
+
+    manager = get_default_manager()
+    kind = BackendImplKind.REFERENCE if prefer == "reference" else BackendImplKind.DEFAULT
+    selected = SimpleNamespace(kind=kind)
+    monkeypatch.setattr(manager, "resolve_candidates", lambda op, traced=False: [selected])
+    builder = backend_module.AttentionBackendFL.get_builder_cls()
+    assert builder.get_cudagraph_support(None, None) is getattr(AttentionCGSupport, expected)

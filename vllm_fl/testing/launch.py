@@ -125,15 +125,17 @@ def run_vllm(
     watch_engine: bool = False,
     task: str | None = None,
     append_path: str | None = None,
+    llm_args: dict | None = None,
 ) -> VllmRun:
     """Run the tiny model's text prompts in a fresh interpreter with `env` on top of a clean
     environment (no inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless
     `env` says). float32 suits the CPU; a GPU needs bfloat16 or float16 (vLLM's FlashAttention
     refuses float32). `task` replaces the generation (see `Workload.task`); `append_path` is
-    searched after the installed distributions (`Workload.append_path`). Raises
+    searched after the installed distributions (`Workload.append_path`); `llm_args` adds keyword
+    arguments of `vllm.LLM` (``attention_backend="TRITON_ATTN"``, ...). Raises
     AssertionError with the run's output when vLLM fails."""
     full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
-    llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype}
+    llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype, **(llm_args or {})}
     workload = Workload(
         mode=mode,
         max_tokens=max_tokens,
