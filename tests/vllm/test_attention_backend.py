@@ -284,3 +284,12 @@ def test_cuda_graphs_only_where_the_selected_kernels_can_be_captured(
     monkeypatch.setattr(manager, "resolve_candidates", lambda op, traced=False: [selected])
     builder = backend_module.AttentionBackendFL.get_builder_cls()
     assert builder.get_cudagraph_support(None, None) is getattr(AttentionCGSupport, expected)
+
+
+def test_vllm_keeps_attention_in_its_opaque_custom_ops_on_the_plugins_platforms():
+    """vLLM calls the impl's forward and cache write inside ``vllm::unified_attention_with_output``
+    and ``vllm::unified_kv_cache_update`` where the platform says attention is opaque: under
+    torch.compile each is one node, and the dispatched ops run eagerly inside."""
+    from vllm_fl.platform import PlatformFLCpu
+
+    assert PlatformFLCpu.opaque_attention_op()
