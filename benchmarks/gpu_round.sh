@@ -35,8 +35,12 @@
 #   quant        quantized checkpoints (QUANTS, default fp8-block fp8-tensor int8-w8a8 w4a16-gptq)
 #                of SHAPE (default llama3-8b, LAYERS 4): vanilla, the shipped policy and
 #                flagos-deny-cuda, eager, one round each: greedy tokens against vanilla's
-#   quant-census the operator census of vLLM's compiled ops (benchmarks.census) for each of
-#                QUANTS under flagos-deny-cuda, in one process
+#   quant-census the census of vLLM's compiled ops and of every CUDA kernel by origin
+#                (benchmarks.census) for each of QUANTS, vanilla then flagos-deny-cuda, the
+#                latter's tokens and log-probabilities compared with vanilla's
+#   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
+#   block-fp8-tune  the block-FP8 GEMM's tile configs for the Llama-3-8B and Qwen3-MoE
+#                projections on this GPU, written into the kernel library's tables
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
 #
@@ -44,7 +48,7 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-gemm|block-fp8-tune OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -126,9 +130,17 @@ quant)
     ;;
 quant-census)
     for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
-        "$py" -m benchmarks.census --configs flagos-deny-cuda --shape "${SHAPE:-llama3-8b}" \
+        "$py" -m benchmarks.census --configs vanilla,flagos-deny-cuda --shape "${SHAPE:-llama3-8b}" \
             --layers "${LAYERS:-4}" --quant "$q" --json "$out/h100_census_${SHAPE:-llama3-8b}_$q.json"
     done
+    ;;
+quant-gemm)
+    "$py" -m benchmarks.bench_quant_gemm --json "$out/h100_quant_gemm_llama3-8b.json"
+    ;;
+block-fp8-tune)
+    "$py" -m vllm_fl.kernels.block_fp8_tune --write --json "$out/h100_block_fp8_tune.json" \
+        --gemms 6144x4096,4096x4096,28672x4096,4096x14336,5120x2048,2048x4096 \
+        --tokens 1,16,64,256,1024,4096
     ;;
 moe-ab-steps)
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --shape qwen3-moe --layers 16 \
@@ -138,7 +150,7 @@ moe-ab-steps)
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace, quant, quant-census)" >&2
+        "moe-tune, moe-trace, quant, quant-census, quant-gemm, block-fp8-tune)" >&2
     exit 2
     ;;
 esac

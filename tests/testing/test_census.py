@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from vllm_fl.testing.census import census
 
 
@@ -38,3 +40,46 @@ def test_vllms_ops_are_counted_moe_and_attention_kernels_apart():
         },
         "other": {"_C::rms_norm": 18},
     }
+
+
+def test_cuda_kernels_are_sorted_by_origin():
+    from vllm_fl.testing.census import kernel_origin
+
+    cases = {
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)": "aten",
+        "void cub::DeviceRadixSortOnesweepKernel<int>(int)": "aten",
+        "Memcpy HtoD (Pageable -> Device)": "aten",
+        "nvjet_tst_128x64_64x8_1x1_v_bz_coopA_TNN": "cublas",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "cublas",
+        "_rms_norm_kernel": "triton",
+        "triton_poi_fused_add_mul_0": "triton",
+        "fused_moe_kernel": "triton",
+        "void vllm::rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, int)": "compiled",
+        # vLLM's CUTLASS GEMM names vLLM in its template arguments: not cuBLAS
+        "void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<float>>(int)": "compiled",
+        "void deep_gemm::sm90_fp8_gemm_1d2d_impl<128u, 128u>(float*, int)": "compiled",
+        "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128>>(Flash_fwd_params)": "compiled",
+    }
+    assert {name: kernel_origin(name) for name in cases} == cases
+
+
+def _sequence(ids, logprobs):
+    return {"token_ids": ids, "logprobs": logprobs}
+
+
+def test_outputs_are_compared_up_to_the_first_difference():
+    from vllm_fl.testing.census import compare_outputs
+
+    reference = [_sequence([1, 2, 3], [-0.1, -0.2, -0.3]), _sequence([4, 5, 6], [-1.0, -1.0, -1.0])]
+    other = [
+        _sequence([1, 2, 3], [-0.1, -0.25, -0.3]),
+        # differs at the second token: its log-probability there still counts (same prefix),
+        # the third's does not
+        _sequence([4, 9, 6], [-1.0, -1.5, -9.0]),
+    ]
+    result = compare_outputs(reference, other)
+    assert result["sequences"] == 2 and result["identical"] == 1
+    assert result["tokens_agreeing"] == 3 + 1 and result["tokens"] == 6
+    assert abs(result["max_logprob_diff"] - 0.5) < 1e-9
+    with pytest.raises(ValueError, match="1 sequences against 2"):
+        compare_outputs(reference, other[:1])

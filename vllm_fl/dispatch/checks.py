@@ -310,4 +310,17 @@ CHECKS: dict[str, dict] = {
             "float32": (1e-05, 1.3e-06),
         },
     },
+    "wna16_gemm": {
+        "args": ("x", "qweight", "scales", "bits", "group_size", "qzeros", "bias"),
+        "layer": False,
+        "mutates": (),
+        "inplace": (),
+        "dtype_from": ("x", "bias"),
+        "canonical": None,
+        "tolerances": {
+            "bfloat16": (0.1, 0.02),
+            "float16": (0.02, 0.01),
+            "float32": (1e-05, 1.3e-06),
+        },
+    },
 }

@@ -105,6 +105,7 @@ class FLBackendBase(abc.ABC):
         "fused_experts",
         "scaled_int8_quant",
         "int8_scaled_mm",
+        "wna16_gemm",
     )
 
     @abc.abstractmethod
@@ -416,4 +417,26 @@ class FLBackendBase(abc.ABC):
         azp_adj).
 
         Signature: ``int8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, str out_dtype, Tensor? bias=None, Tensor? azp_adj=None, Tensor? azp=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def wna16_gemm(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        bits: int,
+        group_size: int,
+        qzeros: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Weight-only quantized GEMM (W4A16, W8A16: GPTQ, AWQ, compressed-tensors), x @ W + bias in
+        x's dtype, with x [..., K] and W [K, N] = (q - zero) * scale per group of group_size input
+        channels (-1: one group over K). Canonical layout (vllm_fl.kernels.wna16): qweight [K, N /
+        p] int32 holding p = 32 / bits values of consecutive output channels, the first in the
+        lowest bits; scales [K / G, N] in x's dtype or float32; qzeros [K / G, N / p] int32 packed
+        like qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4
+        or 8.
+
+        Signature: ``wna16_gemm(Tensor x, Tensor qweight, Tensor scales, int bits, int group_size, Tensor? qzeros=None, Tensor? bias=None) -> Tensor``.
         """

@@ -19,6 +19,12 @@ The plugin's kernels are declared by one module per format (:data:`FORMAT_MODULE
 vLLM kernel whose weight layout they keep and compute through dispatched ops of ops.yaml.
 
 - ``vllm_fl.quant.int8``: INT8 W8A8 (``Int8ScaledMMKernelFL``).
+- ``vllm_fl.quant.wna16``: weight-only W4A16 / W8A16, GPTQ, AWQ, compressed-tensors
+  (``WNA16KernelFL``).
+
+A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
+what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
+methods on the CPU platform).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from vllm_fl.quant.kernels import PluginKernel
 logger = logging.getLogger("vllm_fl.vllm")
 
 #: The format modules, each declaring ``KERNELS`` (in the order their kernels head a table's row).
-FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8",)
+FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.wna16")
 
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
@@ -102,6 +108,10 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
             ours = [k.load() for k in plugin_kernels() if k.table == name]
             table[oot] = [*ours, *table.get(base, [])]
             _installed[name] = [k.__name__ for k in table[oot]]
+        for module in FORMAT_MODULES:
+            install = getattr(importlib.import_module(module), "install", None)
+            if install is not None:
+                install(platform)
         return dict(_installed)
 
 
@@ -133,3 +143,7 @@ def _reset_for_tests() -> None:
         for name in list(_installed):
             tables.get(name, {}).pop(PlatformEnum.OOT, None)
         _installed.clear()
+        for module in FORMAT_MODULES:
+            reset = getattr(importlib.import_module(module), "_reset_for_tests", None)
+            if reset is not None:
+                reset()

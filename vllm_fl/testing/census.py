@@ -10,11 +10,20 @@ expert GEMMs, sums), to attention (its kernels and the KV-cache writes) and the 
 layers' own wrappers (``vllm::moe_forward``, ``vllm::unified_attention_with_output``, ...: vLLM's
 opaque custom ops the plugin's code runs inside) are left out. The plugin's policy is the
 engine's environment.
+
+On a GPU it also sorts every CUDA kernel that ran by where it comes from (`kernel_origin`):
+ATen (with CUB and the copies), cuBLAS, Triton (a JIT kernel: a bare function name), or compiled
+C++ of anything else — vLLM's ``_C``/``_moe_C`` kernels, the DeepGEMM, CUTLASS and FlashAttention
+kernels it bundles: what a chip without vLLM's CUDA build cannot run. And it keeps each sequence's
+greedy tokens and their log-probabilities, so configurations can be compared
+(`compare_outputs`).
 """
 
 from __future__ import annotations
 
 import collections
+import math
+import re
 
 #: the engine task of this module, for `Workload.task`
 TASK = "vllm_fl.testing.census:census_task"
@@ -33,6 +42,97 @@ LAYER_WRAPPERS = (
     "vllm::unified_attention_with_output",
     "vllm::unified_kv_cache_update",
 )
+
+
+#: kernel origins, in the order `kernel_origin` tries them
+ORIGINS = ("aten", "cublas", "triton", "compiled")
+#: the log-probabilities kept per sequence (the first tokens, where the sequences have not
+#: drifted apart yet)
+LOGPROB_TOKENS = 8
+
+_ATEN = ("at::", "at_cuda_detail", "c10::", "cub::", "Memcpy", "Memset", "memcpy", "memset")
+_CUBLAS = (
+    "nvjet_",
+    "xmma_gemm",
+    "gemv",
+    "gemmk",
+    "cublas",
+    "splitKreduce",
+    "cutlass3x_sm90_tensorop",
+)
+_JIT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def kernel_origin(name: str) -> str:
+    """Where a CUDA kernel (its profiler name) comes from: ``aten``, ``cublas``, ``triton`` or
+    ``compiled`` (C++ from any other library: vLLM's own, DeepGEMM, CUTLASS, FlashAttention).
+
+    A Triton kernel shows as its JIT function's bare name (``_rms_norm_kernel``,
+    ``triton_poi_fused_add_0``); compiled C++ shows demangled (``void vllm::rms_norm_kernel<...>
+    (...)``). A C++ kernel of vLLM's CUTLASS GEMMs names ``vllm::`` in its template arguments, so
+    only cuBLAS's own kernel families count as cuBLAS.
+    """
+    if any(marker in name for marker in _ATEN) and "vllm" not in name:
+        return "aten"
+    if any(marker in name for marker in _CUBLAS) and "vllm" not in name:
+        return "cublas"
+    if _JIT_NAME.match(name):
+        return "triton"
+    return "compiled"
+
+
+def kernel_census(events) -> dict[str, dict[str, int]]:
+    """CUDA kernel events (the profiler's ``key_averages()``) by origin, then name -> calls."""
+    import torch
+
+    kernels: dict[str, collections.Counter[str]] = {o: collections.Counter() for o in ORIGINS}
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        kernels[kernel_origin(event.key)][event.key] += event.count
+    return {origin: dict(counts) for origin, counts in kernels.items()}
+
+
+def sequence_outputs(outputs) -> list[dict]:
+    """Each sequence's token ids and the log-probability of each of its first tokens."""
+    sequences = []
+    for output in outputs:
+        completion = output.outputs[0]
+        logprobs = [
+            step[token].logprob
+            for token, step in zip(completion.token_ids, completion.logprobs or [])
+        ][:LOGPROB_TOKENS]
+        sequences.append({"token_ids": list(completion.token_ids), "logprobs": logprobs})
+    return sequences
+
+
+def compare_outputs(reference: list[dict], other: list[dict]) -> dict:
+    """How far `other`'s sequences are from `reference`'s: how many are identical, how many
+    tokens agree before the first difference (summed over sequences), and the largest difference
+    of log-probabilities over the first tokens both sequences share."""
+    if len(reference) != len(other):
+        raise ValueError(f"{len(other)} sequences against {len(reference)}")
+    identical = agreeing = total = 0
+    largest = 0.0
+    for ref, seq in zip(reference, other):
+        ids, ref_ids = seq["token_ids"], ref["token_ids"]
+        common = next(
+            (i for i, (a, b) in enumerate(zip(ids, ref_ids)) if a != b), min(len(ids), len(ref_ids))
+        )
+        identical += ids == ref_ids
+        agreeing += common
+        total += len(ref_ids)
+        # the log-probability of a position is comparable while the prefixes agree
+        for a, b in list(zip(seq["logprobs"], ref["logprobs"]))[: common + 1]:
+            if math.isfinite(a) and math.isfinite(b):
+                largest = max(largest, abs(a - b))
+    return {
+        "sequences": len(reference),
+        "identical": identical,
+        "tokens_agreeing": agreeing,
+        "tokens": total,
+        "max_logprob_diff": largest,
+    }
 
 
 def census(events) -> dict[str, dict[str, int]]:
@@ -58,21 +158,26 @@ def census(events) -> dict[str, dict[str, int]]:
 
 def census_task(llm, workload) -> dict:
     """In the engine's process: one warm-up prompt, then the workload's batch under the
-    profiler; the census, the numbers of MoE and attention kernel calls, and the impl each op
+    profiler; the census, the numbers of MoE and attention kernel calls, the CUDA kernels by
+    origin (on a GPU), each sequence's tokens and first log-probabilities, and the impl each op
     used."""
     import torch
 
     from vllm_fl.testing.engine import prompts, sampling_params
 
     batch = prompts(workload)
-    params = sampling_params(workload.max_tokens, workload.detokenize)
+    params = sampling_params(workload.max_tokens, workload.detokenize, logprobs=1)
     llm.generate(batch[:1], params, use_tqdm=False)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profiler:
-        llm.generate(batch, params, use_tqdm=False)
-    result: dict = census(profiler.key_averages())
+        outputs = llm.generate(batch, params, use_tqdm=False)
+    events = profiler.key_averages()
+    result: dict = census(events)
     result["moe_kernel_calls"] = sum(result["moe"].values())
     result["attention_kernel_calls"] = sum(result["attention"].values())
+    if torch.cuda.is_available():
+        result["kernels"] = kernel_census(events)
+    result["sequences"] = sequence_outputs(outputs)
     return result

@@ -95,12 +95,17 @@ def build_llm(model: str | Path, mode: str, llm_args: dict):
     return LLM(model=str(model), enforce_eager=mode == "eager", seed=0, **llm_args)
 
 
-def sampling_params(max_tokens: int, detokenize: bool = True):
-    """Greedy sampling of exactly `max_tokens` tokens."""
+def sampling_params(max_tokens: int, detokenize: bool = True, logprobs: int | None = None):
+    """Greedy sampling of exactly `max_tokens` tokens (with the `logprobs` most likely tokens'
+    log-probabilities per step, the sampled one's included, where given)."""
     from vllm import SamplingParams
 
     return SamplingParams(
-        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize
+        temperature=0.0,
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        detokenize=detokenize,
+        logprobs=logprobs,
     )
 
 

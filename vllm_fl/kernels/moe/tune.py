@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from vllm_fl.kernels.moe import experts, tuned_configs
+from vllm_fl.kernels.tuned import table_json
 
 TOKENS = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -123,16 +124,6 @@ def config_id(config: dict) -> tuple:
 def fastest(timings: dict[tuple, list[float]]) -> tuple:
     """The config id with the lowest median of its timings (the first such in order)."""
     return min(timings, key=lambda cid: statistics.median(timings[cid]))
-
-
-def table_json(table: dict[int, dict]) -> str:
-    """A table file's text: token counts ascending, each config's keys in ``CONFIG_KEYS``
-    order."""
-    ordered = {
-        str(tokens): {key: table[tokens][key] for key in tuned_configs.CONFIG_KEYS}
-        for tokens in sorted(table)
-    }
-    return json.dumps(ordered, indent=4) + "\n"
 
 
 # -- on the GPU -----------------------------------------------------------------------------------

@@ -31,11 +31,13 @@ from vllm_fl.dispatch.backends.flaggems.impl import moe as _flagos_moe
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as _flagos_normalization
 from vllm_fl.dispatch.backends.flaggems.impl import quant as _flagos_quant
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as _flagos_rotary
+from vllm_fl.dispatch.backends.flaggems.impl import wna16 as _flagos_wna16
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend(
     "flagos",
@@ -182,13 +184,27 @@ IMPLS = (
         ),
         custom_op=CustomOp(_reference_quant.int8_scaled_mm),
     ),
+    Impl(
+        "wna16_gemm",
+        _flagos_wna16.wna16_gemm,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("qweight", "Tensor"),
+            Arg("scales", "Tensor"),
+            Arg("bits", "int"),
+            Arg("group_size", "int"),
+            Arg("qzeros", "Tensor?", None),
+            Arg("bias", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_wna16.wna16_gemm),
+    ),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 18 implementation(s) of backend ``flagos``."""
+    """Register the 19 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
 
 

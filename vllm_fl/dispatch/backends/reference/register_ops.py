@@ -14,6 +14,7 @@ from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend("reference", "reference.torch", BackendImplKind.REFERENCE, priority=50)
 
@@ -37,11 +38,12 @@ IMPLS = (
     Impl("fused_experts", _reference_moe.fused_experts),
     Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
     Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
+    Impl("wna16_gemm", _reference_wna16.wna16_gemm),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 19 implementation(s) of backend ``reference``."""
+    """Register the 20 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)
