@@ -13,8 +13,8 @@ The result holds the generated token ids, the timings (vLLM import, engine start
 output tokens per second), the platform class and, when the plugin is loaded in this process, the
 dispatch's record of which implementation each op used; when the model runs in this process also
 the class of every CustomOp layer and the forward method vLLM bound for it, and the attention
-backend (and impl) class of the attention layers. It travels back in the
-result file (`vllm_fl.testing.child`), never on stdout, where vLLM's own log lines go.
+backend (and impl) class of the attention layers. It travels back in the result file
+(`vllm_fl.testing.child`), never on stdout, where vLLM's own log lines go.
 """
 
 from __future__ import annotations
