@@ -43,6 +43,17 @@ CONFIGS = {
     },
     # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
     "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},
+    # The shipped policy but attention on the plugin's backend (vllm_fl.attention), its ops on
+    # flagos (vLLM's Triton attention, FlagGems' cache write) or on cuda (FlashAttention, vLLM's
+    # cache write): what the backend and each kernel cost against vLLM's FlashAttention backend.
+    "attention=flagos": {
+        "VLLM_FL_PER_OP": "attention_backend=flagos;reshape_and_cache_flash=flagos;"
+        "paged_attention=flagos"
+    },
+    "attention=plugin-cuda": {
+        "VLLM_FL_PER_OP": "attention_backend=flagos;reshape_and_cache_flash=vendor;"
+        "paged_attention=vendor"
+    },
 }
 MODES = ("eager", "compile")
 #: every model a benchmark runs: full-size shapes (dummy weights) and tiny models (built here)

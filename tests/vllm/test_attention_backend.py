@@ -258,6 +258,7 @@ def test_vllms_backend_where_the_op_names_none_or_nothing_importable(answer, pat
     assert select_attention_backend(_Platform, VLLM_DEFAULT, None, _selector()) == VLLM_DEFAULT
 
 
+@pytest.mark.skipif(not compat.is_cpu_build(), reason="the plugin's CPU platform: vLLM's CPU build")
 def test_the_cpu_platform_selects_the_plugins_backend_through_the_reference(monkeypatch):
     """On the CPU only the reference is available: its attention_backend names the plugin's."""
     from vllm_fl.attention import PLUGIN_BACKEND
