@@ -25,6 +25,10 @@ vLLM kernel whose weight layout they keep and compute through dispatched ops of 
 A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
 what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
 methods on the CPU platform).
+
+Quantized MoE layers choose their experts through vLLM's MoE oracles instead of these tables:
+:func:`install_moe_experts` (``vllm_fl.quant.moe``) puts the plugin's experts class, computed by
+the op ``fused_experts_quant``, first in the FP8, INT8 and WNA16 oracles.
 """
 
 from __future__ import annotations
@@ -61,8 +65,19 @@ def kernels_by_table() -> dict[str, tuple[str, ...]]:
 
 
 def dispatched_formats() -> list[str]:
-    """What the plugin dispatches, one entry per kernel (for the log line and the docs)."""
-    return [kernel.format for kernel in plugin_kernels()]
+    """What the plugin dispatches, one entry per kernel and per MoE oracle this process changed
+    (for the log line and the docs)."""
+    from vllm_fl.quant import moe
+
+    moe_formats = [f"{name} (op {moe.OP})" for name in moe.installed()]
+    return [kernel.format for kernel in plugin_kernels()] + moe_formats
+
+
+def install_moe_experts(platform=None) -> list[str]:
+    """Make vLLM's quantized MoE oracles choose the plugin's experts (``vllm_fl.quant.moe``)."""
+    from vllm_fl.quant import moe
+
+    return moe.install_moe_experts(platform)
 
 
 def kernel_tables() -> dict[str, dict]:
@@ -127,7 +142,7 @@ def log_quantization(vllm_config, platform=None) -> None:
     stand_in = stand_in_enum(platform).name
     logger.info(
         "vllm_fl: quantization %r: the plugin dispatches %s; other quantized linear and MoE "
-        "layers are not dispatched and keep vLLM's kernel choice for %s",
+        "layers keep vLLM's kernel choice for %s",
         method,
         "; ".join(dispatched_formats()),
         stand_in,

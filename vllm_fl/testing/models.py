@@ -259,6 +259,81 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
     )
 
 
+FP8_BLOCK = 128
+
+
+def _fp8_blocks(weight, block: int = FP8_BLOCK):
+    """A 2-D weight quantised to float8_e4m3fn per `block` x `block` block: (values, scales
+    [N / block, K / block]) and the weight they stand for (values times scales)."""
+    import torch
+
+    n, k = weight.shape
+    blocks = weight.float().reshape(n // block, block, k // block, block)
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / fp8_max
+    q = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+    dequantised = (q.float() * scale[:, None, :, None]).reshape(n, k)
+    return q.reshape(n, k), scale, dequantised
+
+
+def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Path:
+    """The tiny Qwen3-MoE with hidden and expert sizes of one FP8 block (128; 2 heads of head_dim
+    64) and its experts as an FP8 block checkpoint (the layout of Qwen3-30B-A3B-FP8 and
+    DeepSeek-V3, ``QUANTIZATIONS["fp8-block"]``): each expert projection float8_e4m3fn with
+    ``weight_scale_inv`` per 128x128 block. The attention projections and the router stay
+    unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
+    the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    path = build_tiny_model(
+        path,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        hidden_size=FP8_BLOCK,
+        intermediate_size=2 * FP8_BLOCK,
+        moe_intermediate_size=FP8_BLOCK,
+        num_experts=TINY_MOE_EXPERTS,
+        num_experts_per_tok=TINY_MOE_TOP_K,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_hidden_layers=TINY_MOE_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,  # which every GPU attention kernel supports
+    )
+    weights = load_file(str(path / "model.safetensors"))
+    converted = {}
+    for name, tensor in weights.items():
+        if ".mlp.experts." not in name:
+            converted[name] = tensor
+            continue
+        q, scale, standing_for = _fp8_blocks(tensor)
+        if dequantised:
+            converted[name] = standing_for.to(tensor.dtype)
+        else:
+            converted[name] = q
+            converted[name + "_scale_inv"] = scale
+    save_file(converted, str(path / "model.safetensors"))
+    if not dequantised:
+        config = json.loads((path / "config.json").read_text())
+        ignored = [
+            f"model.layers.{layer}.{module}"
+            for layer in range(TINY_MOE_LAYERS)
+            for module in (
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "self_attn.o_proj",
+                "mlp.gate",
+            )
+        ]
+        config["quantization_config"] = {**QUANTIZATIONS["fp8-block"], "ignored_layers": ignored}
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 #: tiny model name -> its builder (a directory in, the model's directory out)
 TINY_MODELS = {
     "tiny-llama": build_tiny_llama,
@@ -266,6 +341,7 @@ TINY_MODELS = {
     "tiny-gptq-llama": build_tiny_gptq_llama,
     "tiny-awq-llama": build_tiny_awq_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
+    "tiny-fp8-qwen3-moe": build_tiny_fp8_qwen3_moe,
 }
 
 
