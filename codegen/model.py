@@ -17,6 +17,8 @@ KINDS = {"flagos": "DEFAULT", "vendor": "VENDOR", "reference": "REFERENCE"}
 #: dtype names tests may use -> torch attribute
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+#: floating-point dtypes a test tensor may have but no dtype under test (normal values cast)
+FLOAT8_DTYPES = ("float8_e4m3fn",)
 DTYPE_PLACEHOLDER = "$dtype"
 #: examples of torch device types: ``device:`` takes any (``Probe`` checks ``torch.<type>``)
 DEVICES = ("cuda", "npu", "xpu", "musa", "mlu", "cpu")
@@ -149,16 +151,92 @@ class LiteralInput:
 
 
 @dataclass(frozen=True)
+class QuantScheme:
+    """What the manifest needs to know of a scheme of ``vllm_fl.testing.quantize.SCHEMES``."""
+
+    #: its group, one entry per dimension (a number: that size is required; None: any positive
+    #: size), e.g. ``(1, None)`` for [1, g]; None: the scheme takes no group
+    group: tuple[int | None, ...] | None
+    zeros: bool  # whether it makes zero points (an asymmetric scheme)
+    ranks: tuple[int, ...]  # the ranks of the tensors it quantises; () for any
+    shapes: str  # how the ranks read in an error, e.g. "[M, K]"
+    group_form: str = ""  # how the group reads in an error, e.g. "[1, g]"
+
+
+#: the schemes a quantized test input may name: the keys of vllm_fl.testing.quantize.SCHEMES
+#: (tests/testing/test_quantize.py checks both agree)
+QUANT_SCHEMES = {
+    "fp8_tensor": QuantScheme(None, False, (), "of any shape"),
+    "fp8_token": QuantScheme(None, False, (2,), "[M, K]"),
+    "fp8_group": QuantScheme((1, None), False, (2,), "[M, K]", "[1, g]"),
+    "fp8_block": QuantScheme((None, None), False, (2, 3), "[N, K] or [E, N, K]", "[bn, bk]"),
+    "int8_tensor": QuantScheme(None, False, (), "of any shape"),
+    "int8_token": QuantScheme(None, False, (2,), "[M, K]"),
+    "int8_channel": QuantScheme(None, False, (2,), "[N, K]"),
+    "int8_token_asym": QuantScheme(None, True, (2,), "[M, K]"),
+    "wna16_w4": QuantScheme((None,), False, (2,), "[K, N]", "[G]"),
+    "wna16_w4_zp": QuantScheme((None,), True, (2,), "[K, N]", "[G]"),
+    "wna16_w8": QuantScheme((None,), False, (2,), "[K, N]", "[G]"),
+    "wna16_w8_zp": QuantScheme((None,), True, (2,), "[K, N]", "[G]"),
+}
+
+
+@dataclass(frozen=True)
+class QuantizedInput:
+    """A normal float32 tensor quantised with a scheme: the input gets the quantised values,
+    the argument ``scales`` the scales and ``zeros`` (asymmetric schemes) the zero points."""
+
+    shape: tuple[int, ...]
+    scheme: str  # a key of QUANT_SCHEMES
+    group: tuple[int, ...] | None
+    scales: str  # the argument that gets the scales
+    zeros: str | None  # the argument that gets the zero points
+    transpose: bool  # pass the quantised tensor's ``.t()`` (a weight [N, K] as [K, N])
+    scale: float | None = None  # standard deviation of the drawn values (default 1)
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """The arguments the input assigns besides itself."""
+        return (self.scales,) + ((self.zeros,) if self.zeros is not None else ())
+
+
+@dataclass(frozen=True)
+class DerivedInput:
+    """A tensor computed from the case's other arguments by a function of the reference
+    backend's ``impl/`` package (an input that must agree with others, like a weight's column
+    sums)."""
+
+    module: str
+    function: str
+
+
+Input = TensorInput | LiteralInput | QuantizedInput | DerivedInput
+
+
+@dataclass(frozen=True)
 class Case:
     init: tuple[tuple[str, object], ...]  # constructor keyword -> literal ("$dtype" allowed)
-    inputs: tuple[tuple[str, TensorInput | LiteralInput], ...]  # in signature order
+    inputs: tuple[tuple[str, Input], ...]  # in signature order
     line: int
+
+    @property
+    def quantized(self) -> bool:
+        return any(isinstance(spec, QuantizedInput) for _, spec in self.inputs)
 
 
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """``tests.round_trip``: the full-precision result a quantized op approximates."""
+
+    function: tuple[str, str]  # (module, function) under the reference backend's impl/ package
+    tolerances: tuple[tuple[str, Tolerance], ...]  # one per dtype of the op's tests
+    line: int
 
 
 @dataclass(frozen=True)
@@ -170,6 +248,19 @@ class Tests:
     #: (module, function) under the reference impl/ package mapping an op's arguments after the
     #: call to what is compared (results whose order or padding the op leaves open)
     canonical: tuple[str, str] | None = None
+    round_trip: RoundTrip | None = None
+
+    @property
+    def reference_functions(self) -> tuple[tuple[str, str], ...]:
+        """The (module, function) pairs of the reference impl/ package the tests call."""
+        found = [self.canonical] if self.canonical else []
+        if self.round_trip is not None:
+            found.append(self.round_trip.function)
+        for case in self.cases:
+            for _, spec in case.inputs:
+                if isinstance(spec, DerivedInput):
+                    found.append((spec.module, spec.function))
+        return tuple(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)

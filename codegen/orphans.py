@@ -49,8 +49,8 @@ def _used_by_manifest(manifest: m.Manifest, backend: m.Backend) -> set[tuple[str
         used.add((impl.module, impl.function))
         if impl.eager is not None:
             used.add(impl.eager)
-        if backend.kind == "reference" and op.tests is not None and op.tests.canonical:
-            used.add(op.tests.canonical)
+        if backend.kind == "reference" and op.tests is not None:
+            used.update(op.tests.reference_functions)
     return used
 
 

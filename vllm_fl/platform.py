@@ -134,10 +134,11 @@ def select_attention_backend(
 ) -> str:
     """The attention backend class path the plugin's platforms give vLLM for a layer.
 
-    ``default`` is what the platform vLLM's platform class chose; it stays where the user chose a
+    ``default`` is what vLLM's own platform class chose; it stays where the user chose a
     backend, where the dispatch op ``attention_backend`` fails or returns an empty string, and
     where the op's backend cannot run the layer (its ``validate_configuration`` names why, as
-    vLLM's own selection asks it: an FP8 KV cache, ALiBi, ...). Runs where the model is built.
+    vLLM's own selection asks it: an FP8 KV cache, MLA, a dtype, ...). Runs where the model is
+    built.
     """
     if selected_backend is not None:
         return default  # the user chose one

@@ -224,14 +224,16 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
     from `init_device`): register the classes, enable their ops where the user left
     `custom_ops` at vLLM's default (`vllm_fl.platform.apply_custom_ops_default`), resolve every
     op, after routing the vLLM functions ops.yaml replaces through the dispatch
-    (`vllm_fl.functions.install`) and giving vLLM's quantized-linear kernel tables their
-    out-of-tree rows (`vllm_fl.quant.install_linear_kernels`). Returns `register_oot_classes()`."""
+    (`vllm_fl.functions.install`), giving vLLM's quantized-linear kernel tables their
+    out-of-tree rows (`vllm_fl.quant.install_linear_kernels`) and vLLM's quantized MoE oracles
+    the plugin's experts (`vllm_fl.quant.install_moe_experts`). Returns `register_oot_classes()`."""
     from vllm_fl import functions, quant
 
     replaced = register_oot_classes()
     if replaced:
         functions.install()
     quant.install_linear_kernels()
+    quant.install_moe_experts()
     if vllm_config is not None:
         quant.log_quantization(vllm_config)
         from vllm_fl.platform import apply_custom_ops_default

@@ -77,6 +77,18 @@ def _build_gpu_worker() -> type:
     return WorkerFL
 
 
+def _ensure_workspace_manager() -> None:
+    """vLLM's modular MoE kernels take their scratch from the process's workspace manager, which
+    vLLM's GPU worker creates and its CPU worker does not; the quantized MoE layers the plugin's
+    experts compute (``vllm_fl.quant.moe``) run through those kernels on the CPU platform too."""
+    from vllm.v1.worker.workspace import init_workspace_manager, is_workspace_manager_initialized
+
+    if not is_workspace_manager_initialized():
+        import torch
+
+        init_workspace_manager(torch.device("cpu"))
+
+
 def _build_cpu_worker() -> type:
     class CPUWorkerFL(compat.cpu_worker_cls()):
         """vLLM's CPU worker with a null memory-pool context (no sleep-mode allocator on CPU);
@@ -87,6 +99,7 @@ def _build_cpu_worker() -> type:
             from vllm_fl.registration import prepare_model_process
 
             prepare_model_process(self.vllm_config)
+            _ensure_workspace_manager()
 
         def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
             return nullcontext()

@@ -24,7 +24,7 @@ class _CaseView:
     inputs: dict
 
 
-def _case_view(index: int, case: m.Case) -> _CaseView:
+def _case_view(index: int, case: m.Case, reference_package: str | None) -> _CaseView:
     parts = []
     inputs: dict[str, dict] = {}
     for name, spec in case.inputs:
@@ -38,11 +38,32 @@ def _case_view(index: int, case: m.Case) -> _CaseView:
                 item["values"] = spec.values
             inputs[name] = item
             parts.append(name + "x".join(str(d) for d in spec.shape))
+        elif isinstance(spec, m.QuantizedInput):
+            inputs[name] = _quantized_view(spec)
+            parts.append(name + "x".join(str(d) for d in spec.shape) + "-" + spec.scheme)
+        elif isinstance(spec, m.DerivedInput):
+            assert reference_package is not None  # tests need a reference impl (the loader)
+            inputs[name] = {"derive": f"{reference_package}.impl.{spec.module}:{spec.function}"}
+            parts.append(f"{name}=derived")
         else:
             inputs[name] = {"value": spec.value}
             parts.append(f"{name}={spec.value}")
     ident = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([f"case{index}"] + parts))
     return _CaseView(ident, dict(case.init), inputs)
+
+
+def _quantized_view(spec: m.QuantizedInput) -> dict[str, object]:
+    item: dict[str, object] = {"quantize": spec.shape, "scheme": spec.scheme}
+    if spec.group is not None:
+        item["group"] = spec.group
+    item["scales"] = spec.scales
+    if spec.zeros is not None:
+        item["zeros"] = spec.zeros
+    if spec.transpose:
+        item["transpose"] = True
+    if spec.scale is not None:
+        item["scale"] = spec.scale
+    return item
 
 
 def emit(manifest: m.Manifest) -> dict[str, str]:
@@ -66,13 +87,18 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
             if manifest.backend(impl.backend).kind != "reference"
         ]
         eager = [manifest.backend(impl.backend) for impl in op.impls if impl.eager is not None]
-        cases = [_case_view(i, c) for i, c in enumerate(op.tests.cases)]
+        op_reference = manifest.reference_of(op)
+        # tests need a reference impl (the loader checks)
+        package = op_reference.package if op_reference is not None else None
+        cases = [_case_view(i, c, package) for i, c in enumerate(op.tests.cases)]
         canonical = None
         if op.tests.canonical is not None:
             module, function = op.tests.canonical
-            op_reference = manifest.reference_of(op)
-            assert op_reference is not None  # tests need a reference impl (the loader checks)
-            canonical = f"{op_reference.package}.impl.{module}:{function}"
+            canonical = f"{package}.impl.{module}:{function}"
+        round_trip = None
+        if op.tests.round_trip is not None:
+            module, function = op.tests.round_trip.function
+            round_trip = f"{package}.impl.{module}:{function}"
         # keyword arguments of parity.check beyond the common ones
         check_options = ("" if not op.mutates else ", mutates=MUTATES") + (
             "" if canonical is None else ", canonical=CANONICAL"
@@ -94,6 +120,8 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
             eager=eager,
             cases=cases,
             canonical=canonical,
+            round_trip=round_trip,
+            reference_id=reference.impl_id,
             check_options=check_options,
             reference_options=reference_options,
             returns=[str(form) for form in op.schema.returns.forms],

@@ -78,6 +78,16 @@ def read_op(
             f"tests of {what} name a 'canonical' form but the op returns {schema.returns}",
             "'canonical' only for ops that return tensors or write into mutates arguments",
         )
+    if (
+        tests is not None
+        and tests.round_trip is not None
+        and not (mutates or schema.returns.all_tensors)
+    ):
+        raise r.error(
+            tests.round_trip.line,
+            f"tests of {what} have a round_trip but the op returns {schema.returns}",
+            "'round_trip' only for ops that return tensors or write into mutates arguments",
+        )
     f.done()
     op = m.Op(
         name,

@@ -1,5 +1,5 @@
-"""An op's ``tests:``: dtypes, cases (constructor arguments and inputs), tolerances and the
-optional canonical form of the outputs."""
+"""An op's ``tests:``: dtypes, cases (constructor arguments and inputs), tolerances, the
+optional canonical form of the outputs and the optional round trip of a quantized op."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ from .. import model as m
 from .reader import Reader
 from .tolerances import read_tolerances
 from ..signature import FunctionSchema, Type
-from ..yamlnodes import Map, Node, Seq, describe
+from ..yamlnodes import Entry, Map, Node, Seq, describe
 
-KEYS = ("dtypes", "cases", "tolerances", "canonical")
+KEYS = ("dtypes", "cases", "tolerances", "canonical", "round_trip")
 CASE_KEYS = ("init", "inputs")
 TENSOR_KEYS = ("shape", "dtype", "high", "scale", "values")
+QUANTIZED_KEYS = ("quantize", "scheme", "group", "scales", "zeros", "transpose", "scale")
+DERIVED_KEYS = ("derive",)
+ROUND_TRIP_KEYS = ("fn", "tolerances")
+REFERENCE_FN = "module.function under the reference backend's impl/ package"
 #: the most elements a tensor given by its ``values`` may have (a test's metadata, not its data)
 MAX_VALUES = 4096
 #: the values an integer dtype holds
@@ -65,11 +69,11 @@ def read_tests(
     canonical_entry = f.pop("canonical")
     canonical = None
     if canonical_entry is not None:
-        canonical = r.fn_ref(
-            canonical_entry.value,
-            f"canonical of {sub}",
-            "module.function under the reference backend's impl/ package",
-        )
+        canonical = r.fn_ref(canonical_entry.value, f"canonical of {sub}", REFERENCE_FN)
+    round_trip_entry = f.pop("round_trip")
+    round_trip = None
+    if round_trip_entry is not None:
+        round_trip = _round_trip(r, round_trip_entry, what, dtypes, cases)
     f.done()
     resolved = []
     for dtype in dtypes:
@@ -81,7 +85,46 @@ def read_tests(
                 f"{dtype} in the top-level tolerances or in the op's tests",
             )
         resolved.append((dtype, tol))
-    return m.Tests(tuple(dtypes), cases, tuple(resolved), node.line, canonical)
+    return m.Tests(tuple(dtypes), cases, tuple(resolved), node.line, canonical, round_trip)
+
+
+def _round_trip(
+    r: Reader, entry: Entry, what: str, dtypes: list[str], cases: tuple[m.Case, ...]
+) -> m.RoundTrip:
+    """``round_trip: {fn, tolerances}``: a tolerance for each of the op's dtypes, and a case
+    with a quantized input to run it on."""
+    sub = f"round_trip of {what}"
+    f = r.fields(
+        entry.value,
+        sub,
+        "{fn: module.function, tolerances: {dtype: {atol, rtol}}}",
+        ROUND_TRIP_KEYS,
+    )
+    fn = r.fn_ref(f.require("fn", REFERENCE_FN).value, f"fn of {sub}", REFERENCE_FN)
+    tol_entry = f.require("tolerances", "{dtype: {atol: <number>, rtol: <number>}}")
+    own = dict(read_tolerances(r, tol_entry.value, f"tolerances of {sub}"))
+    f.done()
+    for dtype in own:
+        if dtype not in dtypes:
+            raise r.error(
+                tol_entry.value.entries[dtype].key_line,
+                f"tolerances of {sub} name dtype {dtype!r}, which the op is not tested in",
+                "one of the op's dtypes: " + ", ".join(dtypes),
+            )
+    missing = [dtype for dtype in dtypes if dtype not in own]
+    if missing:
+        raise r.error(
+            tol_entry.value.line,
+            f"tolerances of {sub} lack dtype {missing[0]!r}",
+            "a tolerance for each of the op's dtypes: " + ", ".join(dtypes),
+        )
+    if not any(case.quantized for case in cases):
+        raise r.error(
+            entry.key_line,
+            f"{what} has a round_trip but no case with a quantized input",
+            "a case input like {quantize: [M, K], scheme: int8_token, scales: <argument>}",
+        )
+    return m.RoundTrip(fn, tuple((d, own[d]) for d in dtypes), entry.key_line)
 
 
 def _case(
@@ -104,7 +147,7 @@ def _case(
             init.append((key, r.literal(entry.value, f"init argument {key!r} of {sub}")))
     inputs_entry = f.require("inputs", "a mapping of argument -> shape")
     table = r.map(inputs_entry.value, f"inputs of {sub}", "a mapping of argument -> shape")
-    given: dict[str, m.TensorInput | m.LiteralInput] = {}
+    given: dict[str, m.Input] = {}
     for entry in table.entries.values():
         arg = schema.argument(entry.key)
         if arg is None:
@@ -114,8 +157,9 @@ def _case(
                 "one of " + ", ".join(schema.arg_names),
             )
         given[entry.key] = _input(r, entry.value, f"input {entry.key!r} of {sub}", arg.type)
+    assigned = _check_assigned(r, table, given, sub, schema)
     for arg in schema.arguments:
-        if arg.name not in given and not arg.has_default:
+        if arg.name not in given and arg.name not in assigned and not arg.has_default:
             raise r.error(
                 inputs_entry.value.line,
                 f"inputs of {sub} lack required argument {arg.name!r}",
@@ -124,6 +168,54 @@ def _case(
     f.done()
     ordered = tuple((a.name, given[a.name]) for a in schema.arguments if a.name in given)
     return m.Case(tuple(init), ordered, node.line)
+
+
+def _check_assigned(
+    r: Reader, table: Map, given: dict[str, m.Input], sub: str, schema: FunctionSchema
+) -> set[str]:
+    """The arguments quantized inputs assign (``scales``, ``zeros``): Tensor arguments of the
+    signature, none the input itself or one the case sets, each assigned once."""
+    assigned: set[str] = set()
+    for name, spec in given.items():
+        if not isinstance(spec, m.QuantizedInput):
+            continue
+        fields = table.entries[name].value
+        assert isinstance(fields, Map)
+        for key, target in (("scales", spec.scales), ("zeros", spec.zeros)):
+            if target is None:
+                continue
+            line = fields.entries[key].value.line
+            what = f"{key} of input {name!r} of {sub}"
+            arg = schema.argument(target)
+            if arg is None or not arg.type.is_tensor:
+                tensors = [a.name for a in schema.arguments if a.type.is_tensor]
+                found = "not an argument" if arg is None else f"an argument of type {arg.type}"
+                raise r.error(
+                    line,
+                    f"{what} names {target!r}, {found}",
+                    "a Tensor argument of the signature: " + ", ".join(tensors),
+                )
+            if target == name:
+                raise r.error(
+                    line,
+                    f"{what} names the input itself",
+                    "another Tensor argument, which gets the " + key,
+                )
+            if target in given:
+                raise r.error(
+                    line,
+                    f"{what} names {target!r}, which the case also sets",
+                    f"an argument the case leaves to the quantized input (drop {target} from "
+                    "its inputs)",
+                )
+            if target in assigned:
+                raise r.error(
+                    line,
+                    f"{what} names {target!r}, already assigned by another quantized input",
+                    "each argument assigned once in a case",
+                )
+            assigned.add(target)
+    return assigned
 
 
 def _shape(r: Reader, node: Node, what: str) -> tuple[int, ...]:
@@ -151,6 +243,15 @@ def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.L
     if isinstance(node, Seq):
         return m.TensorInput(_shape(r, node, what), m.DTYPE_PLACEHOLDER, None)
     if isinstance(node, Map):
+        if "quantize" in node.entries:
+            return _quantized(r, node, what)
+        if "derive" in node.entries:
+            f = r.fields(node, what, "{derive: module.function}", DERIVED_KEYS)
+            module, function = r.fn_ref(
+                f.require("derive", REFERENCE_FN).value, f"derive of {what}", REFERENCE_FN
+            )
+            f.done()
+            return m.DerivedInput(module, function)
         return _tensor(r, node, what)
     value = r.literal(node, what)
     if value is None and type_.optional:
@@ -158,7 +259,8 @@ def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.L
     raise r.error(
         node.line,
         f"{what} is {describe(node)}",
-        "a shape like [7, 256], {shape: ..., dtype: ..., high: ...}"
+        "a shape like [7, 256], {shape: ..., dtype: ..., high: ...}, {values: [...]}, "
+        "{quantize: ..., scheme: ..., scales: ...}, {derive: module.function}"
         + (" or null" if type_.optional else ""),
     )
 
@@ -178,20 +280,20 @@ def _tensor(r: Reader, node: Map, what: str) -> m.TensorInput:
                     "values: [...] with an optional dtype, nothing else",
                 )
         f.done()
+        if dtype in m.FLOAT8_DTYPES:
+            raise r.error(
+                values_entry.key_line,
+                f"{what} gives values in {dtype}",
+                "values of an integer, floating-point or $dtype tensor",
+            )
         shape, values = _values(r, values_entry.value, what, dtype)
         return m.TensorInput(shape, dtype, None, values=values)
     shape = _shape(r, f.require("shape", "[dims...] (or values: [...])").value, what)
     high_entry = f.pop("high")
     high = r.integer(high_entry.value, f"high of {what}") if high_entry else None
     scale_entry = f.pop("scale")
-    scale = r.number(scale_entry.value, f"scale of {what}") if scale_entry else None
+    scale = _scale(r, scale_entry, what)
     f.done()
-    if scale_entry is not None and scale is not None and not (0 < scale < 1e6):
-        raise r.error(
-            scale_entry.value.line,
-            f"scale of {what} is {scale!r}",
-            "a finite number above 0 (the standard deviation of the random values)",
-        )
     if scale_entry is not None and dtype in m.INT_DTYPES:
         raise r.error(
             scale_entry.key_line,
@@ -217,7 +319,7 @@ def _dtype(r: Reader, f, what: str) -> str:
     dtype_entry = f.pop("dtype")
     if dtype_entry is None:
         return m.DTYPE_PLACEHOLDER
-    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.INT_DTYPES
+    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.FLOAT8_DTYPES + m.INT_DTYPES
     dtype = str(
         r.scalar(dtype_entry.value, f"dtype of {what}", (str,), "one of " + ", ".join(allowed))
     )
@@ -273,3 +375,102 @@ def _element(r: Reader, node: Node, what: str, dtype: str) -> int | float:
     value = r.scalar(node, f"a value of {what}", (int, float), "a finite number")
     assert isinstance(value, (int, float))
     return float(value)
+
+
+def _scale(r: Reader, entry: Entry | None, what: str) -> float | None:
+    """``scale:``, the standard deviation of a tensor's random values (None: not given)."""
+    if entry is None:
+        return None
+    scale = r.number(entry.value, f"scale of {what}")
+    if not (0 < scale < 1e6):
+        raise r.error(
+            entry.value.line,
+            f"scale of {what} is {scale!r}",
+            "a finite number above 0 (the standard deviation of the random values)",
+        )
+    return scale
+
+
+def _quantized(r: Reader, node: Map, what: str) -> m.QuantizedInput:
+    """``{quantize: [shape], scheme, group, scales, zeros, transpose, scale}``: a normal float32
+    tensor quantised with a scheme of ``vllm_fl.testing.quantize``. Which arguments ``scales``
+    and ``zeros`` may name is checked with the case (``_check_assigned``)."""
+    f = r.fields(node, what, "a mapping", QUANTIZED_KEYS)
+    shape = _shape(r, f.require("quantize", "[dims...]").value, what)
+    schemes = ", ".join(m.QUANT_SCHEMES)
+    scheme_node = f.require("scheme", "one of " + schemes).value
+    scheme = str(r.scalar(scheme_node, f"scheme of {what}", (str,), "one of " + schemes))
+    rules = m.QUANT_SCHEMES.get(scheme)
+    if rules is None:
+        raise r.error(scheme_node.line, f"scheme of {what} is {scheme!r}", "one of " + schemes)
+    if rules.ranks and len(shape) not in rules.ranks:
+        raise r.error(
+            node.entries["quantize"].value.line,
+            f"{what} has shape {list(shape)}, which scheme {scheme!r} does not quantise",
+            f"a shape {rules.shapes}",
+        )
+    group = _group(r, f.pop("group"), node, what, scheme, rules)
+    scales = r.ident(
+        f.require("scales", "the Tensor argument that gets the scales").value, f"scales of {what}"
+    )
+    zeros_entry = f.pop("zeros")
+    if rules.zeros and zeros_entry is None:
+        raise r.error(
+            node.line,
+            f"{what} has no 'zeros', which scheme {scheme!r} makes",
+            "zeros: the Tensor argument that gets the zero points",
+        )
+    if not rules.zeros and zeros_entry is not None:
+        raise r.error(
+            zeros_entry.key_line,
+            f"{what} has 'zeros' but scheme {scheme!r} is symmetric",
+            "'zeros' only with a scheme that makes zero points: "
+            + ", ".join(name for name, s in m.QUANT_SCHEMES.items() if s.zeros),
+        )
+    zeros = r.ident(zeros_entry.value, f"zeros of {what}") if zeros_entry else None
+    transpose_entry = f.pop("transpose")
+    transpose = (
+        r.boolean(transpose_entry.value, f"transpose of {what}") if transpose_entry else False
+    )
+    if transpose and len(shape) != 2:
+        assert transpose_entry is not None
+        raise r.error(
+            transpose_entry.value.line,
+            f"{what} has transpose: true and shape {list(shape)}",
+            "transpose only for a 2-D shape (the quantised tensor's .t())",
+        )
+    scale = _scale(r, f.pop("scale"), what)
+    f.done()
+    return m.QuantizedInput(shape, scheme, group, scales, zeros, transpose, scale)
+
+
+def _group(
+    r: Reader, entry: Entry | None, node: Map, what: str, scheme: str, rules: m.QuantScheme
+) -> tuple[int, ...] | None:
+    """``group:``, given exactly for a scheme that takes one, of its form."""
+    if rules.group is None:
+        if entry is not None:
+            raise r.error(
+                entry.key_line,
+                f"{what} has 'group' but scheme {scheme!r} takes none",
+                "'group' only with "
+                + ", ".join(name for name, s in m.QUANT_SCHEMES.items() if s.group is not None),
+            )
+        return None
+    if entry is None:
+        raise r.error(
+            node.line,
+            f"{what} has no 'group', which scheme {scheme!r} needs",
+            f"group: {rules.group_form}",
+        )
+    group = _shape(r, entry.value, f"group of {what}")
+    fits = len(group) == len(rules.group) and all(
+        want is None or got == want for got, want in zip(group, rules.group)
+    )
+    if not fits:
+        raise r.error(
+            entry.value.line,
+            f"group of {what} is {list(group)}",
+            f"{rules.group_form} for scheme {scheme!r}",
+        )
+    return group

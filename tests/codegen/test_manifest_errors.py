@@ -369,6 +369,237 @@ CASES = [
         "finite number",
         "values: [1, two]",
     ),
+    # quantized inputs, derived inputs and round trips
+    (
+        "quantize-unknown-scheme",
+        "scheme: fp8_group,",
+        "scheme: fp8_grp,",
+        "scheme of input 'a' of test case of op 'scaled_mm' is 'fp8_grp', expected one of "
+        "fp8_tensor, fp8_token, fp8_group, fp8_block, int8_tensor, int8_token, int8_channel, "
+        "int8_token_asym",
+        "scheme: fp8_grp",
+    ),
+    (
+        "quantize-missing-group",
+        "group: [1, 32], scales: scale_a,",
+        "scales: scale_a,",
+        "input 'a' of test case of op 'scaled_mm' has no 'group', which scheme 'fp8_group' "
+        "needs, expected group: [1, g]",
+        "scheme: fp8_group, scales: scale_a",
+    ),
+    (
+        "quantize-group-for-a-scheme-without",
+        "scheme: int8_token_asym, scales",
+        "scheme: int8_token_asym, group: [1, 8], scales",
+        "input 'a' of test case of op 'scaled_mm' has 'group' but scheme 'int8_token_asym' takes "
+        "none, expected 'group' only with fp8_group, fp8_block",
+        "group: [1, 8]",
+    ),
+    (
+        "quantize-group-wrong-length",
+        "group: [8, 32]",
+        "group: [8, 32, 2]",
+        "group of input 'b' of test case of op 'scaled_mm' is [8, 32, 2], expected [bn, bk] for "
+        "scheme 'fp8_block'",
+        "group: [8, 32, 2]",
+    ),
+    (
+        "quantize-group-of-several-rows",
+        "group: [1, 32]",
+        "group: [2, 32]",
+        "group of input 'a' of test case of op 'scaled_mm' is [2, 32], expected [1, g] for "
+        "scheme 'fp8_group'",
+        "group: [2, 32]",
+    ),
+    (
+        "quantize-group-not-positive",
+        "group: [1, 32]",
+        "group: [1, -32]",
+        "dimension -32 in group of input 'a' of test case of op 'scaled_mm', expected a positive "
+        "integer",
+        "group: [1, -32]",
+    ),
+    (
+        "quantize-missing-scales",
+        "group: [1, 32], scales: scale_a,",
+        "group: [1, 32],",
+        "input 'a' of test case of op 'scaled_mm' has no 'scales', expected scales: the Tensor "
+        "argument that gets the scales",
+        "scheme: fp8_group, group: [1, 32],",
+    ),
+    (
+        "quantize-scales-not-an-argument",
+        "scales: scale_b,\n                       transpose",
+        "scales: scale_c,\n                       transpose",
+        "scales of input 'b' of test case of op 'scaled_mm' names 'scale_c', not an argument, "
+        "expected a Tensor argument of the signature: a, b, scale_a, scale_b, azp, azp_adj, bias",
+        "scales: scale_c",
+    ),
+    (
+        "quantize-scales-not-a-tensor",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {quantize: [3, 16], scheme: int8_token, scales: factor}, dest: [3, 16]}",
+        "scales of input 'x' of test case of op 'scale_into' names 'factor', an argument of type "
+        "float, expected a Tensor argument of the signature: x, dest",
+        "scales: factor",
+    ),
+    (
+        "quantize-scales-the-input-itself",
+        "scales: scale_a, zeros: azp",
+        "scales: a, zeros: azp",
+        "scales of input 'a' of test case of op 'scaled_mm' names the input itself, expected "
+        "another Tensor argument",
+        "scales: a, zeros: azp",
+    ),
+    (
+        "quantize-scales-set-by-the-case",
+        "scales: scale_b, transpose: true}",
+        "scales: bias, transpose: true}",
+        "scales of input 'b' of test case of op 'scaled_mm' names 'bias', which the case also "
+        "sets, expected an argument the case leaves to the quantized input",
+        "scales: bias",
+    ),
+    (
+        "quantize-scales-assigned-twice",
+        "scales: scale_b, transpose: true}",
+        "scales: scale_a, transpose: true}",
+        "scales of input 'b' of test case of op 'scaled_mm' names 'scale_a', already assigned by "
+        "another quantized input, expected each argument assigned once in a case",
+        "scales: scale_a, transpose: true}",
+    ),
+    (
+        "quantize-zeros-equal-to-scales",
+        "scales: scale_a, zeros: azp",
+        "scales: scale_a, zeros: scale_a",
+        "zeros of input 'a' of test case of op 'scaled_mm' names 'scale_a', already assigned by "
+        "another quantized input",
+        "zeros: scale_a",
+    ),
+    (
+        "quantize-asymmetric-without-zeros",
+        "scales: scale_a, zeros: azp}",
+        "scales: scale_a}",
+        "input 'a' of test case of op 'scaled_mm' has no 'zeros', which scheme 'int8_token_asym' "
+        "makes, expected zeros: the Tensor argument that gets the zero points",
+        "scheme: int8_token_asym, scales: scale_a}",
+    ),
+    (
+        "quantize-zeros-for-a-symmetric-scheme",
+        "scales: scale_b, transpose: true}",
+        "scales: scale_b, zeros: azp_adj, transpose: true}",
+        "input 'b' of test case of op 'scaled_mm' has 'zeros' but scheme 'int8_channel' is "
+        "symmetric, expected 'zeros' only with a scheme that makes zero points: int8_token_asym",
+        "zeros: azp_adj",
+    ),
+    (
+        "quantize-zero-dimension",
+        "quantize: [16, 64], scheme: int8_channel",
+        "quantize: [16, 0], scheme: int8_channel",
+        "dimension 0 in input 'b' of test case of op 'scaled_mm', expected a positive integer",
+        "quantize: [16, 0]",
+    ),
+    (
+        "quantize-rank-the-scheme-does-not-take",
+        "quantize: [16, 64], scheme: int8_channel",
+        "quantize: [16], scheme: int8_channel",
+        "input 'b' of test case of op 'scaled_mm' has shape [16], which scheme 'int8_channel' "
+        "does not quantise, expected a shape [N, K]",
+        "quantize: [16], scheme",
+    ),
+    (
+        "quantize-transpose-of-3d",
+        "quantize: [16, 64], scheme: fp8_block",
+        "quantize: [2, 16, 64], scheme: fp8_block",
+        "input 'b' of test case of op 'scaled_mm' has transpose: true and shape [2, 16, 64], "
+        "expected transpose only for a 2-D shape",
+        "transpose: true}}",
+    ),
+    (
+        "quantize-transpose-not-a-boolean",
+        "transpose: true}}",
+        "transpose: yes please}}",
+        "transpose of input 'b' of test case of op 'scaled_mm' is the string 'yes please', "
+        "expected true or false",
+        "transpose: yes please",
+    ),
+    (
+        "quantize-unknown-key",
+        "scale: 0.5}",
+        "std: 0.5}",
+        "unknown key 'std' in input 'a' of test case of op 'scaled_mm', expected one of quantize, "
+        "scheme, group, scales, zeros, transpose, scale",
+        "std: 0.5",
+    ),
+    (
+        "float8-not-a-dtype-under-test",
+        "dtypes: [bfloat16]\n      round_trip",
+        "dtypes: [float8_e4m3fn]\n      round_trip",
+        "unknown dtype 'float8_e4m3fn' in tests of op 'scaled_mm', expected one of float32",
+        "dtypes: [float8_e4m3fn]",
+    ),
+    (
+        "derive-not-a-function-path",
+        "derive: quant.column_sums",
+        "derive: column_sums",
+        "derive of input 'azp_adj' of test case of op 'scaled_mm' is 'column_sums', expected "
+        "module.function under the reference backend's impl/ package",
+        "derive: column_sums",
+    ),
+    (
+        "derive-with-another-key",
+        "derive: quant.column_sums}",
+        "derive: quant.column_sums, shape: [1, 16]}",
+        "unknown key 'shape' in input 'azp_adj' of test case of op 'scaled_mm', expected one of "
+        "derive",
+        "derive: quant.column_sums, shape",
+    ),
+    (
+        "round-trip-not-a-function-path",
+        "fn: quant.scaled_mm_round_trip",
+        "fn: scaled_mm_round_trip",
+        "fn of round_trip of op 'scaled_mm' is 'scaled_mm_round_trip', expected module.function",
+        "fn: scaled_mm_round_trip",
+    ),
+    (
+        "round-trip-without-tolerances",
+        "        tolerances:\n          bfloat16: {atol: 0.5, rtol: 5.0e-2}\n",
+        "",
+        "round_trip of op 'scaled_mm' has no 'tolerances', expected tolerances: {dtype: ",
+        "        fn: quant.scaled_mm_round_trip",
+    ),
+    (
+        "round-trip-lacks-a-dtype",
+        "        tolerances:\n          bfloat16: {atol: 0.5, rtol: 5.0e-2}\n",
+        "        tolerances: {}\n",
+        "tolerances of round_trip of op 'scaled_mm' lack dtype 'bfloat16', expected a tolerance "
+        "for each of the op's dtypes: bfloat16",
+        "        tolerances: {}",
+    ),
+    (
+        "round-trip-dtype-not-tested",
+        "          bfloat16: {atol: 0.5, rtol: 5.0e-2}\n",
+        "          bfloat16: {atol: 0.5, rtol: 5.0e-2}\n          float32: {atol: 1, rtol: 0}\n",
+        "tolerances of round_trip of op 'scaled_mm' name dtype 'float32', which the op is not "
+        "tested in, expected one of the op's dtypes: bfloat16",
+        "          float32: {atol: 1, rtol: 0}",
+    ),
+    (
+        "round-trip-unknown-key",
+        "        fn: quant.scaled_mm_round_trip\n",
+        "        fn: quant.scaled_mm_round_trip\n        cases: all\n",
+        "unknown key 'cases' in round_trip of op 'scaled_mm', expected one of fn, tolerances",
+        "        cases: all",
+    ),
+    (
+        "round-trip-without-a-quantized-case",
+        "      dtypes: [bfloat16]\n      cases:\n        - inputs: {x: [3, 16], dest: [3, 16]}",
+        "      dtypes: [bfloat16]\n      round_trip: {fn: act.scale_round_trip,\n"
+        "                   tolerances: {bfloat16: {atol: 1, rtol: 0}}}\n"
+        "      cases:\n        - inputs: {x: [3, 16], dest: [3, 16]}",
+        "op 'scale_into' has a round_trip but no case with a quantized input, expected a case "
+        "input like {quantize: [M, K], scheme: int8_token, scales: <argument>}",
+        "round_trip: {fn: act.scale_round_trip",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 

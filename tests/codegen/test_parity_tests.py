@@ -76,7 +76,7 @@ def parity():
 
         def impl(self, op, impl_id):
             assert impl_id == module.REFERENCE
-            return SimpleNamespace(fn=self.fn, impl_id=impl_id)
+            return SimpleNamespace(fn=self.fn, impl_id=impl_id, available=None)
 
         def layer(self, path, init, dtype, device):
             if path is None:
@@ -173,3 +173,103 @@ def test_reference_check_gives_the_reference_only_the_attributes_it_declares(par
 def test_reference_check_fails_a_reference_touching_the_layer(parity, fn, message):
     with pytest.raises(AssertionError, match=re.escape(message)):
         _check_layer(parity, fn)
+
+
+REFERENCE_QUANT = "vllm_fl.dispatch.backends.reference.impl.quant"
+#: int8_scaled_mm's asymmetric case of ops.yaml: a per token with zero points, b per channel
+QUANTIZED_CASE = {
+    "init": {},
+    "inputs": {
+        "a": {
+            "quantize": (5, 64),
+            "scheme": "int8_token_asym",
+            "scales": "scale_a",
+            "zeros": "azp",
+        },
+        "b": {
+            "quantize": (24, 64),
+            "scheme": "int8_channel",
+            "scales": "scale_b",
+            "transpose": True,
+        },
+        "out_dtype": {"value": "bfloat16"},
+        "bias": {"shape": (24,), "dtype": "$dtype"},
+        "azp_adj": {"derive": f"{REFERENCE_QUANT}:int8_scaled_mm_azp_adj"},
+    },
+}
+
+
+def test_a_quantized_input_assigns_values_scales_and_zero_points(parity):
+    values, originals = parity.build(QUANTIZED_CASE["inputs"], torch.bfloat16, "cpu")
+    a, b = values["a"], values["b"]
+    assert a.dtype == torch.int8 and a.shape == (5, 64)
+    assert b.dtype == torch.int8 and b.shape == (64, 24) and b.stride() == (1, 64)  # w.t()
+    # scales and zero points keep their scheme's dtypes, whatever the dtype under test
+    assert values["scale_a"].dtype == torch.float32 and values["scale_a"].shape == (5, 1)
+    assert values["scale_b"].dtype == torch.float32 and values["scale_b"].shape == (24, 1)
+    assert values["azp"].dtype == torch.int32 and values["azp"].shape == (5, 1)
+    assert values["bias"].dtype == torch.bfloat16
+    assert sorted(originals) == ["a", "b"]
+    assert originals["a"].dtype == torch.float32 and originals["b"].shape == (64, 24)
+    dequantised_a = (a.float() - values["azp"].float()) * values["scale_a"]
+    assert ((dequantised_a - originals["a"]).abs() <= values["scale_a"] * 0.501).all()
+    dequantised_b = b.float() * values["scale_b"].reshape(1, -1)
+    assert (
+        (dequantised_b - originals["b"]).abs() <= values["scale_b"].reshape(1, -1) * 0.501
+    ).all()
+    # derived from the other arguments: the weight's column sums
+    assert torch.equal(values["azp_adj"], b.to(torch.int64).sum(0, keepdim=True).to(torch.int32))
+    again, _ = parity.build(QUANTIZED_CASE["inputs"], torch.bfloat16, "cpu")
+    assert all(torch.equal(values[k], again[k]) for k in values if k != "out_dtype")
+
+
+def test_a_float8_tensor_input_holds_normal_values_cast(parity):
+    spec = {"x": {"shape": (4, 8), "dtype": "float8_e4m3fn", "scale": 2.0}}
+    x = parity.inputs(spec, torch.bfloat16, "cpu")["x"]
+    assert x.dtype == torch.float8_e4m3fn
+    assert x.float().abs().max() > 0 and torch.isfinite(x.float()).all()
+
+
+def test_float8_results_are_compared_in_float32(parity):
+    x = torch.linspace(-4, 4, 16).to(torch.float8_e4m3fn)
+    tolerance = {"atol": 0.0, "rtol": 0.0}
+    parity.compare(x.clone(), x, tolerance)
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        parity.compare((x.float() * 2).to(torch.float8_e4m3fn), x, tolerance)
+    with pytest.raises(AssertionError, match="torch.bfloat16, expected torch.float8_e4m3fn"):
+        parity.compare(x.to(torch.bfloat16), x, tolerance)
+
+
+def test_reference_check_accepts_a_float8_result(parity):
+    case = {"init": {}, "inputs": {"x": {"shape": (3, 8), "dtype": "$dtype"}}}
+    _check(parity, lambda x: x.to(torch.float8_e4m3fn), ["Tensor"], case)
+
+
+def _round_trip(parity, fn):
+    from vllm_fl.dispatch.backends.reference.impl import quant
+
+    parity.fn = fn or quant.int8_scaled_mm
+    parity.check_round_trip(
+        "int8_scaled_mm",
+        None,
+        "reference.torch",
+        "cpu",
+        "bfloat16",
+        QUANTIZED_CASE,
+        f"{REFERENCE_QUANT}:int8_scaled_mm_round_trip",
+        {"atol": 0.75, "rtol": 0.05},
+    )
+
+
+def test_round_trip_passes_the_reference_gemm_of_quantized_inputs(parity):
+    _round_trip(parity, None)
+
+
+def test_round_trip_fails_a_gemm_that_drops_the_zero_points(parity):
+    from vllm_fl.dispatch.backends.reference.impl import quant
+
+    def no_zero_points(a, b, scale_a, scale_b, out_dtype, bias=None, azp_adj=None, azp=None):
+        return quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        _round_trip(parity, no_zero_points)

@@ -5,8 +5,16 @@
 A case is ``{"init": {...}, "inputs": {...}}``: ``init`` holds the layer's constructor arguments
 (``"$dtype"`` stands for the dtype under test); an input is ``{"shape": ..., "dtype": ...}`` for a
 tensor (``"$dtype"``: the dtype under test; integer dtypes draw from ``[0, high)``, floating ones
-from a normal distribution of standard deviation ``scale``, default 1; with ``"values"`` the tensor
-holds those elements) or ``{"value": ...}`` for a literal.
+from a normal distribution of standard deviation ``scale``, default 1, cast to the dtype, FP8
+included; with ``"values"`` the tensor holds those elements) or ``{"value": ...}`` for a literal.
+
+A quantized input, ``{"quantize": shape, "scheme": ..., "group": ..., "scales": arg, "zeros":
+arg, "transpose": bool, "scale": std}``, draws a normal float32 tensor (never cast to the dtype
+under test), quantises it with ``vllm_fl.testing.quantize.SCHEMES[scheme]`` and gives the input
+the quantised values (their ``.t()`` with ``transpose``), the argument ``scales`` the float32
+scales and ``zeros`` the int32 zero points; the unquantised tensor (transposed alike) is the
+input's original, what a round trip compares with. A derived input, ``{"derive":
+"module:function"}``, is that function of the other arguments once they are built.
 """
 
 import contextlib
@@ -34,6 +42,30 @@ def _default_dtype(dtype):
 
 def _clone(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _to(value, device):
+    # a transposed view keeps its strides: an impl sees the layout vLLM passes
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def _function(path):
+    """``package.module:function`` -> the function."""
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+#: dtypes compared after a cast to float32 (assert_close has no FP8 arithmetic)
+_FLOAT8 = {torch.float8_e4m3fn, torch.float8_e5m2}
+
+
+def _float32(value):
+    """Every tensor of a result as float32 (a round trip compares in full precision)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_float32(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return value.float().cpu()
+    return value
 
 
 #: the signature's base types (an int is a valid float, a bool is no int)
@@ -105,24 +137,53 @@ class Parity:
         return layer.to(device)
 
     def inputs(self, spec, dtype, device):
+        return self.build(spec, dtype, device)[0]
+
+    def build(self, spec, dtype, device):
+        """The arguments of a case, and the originals of its quantized inputs (float32, before
+        quantisation, on the CPU), drawn in the case's order from one seeded generator."""
         generator = torch.Generator().manual_seed(SEED + 1)
-        values = {}
+        values, originals, derived = {}, {}, {}
         for name, item in spec.items():
             if "value" in item:
                 values[name] = item["value"]
-                continue
-            item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
-            if "values" in item:
-                tensor = torch.tensor(item["values"], dtype=item_dtype)
-            elif item_dtype.is_floating_point:
-                noise = torch.randn(item["shape"], generator=generator)
-                tensor = (noise * item.get("scale", 1.0)).to(item_dtype)
+            elif "derive" in item:
+                derived[name] = item["derive"]
+            elif "quantize" in item:
+                original, assigned = self._quantized(item, generator)
+                originals[name] = original
+                values.update({key: value for key, value in assigned.items() if key != "q"})
+                values[name] = assigned["q"]
             else:
-                tensor = torch.randint(
-                    0, item["high"], item["shape"], generator=generator, dtype=item_dtype
-                )
-            values[name] = tensor.to(device)
-        return values
+                item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
+                if "values" in item:
+                    values[name] = torch.tensor(item["values"], dtype=item_dtype)
+                elif item_dtype.is_floating_point:
+                    noise = torch.randn(item["shape"], generator=generator)
+                    values[name] = (noise * item.get("scale", 1.0)).to(item_dtype)
+                else:
+                    values[name] = torch.randint(
+                        0, item["high"], item["shape"], generator=generator, dtype=item_dtype
+                    )
+        for name, path in derived.items():  # of the other arguments, as built
+            values[name] = _function(path)(dict(values))
+        return {name: _to(value, device) for name, value in values.items()}, originals
+
+    def _quantized(self, item, generator):
+        """(the float32 original, {"q": values, scales argument: scales, zeros argument:
+        zeros})."""
+        from vllm_fl.testing.quantize import SCHEMES
+
+        noise = torch.randn(item["quantize"], generator=generator) * item.get("scale", 1.0)
+        group = tuple(item["group"]) if "group" in item else None
+        quantized = SCHEMES[item["scheme"]](noise, group)
+        q = quantized.q
+        if item.get("transpose", False):
+            noise, q = noise.t(), q.t()
+        assigned = {"q": q, item["scales"]: quantized.scales}
+        if "zeros" in item:
+            assigned[item["zeros"]] = quantized.zeros
+        return noise, assigned
 
     def call(self, impl, layer, inputs, mutates=()):
         """Run ``impl`` on clones of ``inputs``; it must not mutate or return them.
@@ -159,6 +220,9 @@ class Parity:
                 self.compare(a, e, tolerance)
         elif isinstance(expected, torch.Tensor):
             assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual)}"
+            if expected.dtype in _FLOAT8:
+                assert actual.dtype == expected.dtype, f"{actual.dtype}, expected {expected.dtype}"
+                actual, expected = actual.float(), expected.float()
             if expected.is_floating_point():
                 torch.testing.assert_close(actual.cpu(), expected.cpu(), **tolerance)
             else:  # indices and counts: exactly
@@ -200,11 +264,27 @@ class Parity:
         inputs. Without ``canonical``, the result itself."""
         if canonical is None:
             return result
-        module, _, function = canonical.partition(":")
-        form = getattr(importlib.import_module(module), function)
+        form = _function(canonical)
         if mutates:
             return form(**{**inputs, **dict(zip(mutates, result))})
         return form(result, **inputs)
+
+    def check_round_trip(
+        self, op, layer_path, impl_id, device, dtype_name, case, round_trip, tolerance, mutates=()
+    ):
+        """On a case with quantized inputs, ``impl_id`` approximates the full-precision result:
+        ``round_trip(originals, arguments)`` of the unquantised inputs (float32, on the CPU) and
+        the arguments as passed (their scales, bias, ...), compared in float32."""
+        impl = self.impl(op, impl_id)
+        self.require_available(impl)
+        dtype = getattr(torch, dtype_name)
+        layer = self.layer(layer_path, case["init"], dtype, device)
+        inputs, originals = self.build(case["inputs"], dtype, device)
+        assert originals, f"case {case} has no quantized input"
+        arguments = {name: _to(value, "cpu") for name, value in inputs.items()}
+        expected = _function(round_trip)(originals, arguments)
+        actual = self.call(impl, layer, inputs, mutates)
+        self.compare(_float32(actual), _float32(expected), tolerance)
 
     def check_eager(self, op, layer_path, impl_id, device, dtype_name, case, tolerance, inplace):
         """The in-place eager variant on clones of the inputs: it matches the reference and
@@ -270,7 +350,8 @@ class Parity:
                     ), f"{REFERENCE} {op}: output {index} shares memory with an input"
         for index, out in enumerate(outputs):
             if isinstance(out, torch.Tensor) and out.is_floating_point():
-                assert torch.isfinite(out).all(), f"{REFERENCE} {op}: output {index} is not finite"
+                finite = torch.isfinite(out.float()).all()
+                assert finite, f"{REFERENCE} {op}: output {index} is not finite"
 
     def check_native(self, op, layer_path, dtype_name, case, weight_dtype=None):
         """The reference equals vLLM's ``forward_native`` of the same layer exactly (vLLM's runs on

@@ -10,6 +10,8 @@ fails.
 The reference is never compared with itself: it runs alone on every dtype x case and must leave
 its inputs alone and return one of the declared forms, only finite values and none of its inputs
 nor a view of one.
+Round trip: on every case with a quantized input, the reference and each available backend
+approximate the full-precision result ``ROUND_TRIP`` computes from the unquantised inputs.
 """
 
 import pytest
@@ -18,6 +20,16 @@ OP = "int8_scaled_mm"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
+    pytest.param("vendor.cuda", "cuda", id="cuda"),
+]
+# the full-precision result the quantized op approximates, from the unquantised inputs
+ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.quant:int8_scaled_mm_round_trip"
+ROUND_TRIP_TOLERANCES = {
+    "bfloat16": {"atol": 0.75, "rtol": 0.05},
+}
+ROUND_TRIP_BACKENDS = [
+    pytest.param("reference.torch", "cpu", id="reference"),
     pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
@@ -31,31 +43,63 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (7, 128), "dtype": "int8", "high": 127},
-                "b": {"shape": (128, 64), "dtype": "int8", "high": 127},
-                "scale_a": {"shape": (7, 1), "dtype": "float32", "scale": 0.001},
-                "scale_b": {"shape": (64, 1), "dtype": "float32", "scale": 0.001},
+                "a": {"quantize": (7, 128), "scheme": "int8_token", "scales": "scale_a"},
+                "b": {
+                    "quantize": (64, 128),
+                    "scheme": "int8_channel",
+                    "scales": "scale_b",
+                    "transpose": True,
+                },
                 "out_dtype": {"value": "bfloat16"},
             },
         },
-        id="case0-a7x128-b128x64-scale_a7x1-scale_b64x1-out_dtype=bfloat16",
+        id="case0-a7x128-int8_token-b64x128-int8_channel-out_dtype=bfloat16",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "a": {"shape": (16, 256), "dtype": "int8", "high": 127},
-                "b": {"shape": (256, 128), "dtype": "int8", "high": 127},
-                "scale_a": {"shape": (16, 1), "dtype": "float32", "scale": 0.001},
-                "scale_b": {"shape": (128, 1), "dtype": "float32", "scale": 0.001},
+                "a": {
+                    "quantize": (16, 256),
+                    "scheme": "int8_token_asym",
+                    "scales": "scale_a",
+                    "zeros": "azp",
+                },
+                "b": {
+                    "quantize": (128, 256),
+                    "scheme": "int8_channel",
+                    "scales": "scale_b",
+                    "transpose": True,
+                },
                 "out_dtype": {"value": "bfloat16"},
                 "bias": {"shape": (128,), "dtype": "$dtype"},
-                "azp_adj": {"shape": (1, 128), "dtype": "int32", "high": 1000},
-                "azp": {"shape": (16, 1), "dtype": "int32", "high": 20},
+                "azp_adj": {
+                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:int8_scaled_mm_azp_adj"
+                },
             },
         },
-        id="case1-a16x256-b256x128-scale_a16x1-scale_b128x1-out_dtype=bfloat16-bias128-azp_adj1x128-azp16x1",
+        id="case1-a16x256-int8_token_asym-b128x256-int8_channel-out_dtype=bfloat16-bias128-azp_adj=derived",
     ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "a": {"quantize": (33, 128), "scheme": "int8_tensor", "scales": "scale_a"},
+                "b": {
+                    "quantize": (64, 128),
+                    "scheme": "int8_tensor",
+                    "scales": "scale_b",
+                    "transpose": True,
+                },
+                "out_dtype": {"value": "bfloat16"},
+            },
+        },
+        id="case2-a33x128-int8_tensor-b64x128-int8_tensor-out_dtype=bfloat16",
+    ),
+]
+# the cases with a quantized input
+ROUND_TRIP_CASES = [
+    case for case in CASES if any("quantize" in item for item in case.values[0]["inputs"].values())
 ]
 
 
@@ -70,3 +114,12 @@ def test_parity(parity, impl_id, device, dtype, case):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_contract(parity, dtype, case):
     parity.check_reference(OP, LAYER, dtype, case, RETURNS)
+
+
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl_id, device", ROUND_TRIP_BACKENDS)
+def test_round_trip(parity, impl_id, device, dtype, case):
+    parity.check_round_trip(
+        OP, LAYER, impl_id, device, dtype, case, ROUND_TRIP, ROUND_TRIP_TOLERANCES[dtype]
+    )

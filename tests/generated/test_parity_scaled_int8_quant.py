@@ -44,10 +44,28 @@ CASES = [
             "init": {},
             "inputs": {
                 "x": {"shape": (33, 128), "dtype": "$dtype"},
-                "scale": {"shape": (1,), "dtype": "float32", "scale": 0.05},
+                "scale": {
+                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_scale"
+                },
             },
         },
-        id="case2-x33x128-scale1",
+        id="case2-x33x128-scale=derived",
+    ),
+    pytest.param(
+        {
+            "init": {},
+            "inputs": {
+                "x": {"shape": (33, 128), "dtype": "$dtype"},
+                "scale": {
+                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_scale"
+                },
+                "azp": {
+                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_azp"
+                },
+                "symmetric": {"value": False},
+            },
+        },
+        id="case3-x33x128-scale=derived-azp=derived-symmetric=False",
     ),
 ]
 

@@ -23,7 +23,7 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
     for name, item in spec.items():
         if isinstance(item, m.LiteralInput):
             out[name] = item.value
-        elif item.values is not None:
+        elif isinstance(item, m.TensorInput) and item.values is not None:
             given = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
             out[name] = torch.tensor(item.values, dtype=given)
         elif item.is_int:

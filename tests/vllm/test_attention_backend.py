@@ -258,6 +258,7 @@ def test_vllms_backend_where_the_op_names_none_or_nothing_importable(answer, pat
     assert select_attention_backend(_Platform, VLLM_DEFAULT, None, _selector()) == VLLM_DEFAULT
 
 
+@pytest.mark.skipif(not compat.is_cpu_build(), reason="the plugin's CPU platform: vLLM's CPU build")
 def test_the_cpu_platform_selects_the_plugins_backend_through_the_reference(monkeypatch):
     """On the CPU only the reference is available: its attention_backend names the plugin's."""
     from vllm_fl.attention import PLUGIN_BACKEND
@@ -267,3 +268,29 @@ def test_the_cpu_platform_selects_the_plugins_backend_through_the_reference(monk
     with policy_context(prefer="reference"):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector(block_size=None))
     assert chosen == PLUGIN_BACKEND
+
+
+@pytest.mark.parametrize("prefer, expected", [("reference", "NEVER"), ("flagos", "ALWAYS")])
+def test_cuda_graphs_only_where_the_selected_kernels_can_be_captured(
+    backend_module, monkeypatch, prefer, expected
+):
+    """The reference reads sequence lengths on the host: no CUDA graph may capture it."""
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    from vllm_fl.dispatch import BackendImplKind, get_default_manager
+
+    manager = get_default_manager()
+    kind = BackendImplKind.REFERENCE if prefer == "reference" else BackendImplKind.DEFAULT
+    selected = SimpleNamespace(kind=kind)
+    monkeypatch.setattr(manager, "resolve_candidates", lambda op, traced=False: [selected])
+    builder = backend_module.AttentionBackendFL.get_builder_cls()
+    assert builder.get_cudagraph_support(None, None) is getattr(AttentionCGSupport, expected)
+
+
+def test_vllm_keeps_attention_in_its_opaque_custom_ops_on_the_plugins_platforms():
+    """vLLM calls the impl's forward and cache write inside ``vllm::unified_attention_with_output``
+    and ``vllm::unified_kv_cache_update`` where the platform says attention is opaque: under
+    torch.compile each is one node, and the dispatched ops run eagerly inside."""
+    from vllm_fl.platform import PlatformFLCpu
+
+    assert PlatformFLCpu.opaque_attention_op()

@@ -2,7 +2,8 @@
 
 What it keeps of vLLM's ``TritonAttentionBackend``: the metadata builder (portable: it builds
 tensors vLLM already has, no kernel library), the KV-cache layout and block sizes, CUDA-graph
-support. What it changes: the impl (``AttentionImplFL``), whose ``do_kv_cache_update`` calls the
+support (withdrawn where the reference runs the ops: it reads lengths on the host). What it
+changes: the impl (``AttentionImplFL``), whose ``do_kv_cache_update`` calls the
 op ``reshape_and_cache_flash`` and whose ``forward`` calls ``paged_attention``; its name for
 vLLM's backend enum (``CUSTOM``, vLLM's name for an out-of-tree backend); and what it claims to
 support: decoder attention (causal or not) with GQA, sliding windows, soft-capped logits and
@@ -18,8 +19,11 @@ import sys
 from typing import ClassVar
 
 import torch
-from vllm.v1.attention.backend import AttentionImpl, AttentionType
-from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+from vllm.v1.attention.backend import AttentionCGSupport, AttentionImpl, AttentionType
+from vllm.v1.attention.backends.triton_attn import (
+    TritonAttentionBackend,
+    TritonAttentionMetadataBuilder,
+)
 
 from vllm_fl import compat, functions
 
@@ -32,6 +36,32 @@ functions.bind(sys.modules[__name__], "reshape_and_cache_flash", "reshape_and_ca
 
 #: the extra constructor arguments vLLM may pass, with the value that asks for nothing
 _NEUTRAL_EXTRAS = {"use_alibi_sqrt": False, "chunk_lookback": -1}
+#: the dispatched ops the backend runs
+OPS = ("reshape_and_cache_flash", "paged_attention")
+
+
+class AttentionMetadataBuilderFL(TritonAttentionMetadataBuilder):
+    """vLLM's Triton metadata builder, whose CUDA-graph support holds only where the selected
+    kernels can be captured: the reference reads the sequence lengths on the host, so with it
+    vLLM keeps attention out of CUDA graphs (piecewise graphs run it eagerly)."""
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        if _reference_selected():
+            return AttentionCGSupport.NEVER
+        return super().get_cudagraph_support(vllm_config, kv_cache_spec)
+
+
+def _reference_selected() -> bool:
+    """Whether the dispatch runs either op on the reference (or on nothing yet known)."""
+    from vllm_fl.dispatch import BackendImplKind, DispatchError, get_default_manager
+
+    manager = get_default_manager()
+    try:
+        kinds = [manager.resolve_candidates(op)[0].kind for op in OPS]
+    except DispatchError:
+        return True
+    return BackendImplKind.REFERENCE in kinds
 
 
 class AttentionBackendFL(TritonAttentionBackend):
@@ -46,6 +76,10 @@ class AttentionBackendFL(TritonAttentionBackend):
     @staticmethod
     def get_impl_cls() -> type[AttentionImplFL]:
         return AttentionImplFL
+
+    @staticmethod
+    def get_builder_cls() -> type[AttentionMetadataBuilderFL]:
+        return AttentionMetadataBuilderFL
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:

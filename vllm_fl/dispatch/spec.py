@@ -108,8 +108,10 @@ class FLBackendBase(abc.ABC):
         "moe_sum",
         "grouped_topk",
         "fused_experts",
+        "fused_experts_quant",
         "scaled_int8_quant",
         "int8_scaled_mm",
+        "wna16_gemm",
     )
 
     @abc.abstractmethod
@@ -503,6 +505,44 @@ class FLBackendBase(abc.ABC):
         """
 
     @abc.abstractmethod
+    def fused_experts_quant(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        quant_type: str,
+        w1_scale: torch.Tensor,
+        w2_scale: torch.Tensor,
+        a1_scale: torch.Tensor | None = None,
+        a2_scale: torch.Tensor | None = None,
+        w1_zp: torch.Tensor | None = None,
+        w2_zp: torch.Tensor | None = None,
+        block_n: int = 0,
+        block_k: int = 0,
+        per_act_token: bool = False,
+        activation: str = "silu",
+        apply_router_weight_on_input: bool = False,
+        global_num_experts: int = -1,
+        expert_map: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The quantized MoE experts, fused_experts' computation on quantized weights in the layout
+        of vLLM's Triton experts. quant_type fp8_w8a8 / int8_w8a8: w1 [experts, 2 * intermediate,
+        hidden] and w2 [experts, hidden, intermediate] in float8_e4m3fn / int8, scales per block
+        ([experts, ceil(N / block_n), ceil(K / block_k)], activations quantised per token and group
+        of block_k), per output channel ([experts, N] or [experts, N, 1]) or per expert ([experts]);
+        activations per token (per_act_token), else per tensor (a1_scale / a2_scale static, or
+        dynamic). int8_w8a16: int8 weights with channel scales [experts, N], or with block_k > 0
+        uint8 weights offset by 128 (or w_zp) with group scales [experts, N, K / block_k].
+        int4_w4a16 (block_k the group size): two 4-bit values per uint8 along K (the even index in
+        the low nibble), offset by 8 or by w_zp (packed along N), group scales [experts, N, K /
+        block_k]. Activations of the w8a16 / w4a16 types stay unquantised.
+
+        Signature: ``fused_experts_quant(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str quant_type, Tensor w1_scale, Tensor w2_scale, Tensor? a1_scale=None, Tensor? a2_scale=None, Tensor? w1_zp=None, Tensor? w2_zp=None, int block_n=0, int block_k=0, bool per_act_token=False, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
     def scaled_int8_quant(
         self,
         x: torch.Tensor,
@@ -538,4 +578,26 @@ class FLBackendBase(abc.ABC):
         azp_adj).
 
         Signature: ``int8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, str out_dtype, Tensor? bias=None, Tensor? azp_adj=None, Tensor? azp=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def wna16_gemm(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        bits: int,
+        group_size: int,
+        qzeros: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Weight-only quantized GEMM (W4A16, W8A16: GPTQ, AWQ, compressed-tensors), x @ W + bias in
+        x's dtype, with x [..., K] and W [K, N] = (q - zero) * scale per group of group_size input
+        channels (-1: one group over K). Canonical layout (vllm_fl.kernels.wna16): qweight [K, N /
+        p] int32 holding p = 32 / bits values of consecutive output channels, the first in the
+        lowest bits; scales [K / G, N] in x's dtype or float32; qzeros [K / G, N / p] int32 packed
+        like qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4
+        or 8.
+
+        Signature: ``wna16_gemm(Tensor x, Tensor qweight, Tensor scales, int bits, int group_size, Tensor? qzeros=None, Tensor? bias=None) -> Tensor``.
         """

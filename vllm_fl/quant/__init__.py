@@ -19,6 +19,16 @@ The plugin's kernels are declared by one module per format (:data:`FORMAT_MODULE
 vLLM kernel whose weight layout they keep and compute through dispatched ops of ops.yaml.
 
 - ``vllm_fl.quant.int8``: INT8 W8A8 (``Int8ScaledMMKernelFL``).
+- ``vllm_fl.quant.wna16``: weight-only W4A16 / W8A16, GPTQ, AWQ, compressed-tensors
+  (``WNA16KernelFL``).
+
+A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
+what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
+methods on the CPU platform).
+
+Quantized MoE layers choose their experts through vLLM's MoE oracles instead of these tables:
+:func:`install_moe_experts` (``vllm_fl.quant.moe``) puts the plugin's experts class, computed by
+the op ``fused_experts_quant``, first in the FP8, INT8 and WNA16 oracles.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from vllm_fl.quant.kernels import PluginKernel
 logger = logging.getLogger("vllm_fl.vllm")
 
 #: The format modules, each declaring ``KERNELS`` (in the order their kernels head a table's row).
-FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8",)
+FORMAT_MODULES: tuple[str, ...] = ("vllm_fl.quant.int8", "vllm_fl.quant.wna16")
 
 _lock = threading.Lock()
 _installed: dict[str, list[str]] = {}  # table -> names of the kernels in its out-of-tree row
@@ -55,8 +65,19 @@ def kernels_by_table() -> dict[str, tuple[str, ...]]:
 
 
 def dispatched_formats() -> list[str]:
-    """What the plugin dispatches, one entry per kernel (for the log line and the docs)."""
-    return [kernel.format for kernel in plugin_kernels()]
+    """What the plugin dispatches, one entry per kernel and per MoE oracle this process changed
+    (for the log line and the docs)."""
+    from vllm_fl.quant import moe
+
+    moe_formats = [f"{name} (op {moe.OP})" for name in moe.installed()]
+    return [kernel.format for kernel in plugin_kernels()] + moe_formats
+
+
+def install_moe_experts(platform=None) -> list[str]:
+    """Make vLLM's quantized MoE oracles choose the plugin's experts (``vllm_fl.quant.moe``)."""
+    from vllm_fl.quant import moe
+
+    return moe.install_moe_experts(platform)
 
 
 def kernel_tables() -> dict[str, dict]:
@@ -102,6 +123,10 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
             ours = [k.load() for k in plugin_kernels() if k.table == name]
             table[oot] = [*ours, *table.get(base, [])]
             _installed[name] = [k.__name__ for k in table[oot]]
+        for module in FORMAT_MODULES:
+            install = getattr(importlib.import_module(module), "install", None)
+            if install is not None:
+                install(platform)
         return dict(_installed)
 
 
@@ -117,7 +142,7 @@ def log_quantization(vllm_config, platform=None) -> None:
     stand_in = stand_in_enum(platform).name
     logger.info(
         "vllm_fl: quantization %r: the plugin dispatches %s; other quantized linear and MoE "
-        "layers are not dispatched and keep vLLM's kernel choice for %s",
+        "layers keep vLLM's kernel choice for %s",
         method,
         "; ".join(dispatched_formats()),
         stand_in,
@@ -133,3 +158,7 @@ def _reset_for_tests() -> None:
         for name in list(_installed):
             tables.get(name, {}).pop(PlatformEnum.OOT, None)
         _installed.clear()
+        for module in FORMAT_MODULES:
+            reset = getattr(importlib.import_module(module), "_reset_for_tests", None)
+            if reset is not None:
+                reset()

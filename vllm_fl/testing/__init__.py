@@ -7,5 +7,6 @@ its backend end to end). Importing it imports neither vLLM nor torch.
 - `engine`: the child side of a vLLM run (``python -m vllm_fl.testing.engine``): build the engine,
   generate greedily or run a task, report tokens, timings and the dispatch's record;
 - `launch`: the parent side: a vLLM run in a fresh interpreter with a given environment;
-- `census`: an engine task counting which of vLLM's own kernels ran under the profiler.
+- `census`: an engine task counting which of vLLM's own kernels ran under the profiler;
+- `quantize`: the quantisation schemes of the parity tests' quantized inputs (imports torch).
 """

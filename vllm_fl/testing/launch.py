@@ -124,16 +124,18 @@ def run_vllm(
     timeout: float = 420,
     watch_engine: bool = False,
     task: str | None = None,
+    task_options: dict | None = None,
     append_path: str | None = None,
     llm_args: dict | None = None,
 ) -> VllmRun:
     """Run the tiny model's text prompts in a fresh interpreter with `env` on top of a clean
     environment (no inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless
     `env` says). float32 suits the CPU; a GPU needs bfloat16 or float16 (vLLM's FlashAttention
-    refuses float32). `task` replaces the generation (see `Workload.task`); `append_path` is
-    searched after the installed distributions (`Workload.append_path`); `llm_args` are more
-    keyword arguments of `vllm.LLM` (``compilation_config``, ...). Raises AssertionError with
-    the run's output when vLLM fails."""
+    refuses float32). `task` replaces the generation (see `Workload.task`, which gets
+    `task_options`); `append_path` is searched after the installed distributions
+    (`Workload.append_path`); `llm_args` adds keyword arguments of `vllm.LLM`
+    (``attention_backend="TRITON_ATTN"``, ...). Raises
+    AssertionError with the run's output when vLLM fails."""
     full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
     llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype, **(llm_args or {})}
     workload = Workload(
@@ -143,6 +145,7 @@ def run_vllm(
         llm_args=llm_args,
         watch_engine=watch_engine,
         task=task,
+        task_options=dict(task_options or {}),
         append_path=append_path,
     )
     run = launch(model, workload, full_env, timeout=timeout, cwd=Path(model).parent)

@@ -3,10 +3,11 @@
 Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging Face model directory
 that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
 vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
-INT8 W8A8 checkpoint; `build_tiny_qwen3_moe` a sparse MoE of the same size;
-`build_tiny_deepseek_v3` a DeepSeek-V3 of that hidden size (multi-head latent attention, grouped
-MoE routing). Their weights come from a fixed seed and are scaled up so the logits are far from
-ties, which makes greedy decoding a sharp comparison between two runs.
+INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one,
+`build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one; `build_tiny_qwen3_moe` a sparse
+MoE of the same size; `build_tiny_deepseek_v3` a DeepSeek-V3 of that hidden size (multi-head
+latent attention, grouped MoE routing). Their weights come from a fixed seed and are scaled up so
+the logits are far from ties, which makes greedy decoding a sharp comparison between two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
@@ -20,6 +21,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 VOCAB_SIZE = 384
 HIDDEN_SIZE = 64
@@ -140,6 +145,91 @@ def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
     return path
 
 
+def build_tiny_gptq_llama(
+    path: str | Path, hidden_size: int = 256, quant: str = "w4a16-gptq"
+) -> Path:
+    """The tiny Llama as a GPTQ checkpoint of format `quant` (``QUANTIZATIONS["w4a16-gptq"]``
+    or ``["w8a16-gptq"]``: symmetric, groups of 128, no act-order): every projection's weight
+    [N, K] quantised per group of input channels (``vllm_fl.kernels.wna16.quantize``) and saved
+    as GPTQ does: ``qweight`` [K / p, N] int32 packed along K, ``scales`` [K / G, N] float16,
+    ``qzeros`` [K / G, N / p] holding zero point - 1 (GPTQ's format v1), ``g_idx`` [K]."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from vllm_fl.kernels import wna16 as packing
+
+    spec = QUANTIZATIONS[quant]
+    bits, group = spec["bits"], spec["group_size"]
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    quantised: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            quantised[name] = tensor
+            continue
+        prefix = name.removesuffix("weight")
+        qweight, scales, _ = packing.quantize(tensor.t(), bits, group)
+        k, n = tensor.shape[1], tensor.shape[0]
+        zeros = torch.full((k // group, n), packing.default_zero(bits) - 1, dtype=torch.int32)
+        quantised[prefix + "qweight"] = packing.canonical_to_k_packed(qweight, bits)
+        quantised[prefix + "scales"] = scales.to(torch.float16)
+        quantised[prefix + "qzeros"] = packing.pack(zeros, bits, dim=1)
+        quantised[prefix + "g_idx"] = torch.arange(k, dtype=torch.int32) // group
+    save_file(quantised, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = QUANTIZATIONS[quant]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+#: AWQ's order of the 4-bit values in a word: nibble j holds output channel AWQ_PACK_ORDER[j] of
+#: its 8 (vLLM undoes it with ``_REVERSE_AWQ_PACK_ORDER``)
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _awq_pack(canonical: torch.Tensor) -> torch.Tensor:
+    """Canonical 4-bit words [R, N / 8] (sequential nibbles) in AWQ's interleaved order."""
+    from vllm_fl.kernels import wna16 as packing
+
+    values = packing.unpack(canonical, 4, dim=1)
+    words = values.reshape(values.shape[0], -1, 8)[:, :, list(AWQ_PACK_ORDER)]
+    return packing.pack(words.reshape(values.shape), 4, dim=1)
+
+
+def build_tiny_awq_llama(path: str | Path, hidden_size: int = 256) -> Path:
+    """The tiny Llama as an AWQ checkpoint (``QUANTIZATIONS["w4a16-awq"]``: 4 bits, groups of
+    128, zero points): every projection's weight [N, K] quantised per group of input channels
+    with zero points (``vllm_fl.kernels.wna16.quantize``) and saved as AutoAWQ's GEMM format
+    does: ``qweight`` [K, N / 8] and ``qzeros`` [K / G, N / 8] int32 packed along N in AWQ's
+    order (``AWQ_PACK_ORDER``), ``scales`` [K / G, N] float16."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from vllm_fl.kernels import wna16 as packing
+
+    spec = QUANTIZATIONS["w4a16-awq"]
+    path = build_tiny_llama(path, hidden_size=hidden_size)
+    weights = load_file(str(path / "model.safetensors"))
+    quantised: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        if not name.endswith("proj.weight"):
+            quantised[name] = tensor
+            continue
+        prefix = name.removesuffix("weight")
+        qweight, scales, qzeros = packing.quantize(
+            tensor.t(), spec["bits"], spec["group_size"], zero_points=True
+        )
+        assert qzeros is not None
+        quantised[prefix + "qweight"] = _awq_pack(qweight)
+        quantised[prefix + "qzeros"] = _awq_pack(qzeros)
+        quantised[prefix + "scales"] = scales.to(torch.float16)
+    save_file(quantised, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config["quantization_config"] = QUANTIZATIONS["w4a16-awq"]
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 TINY_MOE_LAYERS = 2
 TINY_MOE_EXPERTS = 8
 TINY_MOE_TOP_K = 2
@@ -236,12 +326,90 @@ def build_tiny_deepseek_v3(
     return path
 
 
+FP8_BLOCK = 128
+
+
+def _fp8_blocks(weight, block: int = FP8_BLOCK):
+    """A 2-D weight quantised to float8_e4m3fn per `block` x `block` block: (values, scales
+    [N / block, K / block]) and the weight they stand for (values times scales)."""
+    import torch
+
+    n, k = weight.shape
+    blocks = weight.float().reshape(n // block, block, k // block, block)
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / fp8_max
+    q = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+    dequantised = (q.float() * scale[:, None, :, None]).reshape(n, k)
+    return q.reshape(n, k), scale, dequantised
+
+
+def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Path:
+    """The tiny Qwen3-MoE with hidden and expert sizes of one FP8 block (128; 2 heads of head_dim
+    64) and its experts as an FP8 block checkpoint (the layout of Qwen3-30B-A3B-FP8 and
+    DeepSeek-V3, ``QUANTIZATIONS["fp8-block"]``): each expert projection float8_e4m3fn with
+    ``weight_scale_inv`` per 128x128 block. The attention projections and the router stay
+    unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
+    the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    path = build_tiny_model(
+        path,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        hidden_size=FP8_BLOCK,
+        intermediate_size=2 * FP8_BLOCK,
+        moe_intermediate_size=FP8_BLOCK,
+        num_experts=TINY_MOE_EXPERTS,
+        num_experts_per_tok=TINY_MOE_TOP_K,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        num_hidden_layers=TINY_MOE_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,  # which every GPU attention kernel supports
+    )
+    weights = load_file(str(path / "model.safetensors"))
+    converted = {}
+    for name, tensor in weights.items():
+        if ".mlp.experts." not in name:
+            converted[name] = tensor
+            continue
+        q, scale, standing_for = _fp8_blocks(tensor)
+        if dequantised:
+            converted[name] = standing_for.to(tensor.dtype)
+        else:
+            converted[name] = q
+            converted[name + "_scale_inv"] = scale
+    save_file(converted, str(path / "model.safetensors"))
+    if not dequantised:
+        config = json.loads((path / "config.json").read_text())
+        ignored = [
+            f"model.layers.{layer}.{module}"
+            for layer in range(TINY_MOE_LAYERS)
+            for module in (
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "self_attn.o_proj",
+                "mlp.gate",
+            )
+        ]
+        config["quantization_config"] = {**QUANTIZATIONS["fp8-block"], "ignored_layers": ignored}
+        (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
 #: tiny model name -> its builder (a directory in, the model's directory out)
 TINY_MODELS = {
     "tiny-llama": build_tiny_llama,
     "tiny-int8-llama": build_tiny_int8_llama,
+    "tiny-gptq-llama": build_tiny_gptq_llama,
+    "tiny-awq-llama": build_tiny_awq_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
     "tiny-deepseek-v3": build_tiny_deepseek_v3,
+    "tiny-fp8-qwen3-moe": build_tiny_fp8_qwen3_moe,
 }
 
 
@@ -428,6 +596,22 @@ QUANTIZATIONS: dict[str, dict] = {
         "group_size": 128,
         "desc_act": False,
         "sym": True,
+    },
+    # GPTQ 8-bit weights, groups of 128 (W8A16)
+    "w8a16-gptq": {
+        "quant_method": "gptq",
+        "bits": 8,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+    },
+    # AWQ 4-bit weights with zero points, groups of 128 (W4A16, AutoAWQ's GEMM format)
+    "w4a16-awq": {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": 128,
+        "zero_point": True,
+        "version": "gemm",
     },
 }
 

@@ -29,14 +29,18 @@ from vllm_fl.dispatch.backends.flaggems.impl import activation as _flagos_activa
 from vllm_fl.dispatch.backends.flaggems.impl import attention as _flagos_attention
 from vllm_fl.dispatch.backends.flaggems.impl import mla as _flagos_mla
 from vllm_fl.dispatch.backends.flaggems.impl import moe as _flagos_moe
+from vllm_fl.dispatch.backends.flaggems.impl import moe_quant as _flagos_moe_quant
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as _flagos_normalization
 from vllm_fl.dispatch.backends.flaggems.impl import quant as _flagos_quant
 from vllm_fl.dispatch.backends.flaggems.impl import rotary as _flagos_rotary
+from vllm_fl.dispatch.backends.flaggems.impl import wna16 as _flagos_wna16
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
+from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend(
     "flagos",
@@ -174,6 +178,32 @@ IMPLS = (
         custom_op=CustomOp(_reference_moe.fused_experts),
     ),
     Impl(
+        "fused_experts_quant",
+        _flagos_moe_quant.fused_experts_quant,
+        args=(
+            Arg("hidden_states", "Tensor"),
+            Arg("w1", "Tensor"),
+            Arg("w2", "Tensor"),
+            Arg("topk_weights", "Tensor"),
+            Arg("topk_ids", "Tensor"),
+            Arg("quant_type", "str"),
+            Arg("w1_scale", "Tensor"),
+            Arg("w2_scale", "Tensor"),
+            Arg("a1_scale", "Tensor?", None),
+            Arg("a2_scale", "Tensor?", None),
+            Arg("w1_zp", "Tensor?", None),
+            Arg("w2_zp", "Tensor?", None),
+            Arg("block_n", "int", 0),
+            Arg("block_k", "int", 0),
+            Arg("per_act_token", "bool", False),
+            Arg("activation", "str", "silu"),
+            Arg("apply_router_weight_on_input", "bool", False),
+            Arg("global_num_experts", "int", -1),
+            Arg("expert_map", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_moe_quant.fused_experts_quant),
+    ),
+    Impl(
         "int8_scaled_mm",
         _flagos_quant.int8_scaled_mm,
         args=(
@@ -188,13 +218,27 @@ IMPLS = (
         ),
         custom_op=CustomOp(_reference_quant.int8_scaled_mm),
     ),
+    Impl(
+        "wna16_gemm",
+        _flagos_wna16.wna16_gemm,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("qweight", "Tensor"),
+            Arg("scales", "Tensor"),
+            Arg("bits", "int"),
+            Arg("group_size", "int"),
+            Arg("qzeros", "Tensor?", None),
+            Arg("bias", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_wna16.wna16_gemm),
+    ),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 23 implementation(s) of backend ``flagos``."""
+    """Register the 25 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
 
 

@@ -12,9 +12,11 @@ from vllm_fl.dispatch.backends.reference.impl import activation as _reference_ac
 from vllm_fl.dispatch.backends.reference.impl import attention as _reference_attention
 from vllm_fl.dispatch.backends.reference.impl import mla as _reference_mla
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
+from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend("reference", "reference.torch", BackendImplKind.REFERENCE, priority=50)
 
@@ -41,13 +43,15 @@ IMPLS = (
     Impl("moe_sum", _reference_moe.moe_sum),
     Impl("grouped_topk", _reference_moe.grouped_topk),
     Impl("fused_experts", _reference_moe.fused_experts),
+    Impl("fused_experts_quant", _reference_moe_quant.fused_experts_quant),
     Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
     Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
+    Impl("wna16_gemm", _reference_wna16.wna16_gemm),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 24 implementation(s) of backend ``reference``."""
+    """Register the 26 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -86,3 +86,47 @@ def int8_scaled_mm(
         check_shape(op, "bias", bias, (n,))
         out = out + bias.float()
     return out.to(getattr(torch, out_dtype)).reshape(*a.shape[:-1], n)
+
+
+# What the generated parity tests use (ops.yaml ``tests``): the result a quantized op
+# approximates, and inputs that must agree with the others of a case.
+
+
+def int8_scaled_mm_round_trip(
+    originals: dict[str, torch.Tensor], arguments: dict[str, object]
+) -> torch.Tensor:
+    """The float32 GEMM ``int8_scaled_mm`` approximates when ``a`` and ``b`` are quantised
+    (scale_a, scale_b, azp their scales and zero points): the unquantised ``a @ b`` + bias."""
+    out = originals["a"].float() @ originals["b"].float()
+    bias = arguments.get("bias")
+    if isinstance(bias, torch.Tensor):
+        out = out + bias.float()
+    return out
+
+
+def int8_scaled_mm_azp_adj(arguments: dict[str, object]) -> torch.Tensor:
+    """``azp_adj`` of a dynamic asymmetric input (``azp`` per token): the column sums of the
+    weight ``b`` [K, N], [1, N] int32, as vLLM's compressed-tensors W8A8 INT8 layer computes it."""
+    b = arguments["b"]
+    assert isinstance(b, torch.Tensor)
+    return b.sum(dim=0, keepdim=True, dtype=torch.int32)
+
+
+def scaled_int8_quant_static_scale(arguments: dict[str, object]) -> torch.Tensor:
+    """A calibrated static scale [1] of the input ``x``: max|x| / 127, or (max - min) / 255 for
+    an asymmetric quantisation (``symmetric`` false)."""
+    x = arguments["x"]
+    assert isinstance(x, torch.Tensor)
+    xf = x.float()
+    if arguments.get("symmetric", True):
+        return (xf.abs().amax() / _I8_MAX).reshape(1)
+    return ((xf.amax() - xf.amin()) / (_I8_MAX - _I8_MIN)).reshape(1)
+
+
+def scaled_int8_quant_static_azp(arguments: dict[str, object]) -> torch.Tensor:
+    """The zero point [1] int32 of an asymmetric static quantisation of ``x``:
+    round(-128 - min / scale) with the scale of ``scaled_int8_quant_static_scale``."""
+    x = arguments["x"]
+    assert isinstance(x, torch.Tensor)
+    scale = scaled_int8_quant_static_scale({"x": x, "symmetric": False})
+    return torch.round(_I8_MIN - x.float().amin() / scale).to(torch.int32)

@@ -29,14 +29,18 @@ from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activ
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
 from vllm_fl.dispatch.backends.vendor.cuda.impl import mla as _cuda_mla
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe
+from vllm_fl.dispatch.backends.vendor.cuda.impl import moe_quant as _cuda_moe_quant
 from vllm_fl.dispatch.backends.vendor.cuda.impl import normalization as _cuda_normalization
 from vllm_fl.dispatch.backends.vendor.cuda.impl import quant as _cuda_quant
 from vllm_fl.dispatch.backends.vendor.cuda.impl import rotary as _cuda_rotary
+from vllm_fl.dispatch.backends.vendor.cuda.impl import wna16 as _cuda_wna16
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
+from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
 from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
 from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend(
     "cuda",
@@ -174,6 +178,32 @@ IMPLS = (
         custom_op=CustomOp(_reference_moe.fused_experts),
     ),
     Impl(
+        "fused_experts_quant",
+        _cuda_moe_quant.fused_experts_quant,
+        args=(
+            Arg("hidden_states", "Tensor"),
+            Arg("w1", "Tensor"),
+            Arg("w2", "Tensor"),
+            Arg("topk_weights", "Tensor"),
+            Arg("topk_ids", "Tensor"),
+            Arg("quant_type", "str"),
+            Arg("w1_scale", "Tensor"),
+            Arg("w2_scale", "Tensor"),
+            Arg("a1_scale", "Tensor?", None),
+            Arg("a2_scale", "Tensor?", None),
+            Arg("w1_zp", "Tensor?", None),
+            Arg("w2_zp", "Tensor?", None),
+            Arg("block_n", "int", 0),
+            Arg("block_k", "int", 0),
+            Arg("per_act_token", "bool", False),
+            Arg("activation", "str", "silu"),
+            Arg("apply_router_weight_on_input", "bool", False),
+            Arg("global_num_experts", "int", -1),
+            Arg("expert_map", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_moe_quant.fused_experts_quant),
+    ),
+    Impl(
         "scaled_int8_quant",
         _cuda_quant.scaled_int8_quant,
         args=(
@@ -200,13 +230,27 @@ IMPLS = (
         ),
         custom_op=CustomOp(_reference_quant.int8_scaled_mm),
     ),
+    Impl(
+        "wna16_gemm",
+        _cuda_wna16.wna16_gemm,
+        args=(
+            Arg("x", "Tensor"),
+            Arg("qweight", "Tensor"),
+            Arg("scales", "Tensor"),
+            Arg("bits", "int"),
+            Arg("group_size", "int"),
+            Arg("qzeros", "Tensor?", None),
+            Arg("bias", "Tensor?", None),
+        ),
+        custom_op=CustomOp(_reference_wna16.wna16_gemm),
+    ),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 23 implementation(s) of backend ``cuda``."""
+    """Register the 25 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)
 
 
