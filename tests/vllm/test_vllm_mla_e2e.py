@@ -83,14 +83,11 @@ def _census(model, env: dict[str, str], **kwargs) -> dict:
 
 
 def test_no_vllm_mla_kernel_runs_under_the_plugin(mla_model):
-    """The profiler sees vLLM's C++ MLA decode in vanilla vLLM and none of vLLM's kernels but
-    its MLA layer's own custom ops (which call the plugin's backend) with the plugin."""
+    """The profiler sees vLLM's C++ MLA decode in vanilla vLLM, and none of vLLM's attention
+    kernels or cache writes with the plugin (the MLA layers' own wrappers, which the plugin's
+    backend runs inside, are not counted)."""
     vanilla = _census(mla_model, PLUGIN_OFF, llm_args=VANILLA_ARGS)
     plugin = _census(mla_model, PLUGIN_ON)
-    assert vanilla["other"].get("_C::mla_decode_kvcache", 0) > 0, vanilla["other"]
-    assert plugin["other"].get("vllm::unified_mla_attention_with_output", 0) > 0, plugin
-    assert plugin["other"].get("vllm::unified_mla_kv_cache_update", 0) > 0, plugin
-    vllm_kernels = {name for name in plugin["other"] if name.startswith(("_C::", "_C_cache_ops::"))}
-    # computing the step's slot mapping is vLLM's model runner, not the MLA layer
-    assert vllm_kernels <= {"_C::compute_slot_mapping_kernel_impl"}, plugin["other"]
+    assert vanilla["attention"].get("_C::mla_decode_kvcache", 0) > 0, vanilla["attention"]
+    assert plugin["attention_kernel_calls"] == 0, plugin["attention"]
     assert plugin["moe_kernel_calls"] == 0, plugin["moe"]

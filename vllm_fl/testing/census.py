@@ -7,9 +7,9 @@ the operator events of vLLM's compiled libraries (``_moe_C::*``, ``_C::*``, ``_C
 FlashAttention's ``_vllm_fa2_C::*``/``_vllm_fa3_C::*``) and of vLLM's own custom ops
 (``vllm::*``), separately for the ones that belong to the MoE computation (routing, alignment,
 expert GEMMs, sums), to attention (its kernels and the KV-cache writes) and the rest. The
-layers' own wrappers (``vllm::moe_forward``, ``vllm::unified_attention_with_output``, ...: vLLM's
-opaque custom ops the plugin's code runs inside) are left out. The plugin's policy is the
-engine's environment.
+layers' own wrappers (``vllm::moe_forward``, ``vllm::unified_attention_with_output``, their MLA
+counterparts, ...: vLLM's opaque custom ops the plugin's code runs inside) are left out. The
+plugin's policy is the engine's environment.
 
 On a GPU it also sorts every CUDA kernel that ran by where it comes from (`kernel_origin`):
 ATen (with CUB and the copies), cuBLAS, Triton (a JIT kernel: a bare function name), or compiled
@@ -41,6 +41,8 @@ LAYER_WRAPPERS = (
     "vllm::unified_attention",
     "vllm::unified_attention_with_output",
     "vllm::unified_kv_cache_update",
+    "vllm::unified_mla_attention_with_output",
+    "vllm::unified_mla_kv_cache_update",
 )
 
 

@@ -97,6 +97,11 @@ class MLAMetadataBuilderFL(TritonMLAMetadataBuilder):
                 layers[name].prefill_backend = self._prefill_backend
         _log_prefill_once(chosen.get_name())
 
+    def _reserve_attn_logits_workspace(self) -> None:
+        """Nothing to reserve: vLLM 0.32's Triton MLA builder sizes the shared workspace for its
+        own decode's scratch (with Triton's host helpers, which vLLM's CPU build lacks); the
+        plugin's decode is an op whose impls allocate what they need."""
+
 
 def _log_prefill_once(replaced: str) -> None:
     global _prefill_logged
