@@ -159,7 +159,7 @@ def run(ops: list[str], tokens: list[int], dtypes: list[str], device: str) -> Re
                 report.models[case.model.name] = asdict(case.model)
             report.cases[case.name] = "" if case.model is None else case.model.name
             for dtype in dtypes:
-                for t in tokens:
+                for t in [case.fixed_tokens] if case.fixed_tokens else tokens:
                     plan.append((case, impls, selected, dtype, t))
     started = time.monotonic()
     compiled: dict[tuple[str, str], Callable] = {}

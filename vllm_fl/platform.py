@@ -3,12 +3,16 @@
 - `PlatformFL`: NVIDIA GPUs. It is vLLM's `CudaPlatform` in everything but its enum, and it
   still answers `is_cuda()` / `is_cuda_alike()` so that vLLM's CUDA paths (NCCL, CUDA graphs,
   the GPU worker and its allocator) stay as they are. Its worker is `vllm_fl.worker.WorkerFL`,
-  vLLM's GPU worker plus the plugin's model-process step. The attention backend comes from the
-  dispatch op `attention_backend` unless the user chose one.
+  vLLM's GPU worker plus the plugin's model-process step.
 - `PlatformFLCpu`: the CPU host mode, so the whole plugin runs inside vLLM's CPU build with the
   reference backend (developers without an accelerator, CI). vLLM's `CpuPlatform` with the
   OOT enum (so `is_cpu()` is False: `CustomOp` would otherwise pick `forward_cpu`) and
   `vllm_fl.worker.CPUWorkerFL`, whose memory-pool context is a null context.
+
+On both, the attention backend comes from the dispatch op `attention_backend`
+(`select_attention_backend`) unless the user chose one or the op's backend cannot run the layer:
+on the CPU the reference impl names the plugin's backend (`vllm_fl.attention`), whose cache write
+and attention then run on the reference too.
 
 Building the configuration (`apply_config_platform_defaults`, `check_and_update_config`) happens
 in vLLM's front-end too, so it only notes what the user asked for and picks the worker: it imports
@@ -125,6 +129,59 @@ def route_unreplaced_ops_to_cuda(policy=None) -> bool:
     return True
 
 
+def select_attention_backend(
+    platform: type, default: str, selected_backend, attn_selector_config
+) -> str:
+    """The attention backend class path the plugin's platforms give vLLM for a layer.
+
+    ``default`` is what vLLM's own platform class chose; it stays where the user chose a
+    backend, where the dispatch op ``attention_backend`` fails or returns an empty string, and
+    where the op's backend cannot run the layer (its ``validate_configuration`` names why, as
+    vLLM's own selection asks it: an FP8 KV cache, MLA, a dtype, ...). Runs where the model is
+    built.
+    """
+    if selected_backend is not None:
+        return default  # the user chose one
+    from vllm_fl.dispatch import DispatchError, call_op
+
+    try:
+        path = call_op("attention_backend", use_mla=bool(attn_selector_config.use_mla))
+    except DispatchError as exc:
+        logger.warning("vllm_fl: %s; using vLLM's attention backend %s", exc, default)
+        return default
+    if not path or path == default:
+        return default
+    reasons = _attention_backend_refusals(platform, path, attn_selector_config)
+    if reasons:
+        logger.warning(
+            "vllm_fl: attention backend %s cannot run this layer (%s); using vLLM's %s",
+            path,
+            "; ".join(reasons),
+            default,
+        )
+        return default
+    logger.info("vllm_fl: attention backend %s (vLLM would use %s)", path, default)
+    return path
+
+
+def _attention_backend_refusals(platform: type, path: str, attn_selector_config) -> list[str]:
+    """Why the backend class at ``path`` cannot run a layer of ``attn_selector_config`` (empty:
+    it can), as the backend's ``validate_configuration`` says."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        backend = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        return [f"cannot import it: {exc}"]
+    return list(
+        backend.validate_configuration(
+            device_capability=platform.get_device_capability(),
+            **attn_selector_config._asdict(),
+        )
+    )
+
+
 def cuda_build_missing() -> str | None:
     """Why the plugin's CUDA platform cannot be built with the installed vLLM, or None.
 
@@ -184,18 +241,7 @@ def _build_cuda_platform() -> type:
             default = super().get_attn_backend_cls(
                 selected_backend, attn_selector_config, num_heads
             )
-            if selected_backend is not None:
-                return default  # the user chose one
-            from vllm_fl.dispatch import DispatchError, call_op
-
-            try:
-                path = call_op("attention_backend", use_mla=bool(attn_selector_config.use_mla))
-            except DispatchError as exc:
-                logger.warning("vllm_fl: %s; using vLLM's attention backend %s", exc, default)
-                return default
-            if path and path != default:
-                logger.info("vllm_fl: attention backend %s (vLLM would use %s)", path, default)
-            return path or default
+            return select_attention_backend(cls, default, selected_backend, attn_selector_config)
 
     PlatformFL.__module__ = __name__
     PlatformFL.__qualname__ = "PlatformFL"
@@ -219,6 +265,13 @@ def _build_cpu_platform() -> type:
             parallel_config = vllm_config.parallel_config
             if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):
                 parallel_config.worker_cls = CPU_WORKER_FL
+
+        @classmethod
+        def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+            default = super().get_attn_backend_cls(
+                selected_backend, attn_selector_config, num_heads
+            )
+            return select_attention_backend(cls, default, selected_backend, attn_selector_config)
 
     PlatformFLCpu.__module__ = __name__
     PlatformFLCpu.__qualname__ = "PlatformFLCpu"

@@ -34,6 +34,8 @@ def _case_view(index: int, case: m.Case, reference_package: str | None) -> _Case
                 item["high"] = spec.high
             if spec.scale is not None:
                 item["scale"] = spec.scale
+            if spec.values is not None:
+                item["values"] = spec.values
             inputs[name] = item
             parts.append(name + "x".join(str(d) for d in spec.shape))
         elif isinstance(spec, m.QuantizedInput):

@@ -11,11 +11,21 @@ from ..yamlnodes import Entry, Map, Node, Seq, describe
 
 KEYS = ("dtypes", "cases", "tolerances", "canonical", "round_trip")
 CASE_KEYS = ("init", "inputs")
-TENSOR_KEYS = ("shape", "dtype", "high", "scale")
+TENSOR_KEYS = ("shape", "dtype", "high", "scale", "values")
 QUANTIZED_KEYS = ("quantize", "scheme", "group", "scales", "zeros", "transpose", "scale")
 DERIVED_KEYS = ("derive",)
 ROUND_TRIP_KEYS = ("fn", "tolerances")
 REFERENCE_FN = "module.function under the reference backend's impl/ package"
+#: the most elements a tensor given by its ``values`` may have (a test's metadata, not its data)
+MAX_VALUES = 4096
+#: the values an integer dtype holds
+INT_RANGES = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+}
 
 
 def read_tests(
@@ -249,28 +259,36 @@ def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.L
     raise r.error(
         node.line,
         f"{what} is {describe(node)}",
-        "a shape like [7, 256], {shape: ..., dtype: ..., high: ...}, {quantize: ..., scheme: "
-        "..., scales: ...}, {derive: module.function}" + (" or null" if type_.optional else ""),
+        "a shape like [7, 256], {shape: ..., dtype: ..., high: ...}, {values: [...]}, "
+        "{quantize: ..., scheme: ..., scales: ...}, {derive: module.function}"
+        + (" or null" if type_.optional else ""),
     )
 
 
 def _tensor(r: Reader, node: Map, what: str) -> m.TensorInput:
-    """The long form of a tensor input: ``{shape, dtype, high, scale}``."""
+    """The long form of a tensor input: ``{shape, dtype, high, scale}`` or ``{values, dtype}``."""
     f = r.fields(node, what, "a mapping", TENSOR_KEYS)
-    shape = _shape(r, f.require("shape", "[dims...]").value, what)
-    dtype_entry = f.pop("dtype")
-    dtype = m.DTYPE_PLACEHOLDER
-    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.FLOAT8_DTYPES + m.INT_DTYPES
-    if dtype_entry is not None:
-        dtype = str(
-            r.scalar(dtype_entry.value, f"dtype of {what}", (str,), "one of " + ", ".join(allowed))
-        )
-        if dtype not in allowed:
+    dtype = _dtype(r, f, what)
+    values_entry = f.pop("values")
+    if values_entry is not None:
+        for key in ("shape", "high", "scale"):
+            extra = f.pop(key)
+            if extra is not None:
+                raise r.error(
+                    extra.key_line,
+                    f"{what} has both 'values' and '{key}'",
+                    "values: [...] with an optional dtype, nothing else",
+                )
+        f.done()
+        if dtype in m.FLOAT8_DTYPES:
             raise r.error(
-                dtype_entry.value.line,
-                f"dtype of {what} is {dtype!r}",
-                "one of " + ", ".join(allowed),
+                values_entry.key_line,
+                f"{what} gives values in {dtype}",
+                "values of an integer, floating-point or $dtype tensor",
             )
+        shape, values = _values(r, values_entry.value, what, dtype)
+        return m.TensorInput(shape, dtype, None, values=values)
+    shape = _shape(r, f.require("shape", "[dims...] (or values: [...])").value, what)
     high_entry = f.pop("high")
     high = r.integer(high_entry.value, f"high of {what}") if high_entry else None
     scale_entry = f.pop("scale")
@@ -295,6 +313,68 @@ def _tensor(r: Reader, node: Map, what: str) -> m.TensorInput:
             "'high' only with an integer dtype",
         )
     return m.TensorInput(shape, dtype, high, scale)
+
+
+def _dtype(r: Reader, f, what: str) -> str:
+    dtype_entry = f.pop("dtype")
+    if dtype_entry is None:
+        return m.DTYPE_PLACEHOLDER
+    allowed = (m.DTYPE_PLACEHOLDER,) + m.DTYPES + m.FLOAT8_DTYPES + m.INT_DTYPES
+    dtype = str(
+        r.scalar(dtype_entry.value, f"dtype of {what}", (str,), "one of " + ", ".join(allowed))
+    )
+    if dtype not in allowed:
+        raise r.error(
+            dtype_entry.value.line,
+            f"dtype of {what} is {dtype!r}",
+            "one of " + ", ".join(allowed),
+        )
+    return dtype
+
+
+def _values(r: Reader, node: Node, what: str, dtype: str) -> tuple[tuple[int, ...], tuple]:
+    """The explicit elements of a tensor input: a list of numbers, or a rectangular list of such
+    lists; returns (shape, the values as nested tuples)."""
+    expected = "a list of numbers like [0, 5, 17], or of equal-length lists of them"
+    count = [0]
+
+    def read(item: Node, depth: int) -> tuple[tuple[int, ...], object]:
+        if isinstance(item, Seq):
+            if depth >= 8 or not item.items:
+                raise r.error(
+                    item.line, f"values of {what} hold an empty or too deeply nested list", expected
+                )
+            parts = [read(sub, depth + 1) for sub in item.items]
+            shapes = {shape for shape, _ in parts}
+            if len(shapes) != 1:
+                raise r.error(item.line, f"values of {what} are not rectangular", expected)
+            return (len(parts),) + shapes.pop(), tuple(v for _, v in parts)
+        value = _element(r, item, what, dtype)
+        count[0] += 1
+        if count[0] > MAX_VALUES:
+            raise r.error(item.line, f"values of {what} hold over {MAX_VALUES} numbers", expected)
+        return (), value
+
+    if not isinstance(node, Seq):
+        raise r.error(node.line, f"values of {what} is {describe(node)}", expected)
+    shape, values = read(node, 0)
+    assert isinstance(values, tuple)
+    return shape, values
+
+
+def _element(r: Reader, node: Node, what: str, dtype: str) -> int | float:
+    if dtype in m.INT_DTYPES:
+        low, high = INT_RANGES[dtype]
+        value = r.scalar(node, f"a value of {what}", (int,), f"an integer in [{low}, {high}]")
+        assert isinstance(value, int)
+        if not low <= value <= high:
+            raise r.error(
+                node.line, f"a value of {what} is {value}", f"an integer in [{low}, {high}]"
+            )
+        return value
+    value = r.scalar(node, f"a value of {what}", (int, float), "a finite number")
+    assert isinstance(value, (int, float))
+    return float(value)
 
 
 def _scale(r: Reader, entry: Entry | None, what: str) -> float | None:

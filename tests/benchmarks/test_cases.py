@@ -28,6 +28,15 @@ def test_every_op_with_test_cases_has_a_benchmark_case():
     assert bench_cases("no_such_op") == []
 
 
+def test_a_case_giving_values_runs_at_its_own_size_only():
+    case = bench_cases("paged_attention")[0]
+    assert case.fixed_tokens == 22  # the query's tokens, which query_start_loc's values count
+    assert case.inputs(22)["seq_lens"].values == (45, 20, 7, 64)
+    with pytest.raises(BenchShapeError, match="runs at its own 22 token"):
+        case.inputs(64)
+    assert bench_cases("rms_norm")[0].fixed_tokens is None
+
+
 def test_op_sizes_name_only_manifest_ops():
     assert set(shapes.OP_SIZES) <= set(MANIFEST_OPS)
 
@@ -154,8 +163,9 @@ def test_built_inputs_run_the_reference_impl(op, monkeypatch):
         if i.impl_id.startswith("reference.")
     )
     for case in bench_cases(op):
-        call = case.build(3, torch.float32, "cpu")
-        again = case.build(3, torch.float32, "cpu")
+        tokens = case.fixed_tokens or 3  # a case giving values runs at its own size only
+        call = case.build(tokens, torch.float32, "cpu")
+        again = case.build(tokens, torch.float32, "cpu")
         for a, b in zip(call.values(), again.values()):
             if isinstance(a, torch.Tensor):
                 assert torch.equal(a, b), "inputs are drawn from a seeded generator"
@@ -163,4 +173,4 @@ def test_built_inputs_run_the_reference_impl(op, monkeypatch):
         out = call.bind(reference.fn)()
         first = out[0] if isinstance(out, tuple) else out
         if first is not None:
-            assert first.shape[0] == 3, (case.name, first.shape)
+            assert first.shape[0] == tokens, (case.name, first.shape)

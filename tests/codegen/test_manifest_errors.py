@@ -337,6 +337,38 @@ CASES = [
         "scale of input 'x' of test case of op 'scale_into' is 0.0, expected a finite number above 0",
         "scale: 0}",
     ),
+    (
+        "values-with-a-shape",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {values: [1, 2], shape: [2]}, dest: [3, 16]}",
+        "input 'x' of test case of op 'scale_into' has both 'values' and 'shape', expected "
+        "values: [...] with an optional dtype, nothing else",
+        "shape: [2]}",
+    ),
+    (
+        "values-not-rectangular",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {values: [[1, 2], [3]]}, dest: [3, 16]}",
+        "values of input 'x' of test case of op 'scale_into' are not rectangular, expected a list "
+        "of numbers like [0, 5, 17], or of equal-length lists of them",
+        "values: [[1, 2], [3]]",
+    ),
+    (
+        "values-beyond-the-dtype",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {values: [-1, 300], dtype: int8}, dest: [3, 16]}",
+        "a value of input 'x' of test case of op 'scale_into' is 300, expected an integer in "
+        "[-128, 127]",
+        "values: [-1, 300]",
+    ),
+    (
+        "values-not-numbers",
+        "inputs: {x: [3, 16], dest: [3, 16]}",
+        "inputs: {x: {values: [1, two]}, dest: [3, 16]}",
+        "a value of input 'x' of test case of op 'scale_into' is the string 'two', expected a "
+        "finite number",
+        "values: [1, two]",
+    ),
     # quantized inputs, derived inputs and round trips
     (
         "quantize-unknown-scheme",

@@ -43,6 +43,7 @@ KNOWN_KEYS = [
     "shape",
     "dtype",
     "high",
+    "values",
     "atol",
     "rtol",
     "reference",

@@ -6,7 +6,7 @@ A case is ``{"init": {...}, "inputs": {...}}``: ``init`` holds the layer's const
 (``"$dtype"`` stands for the dtype under test); an input is ``{"shape": ..., "dtype": ...}`` for a
 tensor (``"$dtype"``: the dtype under test; integer dtypes draw from ``[0, high)``, floating ones
 from a normal distribution of standard deviation ``scale``, default 1, cast to the dtype, FP8
-included) or ``{"value": ...}`` for a literal.
+included; with ``"values"`` the tensor holds those elements) or ``{"value": ...}`` for a literal.
 
 A quantized input, ``{"quantize": shape, "scheme": ..., "group": ..., "scales": arg, "zeros":
 arg, "transpose": bool, "scale": std}``, draws a normal float32 tensor (never cast to the dtype
@@ -156,7 +156,9 @@ class Parity:
                 values[name] = assigned["q"]
             else:
                 item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
-                if item_dtype.is_floating_point:
+                if "values" in item:
+                    values[name] = torch.tensor(item["values"], dtype=item_dtype)
+                elif item_dtype.is_floating_point:
                     noise = torch.randn(item["shape"], generator=generator)
                     values[name] = (noise * item.get("scale", 1.0)).to(item_dtype)
                 else:

@@ -14,7 +14,13 @@ import vllm_fl.kernels
 
 PACKAGE = Path(vllm_fl.kernels.__file__).parent
 #: the modules that hold Triton kernels, imported on first use by the host modules
-KERNEL_MODULES = {"norm_kernels", "rotary_kernels", "routing_kernels", "pointwise_kernels"}
+KERNEL_MODULES = {
+    "norm_kernels",
+    "rotary_kernels",
+    "routing_kernels",
+    "pointwise_kernels",
+    "mla_kernels",
+}
 
 
 def _modules() -> list[str]:

@@ -39,6 +39,9 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
             out[item.scales] = quantized.scales
             if item.zeros is not None:
                 out[item.zeros] = quantized.zeros
+        elif isinstance(item, m.TensorInput) and item.values is not None:
+            given = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
+            out[name] = torch.tensor(item.values, dtype=given)
         elif item.is_int:
             ints = getattr(torch, item.dtype)
             out[name] = torch.randint(0, item.high, item.shape, generator=gen, dtype=ints)

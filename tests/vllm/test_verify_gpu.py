@@ -1,6 +1,7 @@
 """Bring-up mode on an NVIDIA GPU: FlagGems' kernels checked against the reference inside real
-vLLM (its CUDA build), on the Llama-3-8B and Qwen3-MoE shapes cut to a few layers, dummy weights,
-bfloat16, ``prefer=flagos`` with the cuda vendor denied, eager, one process.
+vLLM (its CUDA build), on the Llama-3-8B, Qwen3-MoE and DeepSeek-V3 (MLA) shapes cut to a few
+layers, dummy weights, bfloat16, ``prefer=flagos`` with the cuda vendor denied, eager, one
+process.
 
 Each run prints the report (every op's worst error against its tolerance) and the cost of
 verification per engine step; with ``VLLM_FL_VERIFY_GPU_OUT=DIR`` it also writes them to
@@ -34,6 +35,28 @@ LAYERS = 4
 SHAPES = {
     "llama3-8b": ("rms_norm", "silu_and_mul", "rotary_embedding"),
     "qwen3-moe": ("rms_norm", "rotary_embedding", "topk_softmax", "fused_experts"),
+    "deepseek-v3-2l": (
+        "rms_norm",
+        "grouped_topk",
+        "fused_experts",
+        "concat_and_cache_mla",
+        "mla_prefill_attention",
+        "mla_decode_attention",
+        "gather_and_maybe_dequant_cache",
+        "merge_attn_states",
+    ),
+}
+#: engine arguments of a shape beyond the common ones. DeepSeek: verifying copies a call's
+#: tensors, the layer's whole latent cache included, so the cache is kept small; prefill chunks
+#: of 128 tokens give the 256-token prompts context read back from the cache (the gather and the
+#: merge).
+SHAPE_ARGS = {
+    "deepseek-v3-2l": {
+        "gpu_memory_utilization": 0.3,
+        "max_num_batched_tokens": 128,
+        "max_num_seqs": 8,
+        "enable_prefix_caching": False,
+    },
 }
 
 
@@ -55,6 +78,7 @@ def test_flagos_kernels_against_the_reference_in_a_real_run(shape, tmp_path):
         "load_format": "dummy",
         "skip_tokenizer_init": True,
         "gpu_memory_utilization": 0.8,
+        **SHAPE_ARGS.get(shape, {}),
     }
     run = run_verify(
         model, env, max_tokens=16, llm_args=llm_args, prompt_len=256, num_prompts=8, timeout=900

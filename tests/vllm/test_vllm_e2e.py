@@ -4,7 +4,8 @@ Each configuration runs once in its own interpreter (see tests/vllm/conftest.py)
 assert on those runs: greedy tokens identical with and without the plugin, in eager and in
 compile mode; our forward_oot is what ran for RMSNorm, SiluAndMul and RotaryEmbedding (the
 layer classes vLLM built, the forward method CustomOp bound, the dispatch's record and its log);
-a blacklist keeps vLLM's layer; the entry points load in vLLM's multi-process mode.
+the attention layers ran the plugin's attention backend, its cache write and attention on the
+dispatch; a blacklist keeps vLLM's layer; the entry points load in vLLM's multi-process mode.
 """
 
 from __future__ import annotations
@@ -35,6 +36,26 @@ def test_plugin_generates_the_same_tokens_as_vanilla_vllm(vllm_runs, mode):
     assert "vllm_fl" not in str(vanilla.result["layer_classes"])
     assert plugin.result["tokens"] == vanilla.result["tokens"]
     assert len(plugin.result["tokens"][0]) == 24
+
+
+ATTENTION_BACKEND_LOG = "vllm_fl: attention backend vllm_fl.attention.backend.AttentionBackendFL"
+
+
+def _assert_our_attention_ran(run) -> None:
+    """The attention layers were built on the plugin's backend (selected by the dispatch op
+    attention_backend on the CPU platform) and its ops were resolved to the reference."""
+    result = run.result
+    assert result["attention_backends"] == {
+        "vllm_fl.attention.backend.AttentionBackendFL": "vllm_fl.attention.backend.AttentionImplFL"
+    }, result["attention_backends"]
+    for op in ("attention_backend", "reshape_and_cache_flash", "paged_attention"):
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
+    assert run.lines(ATTENTION_BACKEND_LOG)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_the_plugins_attention_backend_ran(vllm_runs, mode):
+    _assert_our_attention_ran(vllm_runs(f"{mode}, plugin on", PLUGIN_ON, mode=mode))
 
 
 @pytest.mark.parametrize("mode", ["eager", "compile"])
@@ -74,6 +95,9 @@ def test_entry_points_load_in_multiprocess_mode(vllm_runs):
     assert replaced and not [ln for ln in replaced if "MainProcess" in ln], replaced
     for layer in REPLACED:
         assert f"{layer} -> " in replaced[0]
+    # the attention backend is chosen where the model is built, never in the front-end
+    chosen = run.lines(ATTENTION_BACKEND_LOG)
+    assert chosen and not [ln for ln in chosen if "MainProcess" in ln], chosen
     vanilla = vllm_runs("eager, plugin off", PLUGIN_OFF)
     assert run.result["tokens"] == vanilla.result["tokens"]
 

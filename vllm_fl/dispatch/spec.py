@@ -96,6 +96,13 @@ class FLBackendBase(abc.ABC):
         "gemma_rms_norm",
         "rotary_embedding",
         "attention_backend",
+        "reshape_and_cache_flash",
+        "paged_attention",
+        "concat_and_cache_mla",
+        "gather_and_maybe_dequant_cache",
+        "merge_attn_states",
+        "mla_prefill_attention",
+        "mla_decode_attention",
         "topk_softmax",
         "moe_align_block_size",
         "moe_sum",
@@ -232,9 +239,177 @@ class FLBackendBase(abc.ABC):
         self,
         use_mla: bool = False,
     ) -> str:
-        """The import path of the attention backend class the platform should use.
+        """The import path of the attention backend class the platform should use; an empty string
+        keeps vLLM's own choice.
 
         Signature: ``attention_backend(bool use_mla=False) -> str``.
+        """
+
+    @abc.abstractmethod
+    def reshape_and_cache_flash(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """The KV-cache write: token i of key and value [tokens, kv_heads, head_size] is stored at
+        slot slot_mapping[i] of key_cache and value_cache [num_blocks, block_size, kv_heads,
+        head_size] (block slot // block_size, offset slot % block_size). A slot of -1 is skipped;
+        tokens past len(slot_mapping) (padding) are not stored. The caches hold the keys' dtype.
+
+        Signature: ``reshape_and_cache_flash(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, Tensor slot_mapping) -> None``.
+        """
+
+    @abc.abstractmethod
+    def paged_attention(
+        self,
+        query: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        output: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        max_query_len: int,
+        max_seq_len: int,
+        softmax_scale: float,
+        causal: bool = True,
+        window_left: int = -1,
+        logits_soft_cap: float = 0.0,
+        sinks: torch.Tensor | None = None,
+    ) -> None:
+        """Attention of a batch of sequences, prefills and decodes mixed, over the paged KV cache,
+        written into output [tokens, heads, head_size]. Sequence i has the query tokens
+        query_start_loc[i] to query_start_loc[i + 1] of query [tokens, heads, head_size], the last
+        ones of its seq_lens[i] tokens, whose keys and values are in the blocks block_table[i] of
+        key_cache and value_cache [num_blocks, block_size, kv_heads, head_size]; query head h reads
+        kv head h // (heads // kv_heads). Scores are softmax_scale * q.k, capped to logits_soft_cap
+        * tanh(score / logits_soft_cap) when logits_soft_cap > 0; with causal a query sees the keys
+        up to its own position, with window_left >= 0 only those at most window_left positions
+        before it (and, without causal, after it). sinks [heads], if given, add one logit per head
+        to the softmax's denominator. max_query_len and max_seq_len bound the lengths (kernels size
+        their launch by them).
+
+        Signature: ``paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor output, Tensor block_table, Tensor seq_lens, Tensor query_start_loc, int max_query_len, int max_seq_len, float softmax_scale, bool causal=True, int window_left=-1, float logits_soft_cap=0.0, Tensor? sinks=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def concat_and_cache_mla(
+        self,
+        kv_c: torch.Tensor,
+        k_pe: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        kv_cache_dtype: str,
+        scale: torch.Tensor,
+    ) -> None:
+        """The MLA cache write: token i's latent kv_c [tokens, kv_lora_rank] followed by its rotary
+        key k_pe [tokens, rope_dim] is stored at slot slot_mapping[i] of kv_cache [num_blocks,
+        block_size, kv_lora_rank + rope_dim] (block slot // block_size, offset slot % block_size). A
+        slot of -1 is skipped; tokens past len(slot_mapping) (padding) are not stored.
+        kv_cache_dtype 'auto' stores the inputs in the cache's dtype; an FP8 cache ('fp8', ...)
+        stores value / scale (the reference supports 'auto' only).
+
+        Signature: ``concat_and_cache_mla(Tensor kv_c, Tensor k_pe, Tensor kv_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor scale) -> None``.
+        """
+
+    @abc.abstractmethod
+    def gather_and_maybe_dequant_cache(
+        self,
+        src_cache: torch.Tensor,
+        dst: torch.Tensor,
+        block_table: torch.Tensor,
+        cu_seq_lens: torch.Tensor,
+        token_to_seq: torch.Tensor,
+        num_tokens: int,
+        kv_cache_dtype: str,
+        scale: torch.Tensor,
+        seq_starts: torch.Tensor | None = None,
+    ) -> None:
+        """Reads sequences' cache entries back in order: row t < num_tokens of dst [rows, entry]
+        gets the entry of position p = t - cu_seq_lens[s] (+ seq_starts[s] if given) of sequence s =
+        token_to_seq[t], which is at block block_table[s, p // block_size], offset p % block_size of
+        src_cache [num_blocks, block_size, entry]; rows from num_tokens on are left alone.
+        kv_cache_dtype 'auto' copies; an FP8 cache ('fp8', ...) is dequantised, times scale (the
+        reference supports 'auto' only). block_table, cu_seq_lens, token_to_seq and seq_starts are
+        int32.
+
+        Signature: ``gather_and_maybe_dequant_cache(Tensor src_cache, Tensor dst, Tensor block_table, Tensor cu_seq_lens, Tensor token_to_seq, int num_tokens, str kv_cache_dtype, Tensor scale, Tensor? seq_starts=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def merge_attn_states(
+        self,
+        output: torch.Tensor,
+        prefix_output: torch.Tensor,
+        prefix_lse: torch.Tensor,
+        suffix_output: torch.Tensor,
+        suffix_lse: torch.Tensor,
+        output_lse: torch.Tensor | None = None,
+        prefill_tokens_with_context: int | None = None,
+        output_scale: torch.Tensor | None = None,
+    ) -> None:
+        """Combines two partial attention results over disjoint keys (a prefix, the cache, and a
+        suffix, the new tokens) into output [tokens, heads, head_size]: with their log-sum-exps
+        prefix_lse and suffix_lse [heads, tokens] (float32; +inf read as -inf, an empty part), the
+        two outputs weighted by exp(lse - max) / (exp(prefix - max) + exp(suffix - max)), in
+        float32; output_lse, if given, gets the merged log-sum-exp. Tokens from
+        prefill_tokens_with_context on (if given) have no prefix: they take the suffix as is. With
+        output_scale the output is FP8, value / output_scale (the reference does not support it).
+        output may be prefix_output itself.
+
+        Signature: ``merge_attn_states(Tensor output, Tensor prefix_output, Tensor prefix_lse, Tensor suffix_output, Tensor suffix_lse, Tensor? output_lse=None, int? prefill_tokens_with_context=None, Tensor? output_scale=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def mla_prefill_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        lse: torch.Tensor | None,
+        cu_seqlens_q: torch.Tensor,
+        cu_seqlens_k: torch.Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        softmax_scale: float,
+        causal: bool,
+    ) -> None:
+        """Attention of MLA's prefill, keys and values expanded per head: sequence i has the queries
+        cu_seqlens_q[i] to cu_seqlens_q[i + 1] of q [tokens, heads, qk_head_dim] and the keys and
+        values cu_seqlens_k[i] to cu_seqlens_k[i + 1] of k [kv_tokens, heads, qk_head_dim] and v
+        [kv_tokens, heads, v_head_dim]; output [tokens, heads, v_head_dim] gets softmax(
+        softmax_scale * q.k) v and lse [heads, tokens] (float32, if given) the log-sum-exp of the
+        scores. With causal the mask is aligned to the end (the last query sees every key, the one
+        before all but the last key, ...); max_seqlen_q and max_seqlen_k bound the lengths.
+
+        Signature: ``mla_prefill_attention(Tensor q, Tensor k, Tensor v, Tensor output, Tensor? lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal) -> None``.
+        """
+
+    @abc.abstractmethod
+    def mla_decode_attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        output: torch.Tensor,
+        lse: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        max_seq_len: int,
+        softmax_scale: float,
+    ) -> None:
+        """MLA's decode over the latent cache: query b [heads, kv_lora_rank + rope_dim] of q (the
+        queries absorbed into the latent space, then their rotary part) attends over the seq_lens[b]
+        entries of kv_cache [num_blocks, block_size, kv_lora_rank + rope_dim] in the blocks
+        block_table[b], with scores softmax_scale * q.entry; the values are the entries' first
+        kv_lora_rank elements. output [batch, heads, kv_lora_rank] gets the result, lse [batch,
+        heads] (float32) the log-sum-exp of the scores. max_seq_len bounds seq_lens (kernels size
+        their launch by it).
+
+        Signature: ``mla_decode_attention(Tensor q, Tensor kv_cache, Tensor output, Tensor lse, Tensor block_table, Tensor seq_lens, int max_seq_len, float softmax_scale) -> None``.
         """
 
     @abc.abstractmethod

@@ -22,6 +22,9 @@ Modules:
 - ``routing_kernels``: its one-launch Triton kernels.
 - ``wna16``: packed 4- and 8-bit weights of weight-only GEMMs: the op ``wna16_gemm``'s canonical
   layout, its conversion from and to GPTQ's, (de)quantisation.
+- ``mla``: DeepSeek's multi-head latent attention (FlagGems' cache write and varlen attention,
+  vLLM's Triton decode and merge, the context gather).
+- ``mla_kernels``: its Triton kernel, the context gather of the latent cache.
 - ``moe``: FlagGems' fused experts and MoE kernels through launch plans, their tuned configs
   and the tuner that measures them (``python -m vllm_fl.kernels.moe.tune``).
 """

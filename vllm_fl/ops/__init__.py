@@ -36,6 +36,9 @@ OOT_OPS: dict[str, str] = {
 }
 
 FUNCTIONS: dict[str, str] = {
+    "concat_and_cache_mla": "vllm._custom_ops:concat_and_cache_mla",
+    "gather_and_maybe_dequant_cache": "vllm._custom_ops:gather_and_maybe_dequant_cache",
+    "merge_attn_states": "vllm.v1.attention.ops.merge_attn_states:merge_attn_states",
     "topk_softmax": "vllm._custom_ops:topk_softmax",
     "moe_align_block_size": "vllm._custom_ops:moe_align_block_size",
     "moe_sum": "vllm._custom_ops:moe_sum",

@@ -12,8 +12,9 @@ that takes over once the engine is built (a profiler, a census of the kernels th
 The result holds the generated token ids, the timings (vLLM import, engine start-up, generation,
 output tokens per second), the platform class and, when the plugin is loaded in this process, the
 dispatch's record of which implementation each op used; when the model runs in this process also
-the class of every CustomOp layer and the forward method vLLM bound for it. It travels back in the
-result file (`vllm_fl.testing.child`), never on stdout, where vLLM's own log lines go.
+the class of every CustomOp layer and the forward method vLLM bound for it, and the attention
+backend (and impl) class of the attention layers. It travels back in the result file
+(`vllm_fl.testing.child`), never on stdout, where vLLM's own log lines go.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def run(model: str | Path, workload: Workload) -> dict:
     if result["in_process"]:
         result["layer_classes"] = llm.apply_model(_layer_classes)[0]
         result["forward_methods"] = llm.apply_model(_forward_method_names)[0]
+        result["attention_backends"] = llm.apply_model(_attention_backends)[0]
     result.update(_dispatch_record(workload.mode))
     return result
 
@@ -471,6 +473,20 @@ def _layer_classes(model) -> dict[str, str]:
                 (c for c in cls.__mro__ if c.__module__.startswith("vllm.")), cls
             )  # the in-tree class, ours subclasses it
             found[base.__name__] = f"{cls.__module__}.{cls.__qualname__}"
+    return found
+
+
+def _attention_backends(model) -> dict[str, str]:
+    """'module.Class' of every attention backend the model's attention layers use -> that of
+    their impl."""
+    found: dict[str, str] = {}
+    for module in model.modules():
+        backend, impl = getattr(module, "attn_backend", None), getattr(module, "impl", None)
+        if isinstance(backend, type) and impl is not None:
+            impl_cls = type(impl)
+            found[f"{backend.__module__}.{backend.__qualname__}"] = (
+                f"{impl_cls.__module__}.{impl_cls.__qualname__}"
+            )
     return found
 
 

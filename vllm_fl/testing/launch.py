@@ -127,6 +127,7 @@ def run_vllm(
     task_options: dict | None = None,
     append_path: str | None = None,
     quantization: str | None = None,
+    llm_args: dict | None = None,
 ) -> VllmRun:
     """Run the tiny model's text prompts in a fresh interpreter with `env` on top of a clean
     environment (no inherited VLLM_* variables; offline; 1 GiB of KV cache; one process unless
@@ -134,10 +135,11 @@ def run_vllm(
     refuses float32). `task` replaces the generation (see `Workload.task`, which gets
     `task_options`); `append_path` is searched after the installed distributions
     (`Workload.append_path`); `quantization` is vLLM's argument of that name (``"fp8"``: a
-    16-bit checkpoint quantised while loading). Raises
+    16-bit checkpoint quantised while loading); `llm_args` adds keyword arguments of `vllm.LLM`
+    (``attention_backend="TRITON_ATTN"``, ...). Raises
     AssertionError with the run's output when vLLM fails."""
     full_env = vllm_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **env})
-    llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype}
+    llm_args = {**SMALL_MODEL_ARGS, "dtype": dtype, **(llm_args or {})}
     if quantization is not None:
         llm_args["quantization"] = quantization
     workload = Workload(

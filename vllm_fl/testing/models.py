@@ -6,8 +6,9 @@ vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_ll
 INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one,
 `build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one, `build_tiny_fp8_block_llama` as a
 block-quantized FP8 one (or its dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same
-size. Their weights come from a fixed seed and are scaled up so the logits are far from ties, which
-makes greedy decoding a sharp comparison between two runs.
+size; `build_tiny_deepseek_v3` a DeepSeek-V3 of that hidden size (multi-head latent attention,
+grouped MoE routing). Their weights come from a fixed seed and are scaled up so the logits are far
+from ties, which makes greedy decoding a sharp comparison between two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
@@ -306,6 +307,72 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
     )
 
 
+TINY_MLA_HEADS = 4
+TINY_MLA_Q_LORA_RANK = 64
+# vLLM's CPU MLA decode kernel is built for DeepSeek's latent entry only (512 + 64), so vanilla
+# vLLM on the CPU runs the tiny model only with these two sizes
+TINY_MLA_KV_LORA_RANK = 512
+TINY_MLA_ROPE_DIM = 64
+TINY_MLA_NOPE_DIM = 32
+TINY_MLA_V_DIM = 32
+TINY_MLA_EXPERTS = 8
+TINY_MLA_GROUPS = 4
+
+
+def build_tiny_deepseek_v3(
+    path: str | Path,
+    heads: int = TINY_MLA_HEADS,
+    qk_nope_head_dim: int = TINY_MLA_NOPE_DIM,
+    v_head_dim: int = TINY_MLA_V_DIM,
+) -> Path:
+    """A tiny random DeepSeek-V3 (``DeepseekV3ForCausalLM``) and its tokenizer in `path`
+    (created if missing): hidden 64, 2 layers, the first dense and the second a MoE of 8 routed
+    experts in 4 groups (``noaux_tc``: sigmoid scores plus a correction bias choose 2 groups, then
+    2 experts) with one shared expert; multi-head latent attention with `heads` heads (4),
+    q_lora_rank 64, kv_lora_rank 512, `qk_nope_head_dim` (32), qk_rope_head_dim 64 and
+    `v_head_dim` (32). GPU runs take DeepSeek's 16 heads of 128 + 64 and 128, the head sizes
+    vLLM's FlashAttention MLA prefill is built for."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    path = build_tiny_model(
+        path,
+        DeepseekV3Config,
+        DeepseekV3ForCausalLM,
+        intermediate_size=2 * HIDDEN_SIZE,
+        moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        num_hidden_layers=2,
+        first_k_dense_replace=1,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        q_lora_rank=TINY_MLA_Q_LORA_RANK,
+        kv_lora_rank=TINY_MLA_KV_LORA_RANK,
+        qk_nope_head_dim=qk_nope_head_dim,
+        qk_rope_head_dim=TINY_MLA_ROPE_DIM,
+        v_head_dim=v_head_dim,
+        head_dim=TINY_MLA_ROPE_DIM,
+        n_routed_experts=TINY_MLA_EXPERTS,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=TINY_MLA_GROUPS,
+        topk_group=2,
+        topk_method="noaux_tc",
+        scoring_func="sigmoid",
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    )
+    # the routing's correction bias is a buffer, which the random init leaves at zero: give it
+    # values so that it takes part in the choice
+    weights = load_file(str(path / "model.safetensors"))
+    generator = torch.Generator().manual_seed(SEED)
+    for name, tensor in weights.items():
+        if name.endswith("e_score_correction_bias"):
+            weights[name] = 0.5 * torch.randn(tensor.shape, generator=generator)
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
 FP8_BLOCK = 128
 
 
@@ -389,6 +456,7 @@ TINY_MODELS = {
     "tiny-awq-llama": build_tiny_awq_llama,
     "tiny-fp8-block-llama": build_tiny_fp8_block_llama,
     "tiny-qwen3-moe": build_tiny_qwen3_moe,
+    "tiny-deepseek-v3": build_tiny_deepseek_v3,
     "tiny-fp8-qwen3-moe": build_tiny_fp8_qwen3_moe,
 }
 
@@ -442,8 +510,52 @@ QWEN3_MOE = {
     "eos_token_id": 151645,
 }
 
+# DeepSeek-V3's structure at DeepSeek-V2-Lite's size, 2 layers: multi-head latent attention (16
+# heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128 / qk_rope 64 / v 128), the first layer
+# dense, then MoE layers of 64 routed experts in 8 groups (noaux_tc: 4 groups, then 8 experts)
+# and one shared expert.
+DEEPSEEK_V3_2L = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 2048,
+    "intermediate_size": 10944,
+    "moe_intermediate_size": 1408,
+    "num_hidden_layers": 2,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 64,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 8,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "vocab_size": 102400,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 100000,
+    "eos_token_id": 100001,
+}
+
 #: model name (the benchmarks' --shape) -> Hugging Face config
-MODELS: dict[str, dict] = {"llama3-8b": LLAMA3_8B, "qwen3-moe": QWEN3_MOE}
+MODELS: dict[str, dict] = {
+    "llama3-8b": LLAMA3_8B,
+    "qwen3-moe": QWEN3_MOE,
+    "deepseek-v3-2l": DEEPSEEK_V3_2L,
+}
 
 
 @dataclass(frozen=True)
@@ -474,7 +586,7 @@ class ModelShape:
             head_dim=config.get("head_dim", config["hidden_size"] // heads),
             max_positions=config["max_position_embeddings"],
             rope_theta=config["rope_theta"],
-            experts=config.get("num_experts"),
+            experts=config.get("num_experts", config.get("n_routed_experts")),
             top_k=config.get("num_experts_per_tok"),
             moe_intermediate=config.get("moe_intermediate_size"),
         )

@@ -203,7 +203,8 @@ def _parser(prog: str = "python -m vllm_fl.verify") -> argparse.ArgumentParser:
     parser.add_argument(
         "model",
         help="model directory or name (as vllm.LLM takes it), or with --shape a model shape "
-        "of vllm_fl.testing.models.MODELS (llama3-8b, qwen3-moe) run on dummy weights",
+        "of vllm_fl.testing.models.MODELS (llama3-8b, qwen3-moe, deepseek-v3-2l) run on dummy "
+        "weights",
     )
     parser.add_argument(
         "--shape", action="store_true", help="MODEL is a shape: dummy weights, token-id prompts"

@@ -16,8 +16,10 @@ from tests.support.ops_helpers import DTYPES, cos_sin_cache, TOLERANCES, assert_
 
 from vllm_fl.dispatch.backends.flaggems.impl import activation, attention, normalization, rotary
 from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
+from vllm_fl.dispatch.backends.reference.impl import attention as ref_attention
 from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
 from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.kernels import attention as kernels_attention
 
 
 class Layer:
@@ -110,6 +112,23 @@ class FakeFlagGems(types.ModuleType):
             q_rot, k_rot = rotate(q).to(q.dtype), rotate(k).to(k.dtype)
             return q.copy_(q_rot), k.copy_(k_rot)
         return rotate(q).to(q.dtype), rotate(k).to(k.dtype)
+
+    def reshape_and_cache_flash(
+        self, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale
+    ):
+        """FlagGems' addressing: a token lands at block * block_stride + offset * heads *
+        head_size + head * head_size of the caches' storage (dense blocks assumed)."""
+        self._record("reshape_and_cache_flash", key, value, key_cache, value_cache, slot_mapping)
+        assert key_cache.stride(0) == value_cache.stride(0)
+        _, block_size, heads, head_size = key_cache.shape
+        row = heads * head_size
+        for token, slot in enumerate(slot_mapping.tolist()):
+            if slot < 0:
+                continue
+            start = (slot // block_size) * key_cache.stride(0) + (slot % block_size) * row
+            for src, cache in ((key, key_cache), (value, value_cache)):
+                flat = cache.as_strided((row,), (1,), cache.storage_offset() + start)
+                flat.copy_(src[token].reshape(row))
 
 
 def _forget_flag_gems() -> None:
@@ -333,13 +352,45 @@ def test_rotary_embedding_inplace_without_the_flag_is_functional_stubbed(flag_ge
     _close(out[1], expected[1])
 
 
-def test_attention_backend_is_vllms_triton_backend():
-    assert attention.attention_backend() == (
-        "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
-    )
-    assert attention.attention_backend(use_mla=True) == (
-        "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
-    )
+def test_attention_backend_is_the_plugins():
+    assert attention.attention_backend() == "vllm_fl.attention.backend.AttentionBackendFL"
+    assert attention.attention_backend(use_mla=True) == "vllm_fl.attention.mla.backend.MLABackendFL"
+
+
+def _vllm_0_24_caches(blocks=6, block_size=16, heads=2, head_size=64, dtype=torch.float16):
+    """Key and value caches as vLLM 0.24 hands them: halves of [blocks, 2, block_size, ...]."""
+    return torch.randn(blocks, 2, block_size, heads, head_size).to(dtype).unbind(1)
+
+
+def _vllm_0_32_caches(blocks=6, block_size=16, heads=2, head_size=64, dtype=torch.float16):
+    """As vLLM 0.32 hands them: views of [blocks, heads, block_size, 2 * head_size]."""
+    combined = torch.randn(blocks, heads, block_size, 2 * head_size).to(dtype)
+    return combined.transpose(1, 2).split(head_size, dim=-1)
+
+
+def test_reshape_and_cache_flash_writes_vllm_0_24_caches_with_flag_gems(flag_gems):
+    key_cache, value_cache = _vllm_0_24_caches()
+    key, value = torch.randn(9, 2, 64).half(), torch.randn(9, 2, 64).half()
+    slots = torch.tensor([37, 5, -1, 80, 17, 2, 95, -1, 64])
+    expected = [key_cache.clone(), value_cache.clone()]
+    ref_attention.reshape_and_cache_flash(key, value, *expected, slots[:7])
+    with unchanged(key, value, slots):
+        attention.reshape_and_cache_flash(key, value, key_cache, value_cache, slots[:7])
+    assert _names(flag_gems) == ["reshape_and_cache_flash"]
+    assert torch.equal(key_cache, expected[0]) and torch.equal(value_cache, expected[1])
+
+
+def test_flag_gems_cache_write_only_where_its_addressing_fits():
+    key = torch.randn(9, 2, 64)
+    assert kernels_attention.dense_blocks(key, *_vllm_0_24_caches())
+    assert kernels_attention.dense_blocks(key, *torch.randn(2, 6, 16, 2, 64))
+    # a head's values after its keys (0.32), or heads outermost in a block (HND)
+    assert not kernels_attention.dense_blocks(key, *_vllm_0_32_caches())
+    hnd = torch.randn(6, 2, 2, 16, 64).permute(0, 1, 3, 2, 4).unbind(1)
+    assert not kernels_attention.dense_blocks(key, *hnd)
+    # a key whose head_size elements are not contiguous
+    strided_key = torch.randn(9, 64, 2).transpose(1, 2)
+    assert not kernels_attention.dense_blocks(strided_key, *_vllm_0_24_caches())
 
 
 def test_adapters_carry_the_eager_variants():

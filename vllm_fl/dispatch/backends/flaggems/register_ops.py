@@ -27,6 +27,7 @@ from vllm_fl.dispatch.runtime.registration import (
 )
 from vllm_fl.dispatch.backends.flaggems.impl import activation as _flagos_activation
 from vllm_fl.dispatch.backends.flaggems.impl import attention as _flagos_attention
+from vllm_fl.dispatch.backends.flaggems.impl import mla as _flagos_mla
 from vllm_fl.dispatch.backends.flaggems.impl import moe as _flagos_moe
 from vllm_fl.dispatch.backends.flaggems.impl import moe_quant as _flagos_moe_quant
 from vllm_fl.dispatch.backends.flaggems.impl import normalization as _flagos_normalization
@@ -134,6 +135,13 @@ IMPLS = (
         ),
     ),
     Impl("attention_backend", _flagos_attention.attention_backend),
+    Impl("reshape_and_cache_flash", _flagos_attention.reshape_and_cache_flash),
+    Impl("paged_attention", _flagos_attention.paged_attention),
+    Impl("concat_and_cache_mla", _flagos_mla.concat_and_cache_mla),
+    Impl("gather_and_maybe_dequant_cache", _flagos_mla.gather_and_maybe_dequant_cache),
+    Impl("merge_attn_states", _flagos_mla.merge_attn_states),
+    Impl("mla_prefill_attention", _flagos_mla.mla_prefill_attention),
+    Impl("mla_decode_attention", _flagos_mla.mla_decode_attention),
     Impl("topk_softmax", _flagos_moe.topk_softmax),
     Impl("moe_align_block_size", _flagos_moe.moe_align_block_size),
     Impl("moe_sum", _flagos_moe.moe_sum),
@@ -271,7 +279,7 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 21 implementation(s) of backend ``flagos``."""
+    """Register the 28 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
 
 

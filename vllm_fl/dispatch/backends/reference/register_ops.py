@@ -9,6 +9,8 @@ implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them fr
 from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime.registration import DeclaredBackend, Impl, Registrations
 from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
+from vllm_fl.dispatch.backends.reference.impl import attention as _reference_attention
+from vllm_fl.dispatch.backends.reference.impl import mla as _reference_mla
 from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
 from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
@@ -28,6 +30,14 @@ IMPLS = (
     Impl("rms_norm", _reference_normalization.rms_norm),
     Impl("gemma_rms_norm", _reference_normalization.gemma_rms_norm),
     Impl("rotary_embedding", _reference_rotary.rotary_embedding),
+    Impl("attention_backend", _reference_attention.attention_backend),
+    Impl("reshape_and_cache_flash", _reference_attention.reshape_and_cache_flash),
+    Impl("paged_attention", _reference_attention.paged_attention),
+    Impl("concat_and_cache_mla", _reference_mla.concat_and_cache_mla),
+    Impl("gather_and_maybe_dequant_cache", _reference_mla.gather_and_maybe_dequant_cache),
+    Impl("merge_attn_states", _reference_mla.merge_attn_states),
+    Impl("mla_prefill_attention", _reference_mla.mla_prefill_attention),
+    Impl("mla_decode_attention", _reference_mla.mla_decode_attention),
     Impl("topk_softmax", _reference_moe.topk_softmax),
     Impl("moe_align_block_size", _reference_moe.moe_align_block_size),
     Impl("moe_sum", _reference_moe.moe_sum),
@@ -47,5 +57,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 22 implementation(s) of backend ``reference``."""
+    """Register the 30 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -1,11 +1,71 @@
-"""The attention backend the platform uses when FlagGems is the preferred backend."""
+"""Attention when FlagGems is the preferred backend: the plugin's attention backend on portable
+Triton kernels (``vllm_fl.kernels.attention``), nothing of vLLM's compiled libraries.
 
-# vLLM's Triton attention backends: portable Triton kernels, like FlagGems'.
-# Same module path in vLLM 0.24 and 0.32 (vllm/v1/attention/backends/...).
-TRITON_ATTN = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
-TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
+- ``attention_backend``: the plugin's backend (``vllm_fl.attention``), whose cache write and
+  attention are the ops below; for MLA models the plugin's MLA backend
+  (``vllm_fl.attention.mla``), whose ops are in ``mla``.
+- ``reshape_and_cache_flash``: FlagGems' kernel where its addressing fits the cache's layout
+  (vLLM 0.24's), else vLLM's Triton kernel.
+- ``paged_attention``: vLLM's Triton ``unified_attention``. FlagGems' ``flash_attn_varlen_func``
+  takes a block table too, but it addresses a page as page * block_size * (a token's stride),
+  which vLLM 0.24's layout is not ([num_blocks, 2, block_size, ...]: a block's keys are
+  followed by its values, so a page of keys is twice that far from the next), and it has no
+  sinks and no float32.
+"""
+
+import torch
+
+from vllm_fl.attention import PLUGIN_BACKEND
+from vllm_fl.attention.mla import MLA_BACKEND
+from vllm_fl.kernels import attention as kernels
 
 
 def attention_backend(use_mla: bool = False) -> str:
-    """vLLM's Triton attention backend (its Triton MLA backend for MLA models)."""
-    return TRITON_MLA if use_mla else TRITON_ATTN
+    """The plugin's attention backend (its MLA backend for MLA models)."""
+    return MLA_BACKEND if use_mla else PLUGIN_BACKEND
+
+
+def reshape_and_cache_flash(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """FlagGems' cache write, or vLLM's Triton one where FlagGems' addressing does not fit."""
+    kernels.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    output: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    max_seq_len: int,
+    softmax_scale: float,
+    causal: bool = True,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+    sinks: torch.Tensor | None = None,
+) -> None:
+    """vLLM's Triton ``unified_attention``."""
+    kernels.unified_attention(
+        query,
+        key_cache,
+        value_cache,
+        output,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        max_query_len,
+        max_seq_len,
+        softmax_scale,
+        causal,
+        window_left,
+        logits_soft_cap,
+        sinks,
+    )

@@ -27,6 +27,7 @@ from vllm_fl.dispatch.runtime.registration import (
 )
 from vllm_fl.dispatch.backends.vendor.cuda.impl import activation as _cuda_activation
 from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as _cuda_attention
+from vllm_fl.dispatch.backends.vendor.cuda.impl import mla as _cuda_mla
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe as _cuda_moe
 from vllm_fl.dispatch.backends.vendor.cuda.impl import moe_quant as _cuda_moe_quant
 from vllm_fl.dispatch.backends.vendor.cuda.impl import normalization as _cuda_normalization
@@ -135,6 +136,12 @@ IMPLS = (
         ),
     ),
     Impl("attention_backend", _cuda_attention.attention_backend),
+    Impl("reshape_and_cache_flash", _cuda_attention.reshape_and_cache_flash),
+    Impl("paged_attention", _cuda_attention.paged_attention),
+    Impl("concat_and_cache_mla", _cuda_mla.concat_and_cache_mla),
+    Impl("gather_and_maybe_dequant_cache", _cuda_mla.gather_and_maybe_dequant_cache),
+    Impl("merge_attn_states", _cuda_mla.merge_attn_states),
+    Impl("mla_prefill_attention", _cuda_mla.mla_prefill_attention),
     Impl("topk_softmax", _cuda_moe.topk_softmax),
     Impl("moe_align_block_size", _cuda_moe.moe_align_block_size),
     Impl("moe_sum", _cuda_moe.moe_sum),
@@ -296,7 +303,7 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 23 implementation(s) of backend ``cuda``."""
+    """Register the 29 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)
 
 

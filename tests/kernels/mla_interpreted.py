@@ -1,0 +1,121 @@
+"""The flagos MLA impls that run Triton kernels without FlagGems, in Triton's interpreter on CPU
+tensors, against the reference (run as a script: the interpreter and vLLM's Triton must be set
+up before vLLM's kernel modules are imported).
+
+    python tests/kernels/mla_interpreted.py
+
+vLLM's CPU build replaces Triton by placeholders when Triton has no CPU backend; with
+TRITON_INTERPRET=1 the real Triton interprets ``@triton.jit`` kernels on CPU tensors, so this
+script hands vLLM's kernel modules the real Triton before importing them. It runs every test case
+ops.yaml declares for ``gather_and_maybe_dequant_cache`` (the kernel library's gather),
+``merge_attn_states`` (vLLM's Triton merge, also on strided views as vLLM 0.32 passes them) and
+``mla_decode_attention`` (vLLM's Triton decode) through the flagos impls, and prints one line:
+MLA {"<op>/<case>/<dtype>": "ok" or how it differs from the reference beyond the op's tolerance
+in ops.yaml, ...}. (FlagGems, which the cache write and the prefill run on, is not installed on
+the CPU: the GPU parity tests check those.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # layer_samples
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+import vllm.triton_utils as vllm_triton  # noqa: E402
+
+vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
+
+from codegen.manifest import project_manifest  # noqa: E402
+from layer_samples import make_inputs  # noqa: E402
+
+from vllm_fl.dispatch.backends.flaggems.impl import mla as flagos  # noqa: E402
+from vllm_fl.dispatch.backends.reference.impl import mla as reference  # noqa: E402
+
+#: the dtypes each op's kernels are checked in (the decode kernel is half precision only)
+DTYPES = {
+    "gather_and_maybe_dequant_cache": (torch.float32, torch.float16),
+    "merge_attn_states": (torch.float32, torch.float16),
+    "mla_decode_attention": (torch.float16,),
+}
+
+
+def _op(name: str):
+    return next(o for o in project_manifest().ops if o.name == name)
+
+
+def _clone(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def _strided(inputs: dict) -> dict:
+    """merge_attn_states' outputs and partial results as views of wider tensors, the
+    log-sum-exps as transposes of [tokens, heads] tensors: layouts vLLM hands the merge."""
+    out = dict(inputs)
+    for name in ("output", "prefix_output", "suffix_output"):
+        t = inputs[name]
+        wide = torch.zeros(*t.shape[:-1], t.shape[-1] + 64, dtype=t.dtype)
+        wide[..., : t.shape[-1]] = t
+        out[name] = wide[..., : t.shape[-1]]
+    for name in ("prefix_lse", "suffix_lse", "output_lse"):
+        if inputs.get(name) is not None:
+            out[name] = inputs[name].t().contiguous().t()
+    return out
+
+
+def run(name: str, impl, variants=(("", lambda inputs: inputs),)) -> dict[str, str]:
+    """Every test case of op ``name`` in its dtypes and input variants: "ok", or how the impl's
+    result differs from the reference's beyond the op's tolerance in ops.yaml."""
+    op = _op(name)
+    tolerances = dict(op.tests.tolerances)
+    results = {}
+    for index, case in enumerate(op.tests.cases):
+        for dtype in DTYPES[name]:
+            tolerance = tolerances[str(dtype).removeprefix("torch.")]
+            for suffix, variant in variants:
+                inputs = make_inputs(dict(case.inputs), seed=1, dtype=dtype)
+                expected = {k: _clone(v) for k, v in inputs.items()}
+                getattr(reference, name)(**expected)
+                actual = variant({k: _clone(v) for k, v in inputs.items()})
+                impl(**actual)
+                key = f"{name}/case{index}/{str(dtype)[6:]}{suffix}"
+                try:
+                    for written in op.mutates:
+                        if expected[written] is None:
+                            continue
+                        torch.testing.assert_close(
+                            actual[written],
+                            expected[written],
+                            atol=tolerance.atol,
+                            rtol=tolerance.rtol,
+                            msg=lambda text, written=written: f"{written}: {text}",
+                        )
+                    results[key] = "ok"
+                except AssertionError as exc:
+                    results[key] = str(exc)
+    return results
+
+
+def main() -> int:
+    results = run("gather_and_maybe_dequant_cache", flagos.gather_and_maybe_dequant_cache)
+    results.update(
+        run(
+            "merge_attn_states",
+            flagos.merge_attn_states,
+            (("", lambda inputs: inputs), ("/strided", _strided)),
+        )
+    )
+    results.update(run("mla_decode_attention", flagos.mla_decode_attention))
+    print("MLA " + json.dumps(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

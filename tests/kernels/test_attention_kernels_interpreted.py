@@ -1,0 +1,42 @@
+"""The flagos attention impls run vLLM's portable Triton kernels; on the CPU those run in Triton's
+interpreter (``attention_interpreted.py``, a separate process: it swaps vLLM's Triton
+placeholders for the interpreter before vLLM's kernel modules load). Every test case of
+``paged_attention`` and ``reshape_and_cache_flash`` in ops.yaml, on the KV-cache layouts of
+vLLM 0.24 and 0.32, matches the reference within the op's tolerance: the arguments the impls
+pass (window, soft cap, sinks, causal, the decode scratch of the 3D kernel, the caches'
+strides), not CUDA numerics, which the GPU parity tests check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+pytest.importorskip("vllm")
+
+SCRIPT = Path(__file__).resolve().parent / "attention_interpreted.py"
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, str]:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=900
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ATTENTION ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("ATTENTION "))
+
+
+def test_every_case_and_layout_ran(results):
+    layouts = {key.rsplit("/", 1)[1] for key in results if key.startswith("paged_attention/")}
+    assert layouts == {"vllm-0.24", "vllm-0.32"}
+    assert any(key.startswith("reshape_and_cache_flash/") for key in results)
+
+
+def test_flagos_attention_matches_the_reference_in_the_interpreter(results):
+    failed = {key: text for key, text in results.items() if text != "ok"}
+    assert not failed, failed

@@ -1,0 +1,159 @@
+"""Paged attention and the KV-cache write on portable Triton kernels: vLLM's own
+(``vllm.v1.attention.ops``: ``unified_attention``, ``triton_reshape_and_cache_flash``) and
+FlagGems' ``reshape_and_cache_flash``. Host code only; vLLM and FlagGems are imported on first
+use.
+
+vLLM's ``unified_attention`` runs a batch with prefills in its 2D kernel (one program per query
+block and kv head). For a batch of decodes only, as long as there are few sequences, its 3D
+kernel splits every sequence's keys into segments reduced afterwards, which needs float32
+scratch sized by the heads; vLLM's Triton backend allocates it once per metadata builder, this
+module once per (device, heads, kv heads, head size) and keeps it.
+
+FlagGems' ``reshape_and_cache_flash`` stores a token at ``block * block_stride + offset *
+kv_heads * head_size + head * head_size``: every block of the cache a dense [block_size,
+kv_heads, head_size] array, which vLLM 0.24's layout is; vLLM 0.32 interleaves a head's keys
+and values, so other layouts go to vLLM's kernel, which takes the caches' strides.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+#: vLLM's Triton backend: key segments per sequence of the 3D kernel, and the launch grid the
+#: 2D kernel must fill before the 3D one stops paying off (num_kv_heads programs per sequence)
+SEGMENTS = 16
+MIN_GRID_2D = 128
+
+_scratch: dict[tuple, tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+_unit_scales: dict[torch.device, torch.Tensor] = {}
+_lock = threading.Lock()
+
+
+def decode_scratch(
+    device: torch.device, num_heads: int, num_kv_heads: int, head_size: int
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(most sequences the 3D kernel takes, segment outputs, maxima, sums of exponentials) for
+    decode batches of this shape, allocated on first use and kept."""
+    key = (device, num_heads, num_kv_heads, head_size)
+    found = _scratch.get(key)
+    if found is None:
+        with _lock:
+            found = _scratch.get(key)
+            if found is None:
+                sequences = max(1, MIN_GRID_2D // num_kv_heads)
+                padded = 1 << (head_size - 1).bit_length()
+                stats = (sequences, num_heads, SEGMENTS)
+                found = (
+                    sequences,
+                    torch.empty((*stats, padded), dtype=torch.float32, device=device),
+                    torch.empty(stats, dtype=torch.float32, device=device),
+                    torch.empty(stats, dtype=torch.float32, device=device),
+                )
+                _scratch[key] = found
+    return found
+
+
+def unit_scale(device: torch.device) -> torch.Tensor:
+    """A float32 1.0 on ``device``: the k/v scale the cache-write kernels take (unread without an
+    FP8 cache)."""
+    found = _unit_scales.get(device)
+    if found is None:
+        found = _unit_scales.setdefault(device, torch.ones(1, dtype=torch.float32, device=device))
+    return found
+
+
+def unified_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    output: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    max_seq_len: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    logits_soft_cap: float,
+    sinks: torch.Tensor | None,
+) -> None:
+    """vLLM's Triton ``unified_attention`` into ``output`` (the op ``paged_attention``), with
+    the 3D kernel's scratch for batches of decodes."""
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention as kernel
+
+    decode = {}
+    if max_query_len == 1:
+        sequences, segment_out, segment_max, segment_sum = decode_scratch(
+            query.device, query.shape[1], key_cache.shape[2], query.shape[2]
+        )
+        decode = {
+            "seq_threshold_3D": sequences,
+            "num_par_softmax_segments": SEGMENTS,
+            "softmax_segm_output": segment_out,
+            "softmax_segm_max": segment_max,
+            "softmax_segm_expsum": segment_sum,
+        }
+    kernel(
+        q=query,
+        k=key_cache,
+        v=value_cache,
+        out=output,
+        cu_seqlens_q=query_start_loc,
+        max_seqlen_q=max_query_len,
+        seqused_k=seq_lens,
+        max_seqlen_k=max_seq_len,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        # the kernel reads the window's left side; without causal it applies it both ways
+        window_size=(window_left, 0) if window_left >= 0 else (-1, -1),
+        block_table=block_table,
+        softcap=logits_soft_cap,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        sinks=sinks,
+        **decode,
+    )
+
+
+def dense_blocks(key: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
+    """Whether FlagGems' cache write addresses these tensors right: a token's heads contiguous in
+    ``key``, every block of both caches a dense [block_size, kv_heads, head_size] array, the
+    two caches with one block stride."""
+    _, block_size, heads, head_size = key_cache.shape
+    dense = (heads * head_size, head_size, 1)
+    return (
+        key.stride()[1:] == (head_size, 1)
+        and key_cache.stride()[1:] == dense
+        and value_cache.stride()[1:] == dense
+        and key_cache.stride(0) == value_cache.stride(0)
+    )
+
+
+def reshape_and_cache_flash(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """The KV-cache write (op ``reshape_and_cache_flash``): FlagGems' kernel where its
+    addressing fits the caches (``dense_blocks``), else vLLM's Triton kernel."""
+    scale = unit_scale(key.device)
+    if dense_blocks(key, key_cache, value_cache) and value.stride()[1:] == key.stride()[1:]:
+        import flag_gems
+
+        flag_gems.reshape_and_cache_flash(
+            key, value, key_cache, value_cache, slot_mapping, "auto", scale, scale
+        )
+        return
+    from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (
+        triton_reshape_and_cache_flash,
+    )
+
+    triton_reshape_and_cache_flash(
+        key, value, key_cache, value_cache, slot_mapping, "auto", scale, scale
+    )
