@@ -50,7 +50,9 @@ _skip_logged = False
 
 
 def _plugin_enabled() -> bool:
-    from vllm_fl.dispatch.config.settings import read_env  # the dispatch's parser; no torch, no vLLM
+    from vllm_fl.dispatch.config.settings import (
+        read_env,
+    )  # the dispatch's parser; no torch, no vLLM
 
     return read_env("VLLM_FL_PREFER_ENABLED")
 

@@ -9,6 +9,7 @@ from .. import sync
 
 __all__ = ["Probe"]
 
+
 def _device_present(device: str) -> bool:
     """Whether a device of torch device type ``device`` (cuda, npu, xpu, musa, mlu, ...) is
     there: ``torch.<device>.is_available()`` where the vendor's runtime registered that module

@@ -134,6 +134,9 @@ def fused_experts_weight_only(
         config = gems.try_get_optimal_moe_config(
             w1.size(), w2.size(), top_k, config_dtype, m, E=experts, block_shape=block_shape
         )
+        # FlagGems 5.0.2's group-scale (GPTQ/AWQ) MoE kernel declares SPLIT_K but its launcher
+        # does not pass it; its other launcher sets it to 1 itself
+        config = {**config, "SPLIT_K": 1}
         sorted_ids, expert_ids, total = moe_align_block_size(
             ids, config["BLOCK_SIZE_M"], global_num_experts, expert_map
         )
