@@ -90,7 +90,10 @@ def paged_attention(
     """vLLM's FlashAttention with a block table; vLLM's Triton attention where FlashAttention
     cannot run the call."""
     version = None
-    if query.dtype in FLASH_ATTN_DTYPES:
+    # FA3 takes sinks ("s_aux") in bfloat16 only (measured on the H100: "We only support bf16
+    # dtype for S aux"); vLLM's sink models run in bfloat16
+    sinks_ok = sinks is None or query.dtype == torch.bfloat16
+    if query.dtype in FLASH_ATTN_DTYPES and sinks_ok:
         version = _flash_attn_version(query.shape[2], sinks is not None)
     if version is None:
         kernels.unified_attention(
