@@ -3,18 +3,22 @@
 A test case gives the argument structure: which arguments are tensors (shape, dtype, integer
 bound, scale), which are literals, and the constructor arguments of the op's vLLM layer.
 shapes.OP_SIZES says which of the case's numbers stand for which model size; the case's token
-count becomes the benchmark's. A case that gives some tensor by its values (sequence lengths and
-their offsets, which must agree with the other inputs) cannot be scaled: it runs at its own token
-count only (`BenchCase.fixed_tokens`). `bench_cases(op)` returns one `BenchCase` per benchmarked
-test case, named after the op, or the op plus the optional arguments it adds
-(`rms_norm+residual`) or leaves out (`rotary_embedding-key`) compared with the op's first one.
+count becomes the benchmark's. A quantized input (`{quantize: shape, scheme, ...}`) scales like
+a tensor, its scales and zero points following from its shape, and a derived one
+(`{derive: module.function}`) is computed from the other arguments at the benchmark's size, both
+as the parity tests build them (`vllm_fl.testing.inputs`). A case that gives some tensor by its
+values (sequence lengths and their offsets, which must agree with the other inputs) cannot be
+scaled: it runs at its own token count only (`BenchCase.fixed_tokens`). `bench_cases(op)`
+returns one `BenchCase` per benchmarked test case, named after the op, or the op plus the
+optional arguments it adds (`rms_norm+residual`) or leaves out (`rotary_embedding-key`) compared
+with the op's first one.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -78,6 +82,7 @@ class BenchCase:
     _case: Any  # codegen.model.Case
     _sizes: OpSizes | None
     _tokens: int  # the test case's own token count
+    _arguments: tuple[str, ...]  # the arguments the case passes, in signature order
     _positional: bool  # the given arguments are the signature's first ones
 
     def init(self, tokens: int = 1) -> dict[str, object]:
@@ -91,24 +96,29 @@ class BenchCase:
         given = any(getattr(item, "values", None) is not None for _, item in self._case.inputs)
         return self._tokens if given else None
 
-    def inputs(self, tokens: int) -> dict[str, TensorSpec | object]:
-        """The call's arguments at `tokens` tokens: TensorSpecs and literals, in signature
-        order."""
+    def inputs(self, tokens: int) -> dict[str, object]:
+        """The case's inputs at `tokens` tokens, in signature order: TensorSpecs, literals, and
+        the generator's `QuantizedInput` (at the benchmark's shape; it also sets the arguments
+        of its scales and zero points) and `DerivedInput` (codegen.model)."""
         if self.fixed_tokens is not None and tokens != self.fixed_tokens:
             raise BenchShapeError(
                 f"{self.name} (ops.yaml case {self.index}) gives tensors by their values: it runs "
                 f"at its own {self.fixed_tokens} token(s) only, not {tokens}"
             )
-        out: dict[str, TensorSpec | object] = {}
+        model = _codegen_model()
+        out: dict[str, object] = {}
         for name, item in self._case.inputs:
-            if isinstance(item, _codegen_model().TensorInput) and item.values is not None:
+            if isinstance(item, model.TensorInput) and item.values is not None:
                 out[name] = TensorSpec(item.shape, item.dtype, values=item.values)
-            elif isinstance(item, _codegen_model().TensorInput):
-                shape = tuple(
-                    self._dim(name, axis, dim, tokens) for axis, dim in enumerate(item.shape)
-                )
+            elif isinstance(item, model.TensorInput):
                 high = None if item.high is None else self._value(item.high, tokens)
-                out[name] = TensorSpec(shape, item.dtype, high, item.scale)
+                out[name] = TensorSpec(
+                    self._shape(name, item.shape, tokens), item.dtype, high, item.scale
+                )
+            elif isinstance(item, model.QuantizedInput):
+                out[name] = replace(item, shape=self._shape(name, item.shape, tokens))
+            elif isinstance(item, model.DerivedInput):
+                out[name] = item
             else:
                 out[name] = self._value(item.value, tokens)
         return out
@@ -143,10 +153,22 @@ class BenchCase:
         return Call(layer, (), dict(values))
 
     def _values(self, tokens: int, dtype, device: str, gen) -> dict[str, object]:
+        """The arguments in signature order, drawn in the case's order (as the parity tests
+        draw them), derived ones computed from the others on the CPU."""
         import torch
 
+        from vllm_fl.testing.inputs import derived_input, quantized_input
+
+        model = _codegen_model()
         values: dict[str, object] = {}
+        derived: dict[str, object] = {}
         for name, spec in self.inputs(tokens).items():
+            if isinstance(spec, model.QuantizedInput):
+                values.update(quantized_input(name, generator=gen, **asdict(spec))[1])
+                continue
+            if isinstance(spec, model.DerivedInput):
+                derived[name] = spec
+                continue
             if not isinstance(spec, TensorSpec):
                 values[name] = spec
                 continue
@@ -164,8 +186,16 @@ class BenchCase:
                 tensor = block.repeat(-(-numel // block.numel()))[:numel].view(spec.shape)
             else:
                 tensor = torch.randint(0, spec.high, spec.shape, generator=gen, dtype=spec_dtype)
-            values[name] = tensor.to(device)
-        return values
+            values[name] = tensor
+        for name, spec in derived.items():
+            values[name] = derived_input(spec.module, spec.function, values)
+        # a transposed weight keeps its strides: the impl sees the layout vLLM passes
+        return {
+            name: (
+                values[name].to(device) if isinstance(values[name], torch.Tensor) else values[name]
+            )
+            for name in self._arguments
+        }
 
     # -- scaling --------------------------------------------------------------------------------
 
@@ -181,6 +211,9 @@ class BenchCase:
             if scaled is not None:
                 return scaled
         return value
+
+    def _shape(self, name: str, shape: tuple[int, ...], tokens: int) -> tuple[int, ...]:
+        return tuple(self._dim(name, axis, dim, tokens) for axis, dim in enumerate(shape))
 
     def _dim(self, name: str, axis: int, dim: int, tokens: int) -> int:
         if axis == 0 and dim == self._tokens:
@@ -251,7 +284,7 @@ def bench_cases(op_name: str) -> list[BenchCase]:
         given = _given(case)
         name = op_name + "".join(f"+{a}" for a in op.schema.arg_names if a in given - first_given)
         name += "".join(f"-{a}" for a in op.schema.arg_names if a in first_given - given)
-        names = [n for n, _ in case.inputs]
+        arguments = tuple(a for a in op.schema.arg_names if a in _arguments(case))
         out.append(
             BenchCase(
                 op=op_name,
@@ -262,7 +295,8 @@ def bench_cases(op_name: str) -> list[BenchCase]:
                 _case=case,
                 _sizes=sizes,
                 _tokens=_case_tokens(case),
-                _positional=tuple(names) == op.schema.arg_names[: len(names)],
+                _arguments=arguments,
+                _positional=arguments == op.schema.arg_names[: len(arguments)],
             )
         )
     if sizes is not None:
@@ -270,14 +304,28 @@ def bench_cases(op_name: str) -> list[BenchCase]:
     return out
 
 
+def _arguments(case) -> set[str]:
+    """The arguments a case passes: its inputs and those its quantized inputs set."""
+    return {n for n, _ in case.inputs} | {
+        n for _, item in case.inputs for n in getattr(item, "sets", ())
+    }
+
+
 def _given(case) -> set[str]:
     """The arguments a case passes (a literal None does not count)."""
-    return {n for n, item in case.inputs if getattr(item, "value", True) is not None}
+    literal = _codegen_model().LiteralInput
+    nones = {n for n, item in case.inputs if isinstance(item, literal) and item.value is None}
+    return _arguments(case) - nones
+
+
+def _shaped(item) -> bool:
+    model = _codegen_model()
+    return isinstance(item, (model.TensorInput, model.QuantizedInput))
 
 
 def _case_tokens(case) -> int | None:
     for _, item in case.inputs:
-        if isinstance(item, _codegen_model().TensorInput) and item.shape:
+        if _shaped(item) and item.shape:
             return item.shape[0]
     return None
 
@@ -305,11 +353,11 @@ def _check_sizes(op_name: str, sizes: OpSizes, cases) -> None:
         for _, value in case.init:
             numbers.add(value)
         for name, item in case.inputs:
-            if isinstance(item, _codegen_model().TensorInput):
+            if _shaped(item):
                 numbers.update(item.shape)
                 numbers.update((name, axis) for axis in range(len(item.shape)))
-                numbers.add(item.high)
-            else:
+                numbers.add(getattr(item, "high", None))
+            elif isinstance(item, _codegen_model().LiteralInput):
                 numbers.add(item.value)
         numbers = {n for n in numbers if not isinstance(n, bool)}
         missing = [key for key in sizes.sizes if key not in numbers]

@@ -44,6 +44,11 @@ def test_op_sizes_name_only_manifest_ops():
 def test_cases_are_named_after_the_arguments_they_add_or_leave_out():
     assert [c.name for c in bench_cases("rms_norm")] == ["rms_norm", "rms_norm+residual"]
     assert [c.name for c in bench_cases("rotary_embedding")] == ["rotary_embedding"]
+    # a quantized input's zero points (azp) are an argument the case adds
+    assert [c.name for c in bench_cases("int8_scaled_mm")] == [
+        "int8_scaled_mm",
+        "int8_scaled_mm+bias+azp_adj+azp",
+    ]
 
 
 def test_dense_ops_run_at_llama3_8b_sizes():
@@ -89,6 +94,47 @@ def test_moe_ops_run_at_the_e2e_moe_shape():
     # grouped_topk keeps its test case's sizes (DeepSeek-V3's routing), tokens scaled
     topk = bench_cases("grouped_topk")[0]
     assert topk.model is None and _shapes(topk, 32) == {"scores": (32, 256), "bias": (256,)}
+
+
+def test_quantized_inputs_keep_their_test_sizes_with_tokens_scaled():
+    a, b, scale_a, scale_b, out_dtype = (
+        bench_cases("int8_scaled_mm")[0].build(5, torch.bfloat16, "cpu").args
+    )
+    assert (a.shape, a.dtype, scale_a.shape) == ((5, 128), torch.int8, (5, 1))
+    # the weight [N, K] quantised per output channel and passed as vLLM's [K, N] view
+    assert (b.shape, b.stride(), b.dtype, scale_b.shape) == (
+        (128, 64),
+        (1, 128),
+        torch.int8,
+        (64, 1),
+    )
+    assert out_dtype == "bfloat16"
+
+
+def test_quantized_inputs_scale_where_op_sizes_says_so(monkeypatch):
+    monkeypatch.setattr(models, "MODELS", SMALL)
+    monkeypatch.setitem(
+        shapes.OP_SIZES,
+        "int8_scaled_mm",
+        shapes.OpSizes(
+            "llama3-8b", {128: shapes.size("hidden"), 64: shapes.size("intermediate")}, cases=(0,)
+        ),
+    )
+    (case,) = bench_cases("int8_scaled_mm")
+    assert case.inputs(4)["b"].shape == (96, 64)  # the quantised shape, before the transpose
+    call = case.build(4, torch.bfloat16, "cpu")
+    a, b, scale_a, scale_b, _ = call.args
+    assert (a.shape, scale_a.shape, b.shape, scale_b.shape) == ((4, 64), (4, 1), (64, 96), (96, 1))
+    reference = get_default_manager().registry.get_implementations("int8_scaled_mm")
+    fn = next(i.fn for i in reference if i.impl_id.startswith("reference."))
+    assert call.bind(fn)().shape == (4, 96)
+
+
+def test_a_derived_input_is_computed_from_the_inputs_at_the_benchmarks_size():
+    case = next(c for c in bench_cases("scaled_int8_quant") if c.name == "scaled_int8_quant+scale")
+    x, scale = case.build(9, torch.float32, "cpu").args
+    assert x.shape == (9, 128)
+    torch.testing.assert_close(scale, (x.abs().amax() / 127).reshape(1))
 
 
 def _manifest_with(extra: str):

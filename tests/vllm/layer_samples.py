@@ -9,6 +9,8 @@ floating-point dtype to make them in.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from codegen import model as m
@@ -20,9 +22,7 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
     where the case leaves their dtype to the test (``$dtype``); a quantized input quantised with
     its scheme (its scales and zero points set the arguments it names), a derived one computed
     from the others, as the generated parity tests build them."""
-    import importlib
-
-    from vllm_fl.testing.quantize import SCHEMES
+    from vllm_fl.testing.inputs import derived_input, quantized_input
 
     gen = torch.Generator().manual_seed(seed)
     out = {}
@@ -33,12 +33,7 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
         elif isinstance(item, m.DerivedInput):
             derived[name] = item
         elif isinstance(item, m.QuantizedInput):
-            original = torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)
-            quantized = SCHEMES[item.scheme](original, item.group)
-            out[name] = quantized.q.t() if item.transpose else quantized.q
-            out[item.scales] = quantized.scales
-            if item.zeros is not None:
-                out[item.zeros] = quantized.zeros
+            out.update(quantized_input(name, generator=gen, **asdict(item))[1])
         elif isinstance(item, m.TensorInput) and item.values is not None:
             given = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
             out[name] = torch.tensor(item.values, dtype=given)
@@ -49,10 +44,7 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
             floats = dtype if item.dtype == m.DTYPE_PLACEHOLDER else getattr(torch, item.dtype)
             out[name] = (torch.randn(*item.shape, generator=gen) * (item.scale or 1.0)).to(floats)
     for name, item in derived.items():  # of the other arguments, as built
-        reference = "vllm_fl.dispatch.backends.reference.impl."
-        out[name] = getattr(importlib.import_module(reference + item.module), item.function)(
-            dict(out)
-        )
+        out[name] = derived_input(item.module, item.function, out)
     return out
 
 

@@ -9,4 +9,6 @@ its backend end to end). Importing it imports neither vLLM nor torch.
 - `launch`: the parent side: a vLLM run in a fresh interpreter with a given environment;
 - `census`: an engine task counting which of vLLM's own kernels ran under the profiler;
 - `quantize`: the quantisation schemes of the parity tests' quantized inputs (imports torch).
+- `inputs`: the quantized and derived test inputs of ops.yaml, built as the parity tests build
+  them, for the compile and opcheck samples and the benchmarks (imports torch).
 """
