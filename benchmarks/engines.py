@@ -87,6 +87,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, shape: str, input_l
         metavar="NAME=VALUE",
         help="a variable set for every configuration (a policy: VLLM_FL_PREFER=flagos, ...)",
     )
+    parser.add_argument(
+        "--dummy-range",
+        type=float,
+        help="dummy weights in [-R, R] (vLLM's 1e-3 makes a full-size model's logits uniform); "
+        "engines built in the runner's process only (the census)",
+    )
     parser.add_argument("--timeout", type=int, default=400, help="seconds per engine")
     parser.add_argument("--log-dir", type=Path, default=Path("benchmarks/results/logs"))
 
@@ -152,6 +158,7 @@ def workload(model: Model, mode: str, args, **fields) -> Workload:
         "num_prompts": args.prompts,
         "prompt_len": None if model.tiny else args.input_len,
         "llm_args": model.llm_args(args.input_len, args.output_len),
+        "dummy_range": getattr(args, "dummy_range", None),
     }
     return Workload(**{**defaults, **fields})
 

@@ -152,7 +152,9 @@ def recording_task(llm, workload):
 
 @pytest.mark.skipif(not vllm_available(), reason="needs vLLM")
 def test_a_task_takes_over_once_the_engine_is_built(monkeypatch):
-    monkeypatch.setattr(engine, "build_llm", lambda model, mode, llm_args: f"LLM of {model}")
+    monkeypatch.setattr(
+        engine, "build_llm", lambda model, mode, llm_args, dummy_range=None: f"LLM of {model}"
+    )
     workload = Workload(task=f"{__name__}:recording_task", task_options={"rounds": 2})
     result = engine.run("model-dir", workload)
     assert result["llm"] == "LLM of model-dir" and result["options"] == {"rounds": 2}

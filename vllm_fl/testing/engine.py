@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import random
@@ -64,6 +65,10 @@ class Workload:
     #: a folder searched for modules after the installed distributions (PYTHONPATH puts one
     #: before them): where a plugin should load after ours
     append_path: str | None = None
+    #: dummy weights drawn from [-r, r] instead of vLLM's [-1e-3, 1e-3], whose full-size models
+    #: give every token the same logit (greedy tokens then agree between any two kernels); only
+    #: where the model is built in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    dummy_range: float | None = None
 
     def __post_init__(self):
         if self.mode not in ("eager", "compile"):
@@ -88,9 +93,26 @@ class Workload:
         return not self.llm_args.get("skip_tokenizer_init", False)
 
 
-def build_llm(model: str | Path, mode: str, llm_args: dict):
+def widen_dummy_weights(bound: float) -> None:
+    """vLLM's dummy weights drawn from [-bound, bound]: the default bounds of its initialisers,
+    which its dummy loader calls without bounds (``initialize_dummy_weights`` in 0.24, which
+    passes its own on, and ``initialize_single_dummy_weight``)."""
+    from vllm.model_executor.model_loader import weight_utils
+
+    for name in ("initialize_dummy_weights", "initialize_single_dummy_weight"):
+        init = getattr(weight_utils, name, None)
+        if init is not None:
+            init = inspect.unwrap(init)  # torch.no_grad's wrapper keeps no defaults
+            low, high, *rest = init.__defaults__
+            init.__defaults__ = (-bound, bound, *rest)
+
+
+def build_llm(model: str | Path, mode: str, llm_args: dict, dummy_range: float | None = None):
     """`vllm.LLM` for `model`: eager (enforce_eager) or compiled, seed 0, `llm_args`."""
     from vllm import LLM
+
+    if dummy_range is not None:
+        widen_dummy_weights(dummy_range)
 
     return LLM(model=str(model), enforce_eager=mode == "eager", seed=0, **llm_args)
 
@@ -134,7 +156,7 @@ def run(model: str | Path, workload: Workload) -> dict:
 
     import_s = time.perf_counter() - started
     start = time.perf_counter()
-    llm = build_llm(model, workload.mode, workload.llm_args)
+    llm = build_llm(model, workload.mode, workload.llm_args, workload.dummy_range)
     init_s = time.perf_counter() - start
     if workload.task is not None:
         module, _, function = workload.task.partition(":")
@@ -207,7 +229,7 @@ def serve(model: str | Path, workload: Workload, commands, result: Path, compare
 
     import_s = time.perf_counter() - started
     start = time.perf_counter()
-    llm = build_llm(model, workload.mode, workload.llm_args)
+    llm = build_llm(model, workload.mode, workload.llm_args, workload.dummy_range)
     init_s = time.perf_counter() - start
     params = sampling_params(workload.max_tokens, workload.detokenize)
     llm.generate(prompts(workload, WARMUP_SEED), params, use_tqdm=False)  # not timed
