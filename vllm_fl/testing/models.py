@@ -373,10 +373,10 @@ def build_tiny_deepseek_v3(
     return path
 
 
-FP8_BLOCK = 128
+FP8_BLOCK_SIDE = FP8_BLOCK[0]  # the square blocks of the MoE builder
 
 
-def _fp8_blocks(weight, block: int = FP8_BLOCK):
+def _fp8_blocks(weight, block: int = FP8_BLOCK_SIDE):
     """A 2-D weight quantised to float8_e4m3fn per `block` x `block` block: (values, scales
     [N / block, K / block]) and the weight they stand for (values times scales)."""
     import torch
@@ -404,9 +404,9 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
         path,
         Qwen3MoeConfig,
         Qwen3MoeForCausalLM,
-        hidden_size=FP8_BLOCK,
-        intermediate_size=2 * FP8_BLOCK,
-        moe_intermediate_size=FP8_BLOCK,
+        hidden_size=FP8_BLOCK_SIDE,
+        intermediate_size=2 * FP8_BLOCK_SIDE,
+        moe_intermediate_size=FP8_BLOCK_SIDE,
         num_experts=TINY_MOE_EXPERTS,
         num_experts_per_tok=TINY_MOE_TOP_K,
         norm_topk_prob=True,
