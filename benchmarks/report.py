@@ -429,6 +429,28 @@ def block_fp8_tune(result: dict) -> str:
     )
 
 
+def census(results: list[dict]) -> str:
+    """Per configuration: the CUDA kernels by origin, the compiled ones by name, and its tokens
+    against the first configuration's."""
+    from vllm_fl.testing.census import ORIGINS
+
+    lines = ["```"]
+    for result in results:
+        kernels = result.get("kernels", {})
+        counts = ", ".join(f"{o} {sum(kernels.get(o, {}).values())}" for o in ORIGINS)
+        lines.append(f"{result['config']}: kernel calls by origin: {counts}")
+        top = sorted(kernels.get("compiled", {}).items(), key=lambda item: -item[1])[:6]
+        lines += [f"    compiled {count:>5}  {name[:90]}" for name, count in top]
+        if "against" in result:
+            c = result["against"]
+            lines.append(
+                f"    against {c['config']}: {c['identical']}/{c['sequences']} sequences identical, "
+                f"{c['tokens_agreeing']}/{c['tokens']} tokens before the first difference, "
+                f"largest logprob difference over the first tokens {c['max_logprob_diff']:.2g}"
+            )
+    return "\n".join([*lines, "```"])
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -446,6 +468,7 @@ RENDERERS = {
     "moe-tune": Renderer(moe_tune, ()),
     "quant-gemm": Renderer(quant_gemm, ()),
     "block-fp8-tune": Renderer(block_fp8_tune, ()),
+    "census": Renderer(census, ()),
 }
 
 
