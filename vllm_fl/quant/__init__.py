@@ -26,16 +26,12 @@ vLLM kernel whose weight layout they keep and compute through dispatched ops of 
 
 A format module may also define ``install(platform) -> list[str]``, run once with the rows, for
 what its vLLM methods need on the plugin's platforms besides a row (``wna16``: GPTQ's and AWQ's
-<<<<<<< HEAD
-methods on the CPU platform).
+methods on the CPU platform; ``fp8``: vLLM's load-time FP8 weight quantisation on the CPU
+platform).
 
 Quantized MoE layers choose their experts through vLLM's MoE oracles instead of these tables:
 :func:`install_moe_experts` (``vllm_fl.quant.moe``) puts the plugin's experts class, computed by
 the op ``fused_experts_quant``, first in the FP8, INT8 and WNA16 oracles.
-=======
-methods on the CPU platform; ``fp8``: vLLM's load-time FP8 weight quantisation on the CPU
-platform).
->>>>>>> feat-fp8
 """
 
 from __future__ import annotations
