@@ -509,6 +509,14 @@ def render(text: str, root: Path = ROOT, name: str = "README.md") -> str:
         end = text.find(END, match.end())
         if end < 0:
             raise ReportError(f"{name}:{line}: {match.group(0)} has no {END}")
+        # a region closes before the next one opens: a misspelt END must not swallow the text
+        # (and the regions) up to the next region's END
+        following = BEGIN.search(text, match.end(), end)
+        if following is not None:
+            at = text.count("\n", 0, following.start()) + 1
+            raise ReportError(
+                f"{name}:{line}: {match.group(0)} has no {END} before the next region (line {at})"
+            )
         body = render_region(match.group("spec"), root, f"{name}:{line}")
         out += [text[pos : match.end()], "\n", body]
         pos = end

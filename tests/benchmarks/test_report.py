@@ -201,6 +201,16 @@ def test_a_region_without_end_marker_is_refused():
         report.render("<!-- BEGIN GENERATED: bench e2e-summary benchmarks/results/x.json -->\n")
 
 
+def test_a_misspelt_end_marker_does_not_swallow_the_next_region():
+    first = "<!-- BEGIN GENERATED: bench e2e-summary benchmarks/results/x.json -->"
+    second = "<!-- BEGIN GENERATED: bench e2e-summary benchmarks/results/y.json -->"
+    text = f"{first}\n<!-- END GENERATED -->\nprose\n{second}\n<!-- END GENERATED: bench -->\n"
+    with pytest.raises(
+        report.ReportError, match=r"README.md:1: .* before the next region \(line 4\)"
+    ):
+        report.render(text)
+
+
 def test_main_reports_a_bad_marker_without_a_traceback(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text(
