@@ -92,3 +92,17 @@ def test_the_shipped_tables_parse_and_are_named_for_their_contents():
         assert fields["dtype"] == "fp8_w8a8" and fields["block"] == "128x128", path.name
         # every config keeps a tile inside one 128-column scale group
         assert all(config["BLOCK_SIZE_K"] <= 128 for config in table.values()), path.name
+
+
+def test_group_scales_are_laid_out_as_the_block_gemms_read_them():
+    import torch
+
+    scales = torch.arange(10.0).reshape(5, 2)
+    assert block_fp8.scales_in_layout(scales, False, False) is scales
+    column = block_fp8.scales_in_layout(scales, True, False)
+    assert column.stride() == (1, 5) and torch.equal(column, scales)
+    aligned = block_fp8.scales_in_layout(scales, True, True)
+    assert aligned.stride() == (1, 8) and torch.equal(aligned, scales)
+    # already in the layout: no copy
+    assert block_fp8.scales_in_layout(column, True, False) is column
+    assert block_fp8.scales_in_layout(aligned, True, True) is aligned

@@ -24,6 +24,23 @@ import torch
 from vllm_fl.kernels import tuned
 
 TABLE_DIR = Path(__file__).with_name("block_fp8_tuned")
+#: DeepGEMM's TMA alignment of a float32 scale column: 16 bytes
+TMA_ALIGN = 4
+
+
+def scales_in_layout(scales: torch.Tensor, column_major: bool, tma_aligned: bool) -> torch.Tensor:
+    """The activation group scales [M, G] in the layout the block GEMMs read: row-major, or
+    column-major with each column M rows apart (rounded up to ``TMA_ALIGN`` rows for DeepGEMM's
+    TMA); ``scales`` itself where it has that layout already, else a copy (strides only)."""
+    if not column_major:
+        return scales.contiguous()
+    m, groups = scales.shape
+    stride = -(-m // TMA_ALIGN) * TMA_ALIGN if tma_aligned else m
+    if scales.stride() == (1, stride):
+        return scales
+    out = torch.empty_strided((m, groups), (1, stride), dtype=scales.dtype, device=scales.device)
+    out.copy_(scales)
+    return out
 
 
 def table_name(n: int, k: int, device: str, block: tuple[int, int]) -> str:

@@ -57,15 +57,9 @@ def per_token_group_quant_fp8(
         column_major_scales=column_major_scales,
         scale_ue8m0=use_ue8m0,
     )
-    m = scales.shape[0]
-    aligned = -(-m // 4) * 4
-    if column_major_scales and tma_aligned_scales and aligned != m:
-        padded = torch.empty_strided(
-            scales.shape, (1, aligned), dtype=scales.dtype, device=scales.device
-        )
-        padded.copy_(scales)
-        scales = padded
-    return q, scales
+    from vllm_fl.kernels.block_fp8 import scales_in_layout
+
+    return q, scales_in_layout(scales, column_major_scales, tma_aligned_scales)
 
 
 def w8a8_block_fp8_matmul(

@@ -8,6 +8,7 @@ value quantises to the same integer here as on the GPU except on a rounding boun
 import torch
 
 from vllm_fl.dispatch.shapes import check_shape
+from vllm_fl.kernels.block_fp8 import scales_in_layout
 
 _I8_MIN, _I8_MAX = -128, 127
 _OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -138,23 +139,10 @@ _FP8 = torch.float8_e4m3fn
 _FP8_MAX = torch.finfo(_FP8).max  # 448
 #: the smallest dynamic scale vLLM's kernels produce (an all-zero row quantises to zeros)
 _FP8_MIN_SCALE = 1.0 / (_FP8_MAX * 512.0)
-#: DeepGEMM's TMA alignment of a float32 scale column: 16 bytes
-_TMA_ALIGN = 4
 
 
 def _to_fp8(scaled: torch.Tensor) -> torch.Tensor:
     return scaled.clamp(-_FP8_MAX, _FP8_MAX).to(_FP8)
-
-
-def _scales_like(values: torch.Tensor, column_major: bool, tma_aligned: bool) -> torch.Tensor:
-    """A copy of the float32 scales [M, G] in the requested layout (strides only)."""
-    if not column_major:
-        return values.contiguous()
-    m, groups = values.shape
-    stride = -(-m // _TMA_ALIGN) * _TMA_ALIGN if tma_aligned else m
-    out = torch.empty_strided((m, groups), (1, stride), dtype=torch.float32, device=values.device)
-    out.copy_(values)
-    return out
 
 
 def per_token_group_quant_fp8(
@@ -183,7 +171,7 @@ def per_token_group_quant_fp8(
     if use_ue8m0:
         scales = torch.exp2(torch.ceil(torch.log2(scales)))
     q = _to_fp8(groups / scales).reshape(m, k)
-    return q, _scales_like(scales.squeeze(-1), column_major_scales, tma_aligned_scales)
+    return q, scales_in_layout(scales.squeeze(-1), column_major_scales, tma_aligned_scales)
 
 
 def scaled_fp8_quant(
