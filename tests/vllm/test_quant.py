@@ -9,21 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.fake_platform import FakePluginPlatform
+
 from vllm_fl.testing.launch import vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
-
-
-class _Platform:
-    """Stands for vllm_fl.platform.PlatformFL / PlatformFLCpu: only what install reads."""
-
-    __module__ = "vllm_fl.platform"
-
-    def __init__(self, cuda: bool):
-        self._cuda = cuda
-
-    def is_cuda(self) -> bool:
-        return self._cuda
 
 
 @pytest.fixture
@@ -42,7 +32,7 @@ def test_every_table_gets_an_oot_row_of_ours_then_the_stand_ins(quant, cuda):
     tables = quant.kernel_tables()
     assert "_POSSIBLE_INT8_KERNELS" in tables and "_POSSIBLE_FP8_BLOCK_KERNELS" in tables
     assert all(PlatformEnum.OOT not in table for table in tables.values())
-    installed = quant.install_linear_kernels(_Platform(cuda))
+    installed = quant.install_linear_kernels(FakePluginPlatform(cuda))
     base = PlatformEnum.CUDA if cuda else PlatformEnum.CPU
     assert set(installed) == set(tables)
     for name, table in tables.items():
@@ -64,7 +54,7 @@ def test_another_plugins_row_and_platform_are_left_alone(quant):
     try:
         other = type("OtherPlatform", (), {"is_cuda": lambda self: True})()
         assert quant.install_linear_kernels(other) == {}
-        installed = quant.install_linear_kernels(_Platform(True))
+        installed = quant.install_linear_kernels(FakePluginPlatform(True))
         assert "_POSSIBLE_FP8_KERNELS" not in installed
         assert tables["_POSSIBLE_FP8_KERNELS"][PlatformEnum.OOT] == [theirs]
     finally:

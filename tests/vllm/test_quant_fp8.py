@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.fake_platform import FakePluginPlatform
+
 from vllm_fl.testing.launch import vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
@@ -244,18 +246,6 @@ def test_scales_and_group_sizes_of_the_wrong_shape_are_named(call, message):
         call(ref)
 
 
-class _Platform:
-    """Stands for vllm_fl.platform.PlatformFL / PlatformFLCpu: only what install reads."""
-
-    __module__ = "vllm_fl.platform"
-
-    def __init__(self, cuda: bool):
-        self._cuda = cuda
-
-    def is_cuda(self) -> bool:
-        return self._cuda
-
-
 def test_vllms_weight_quantisation_runs_the_op_on_the_cpu_platform_only(fp8):
     from vllm import _custom_ops
     from vllm.model_executor.layers.quantization.utils import w8a8_utils
@@ -263,10 +253,10 @@ def test_vllms_weight_quantisation_runs_the_op_on_the_cpu_platform_only(fp8):
     from vllm_fl import quant
 
     original = _custom_ops.scaled_fp8_quant
-    quant.install_linear_kernels(_Platform(cuda=True))
+    quant.install_linear_kernels(FakePluginPlatform(cuda=True))
     assert _custom_ops.scaled_fp8_quant is original
     quant._reset_for_tests()
-    quant.install_linear_kernels(_Platform(cuda=False))
+    quant.install_linear_kernels(FakePluginPlatform(cuda=False))
     routed = _custom_ops.scaled_fp8_quant
     assert routed is not original and routed.__wrapped__ is original
     # vLLM calls it through the module attribute, as w8a8_utils' requantisation does

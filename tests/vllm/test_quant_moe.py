@@ -11,18 +11,14 @@ import importlib
 
 import pytest
 
+from tests.support.fake_platform import FakePluginPlatform
+
 from vllm_fl.testing.launch import vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 FP8_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.fp8"
 E, HIDDEN, INTER = 4, 256, 128
-
-
-class _Platform:
-    """Stands for vllm_fl.platform.PlatformFL / PlatformFLCpu: only what install reads."""
-
-    __module__ = "vllm_fl.platform"
 
 
 @pytest.fixture
@@ -68,13 +64,13 @@ def test_the_oracles_try_the_plugins_experts_first_and_keep_vllms_after(moe):
     oracle = importlib.import_module(FP8_ORACLE)
     triton = oracle.Fp8MoeBackend.TRITON
     vllms = oracle.backend_to_kernel_cls(triton)
-    installed = moe.install_moe_experts(_Platform())
+    installed = moe.install_moe_experts(FakePluginPlatform(cuda=True))
     assert "FP8 MoE (block, channel or tensor scales)" in installed
     assert "INT8 W8A8 MoE" in installed
     assert oracle.backend_to_kernel_cls(triton) == [moe.QuantizedExpertsFL, *vllms]
     deep_gemm = oracle.Fp8MoeBackend.DEEPGEMM
     assert moe.QuantizedExpertsFL not in oracle.backend_to_kernel_cls(deep_gemm)
-    assert moe.install_moe_experts(_Platform()) == installed  # idempotent
+    assert moe.install_moe_experts(FakePluginPlatform(cuda=True)) == installed  # idempotent
     moe._reset_for_tests()
     assert oracle.backend_to_kernel_cls(triton) == vllms
 
@@ -87,7 +83,7 @@ def test_other_platforms_and_a_blacklist_keep_vllms_choice(moe):
     other = type("OtherPlatform", (), {})()
     assert moe.install_moe_experts(other) == []
     policy = SelectionPolicy(oot_blacklist=["fused_experts_quant"])
-    assert moe.install_moe_experts(_Platform(), policy=policy) == []
+    assert moe.install_moe_experts(FakePluginPlatform(cuda=True), policy=policy) == []
     assert oracle.backend_to_kernel_cls is before
 
 
@@ -95,7 +91,7 @@ def test_vllms_fp8_selection_picks_the_plugins_experts_for_the_schemes_it_comput
     from vllm.model_executor.layers.quantization.utils import quant_utils as keys
 
     oracle = importlib.import_module(FP8_ORACLE)
-    moe.install_moe_experts(_Platform())
+    moe.install_moe_experts(FakePluginPlatform(cuda=True))
     for weight_key, activation_key in (
         (keys.kFp8Static128BlockSym, keys.kFp8Dynamic128Sym),
         (keys.kFp8StaticTensorSym, keys.kFp8DynamicTensorSym),
@@ -204,7 +200,7 @@ def test_vllms_wna16_selection_picks_the_plugins_experts_where_it_has_a_triton_b
         pytest.skip("this vLLM's WNA16 oracle has no TRITON backend (vLLM 0.24)")
     from compressed_tensors.quantization import QuantizationArgs
 
-    moe.install_moe_experts(_Platform())
+    moe.install_moe_experts(FakePluginPlatform(cuda=True))
     args = QuantizationArgs(
         num_bits=4, type="int", symmetric=True, strategy="group", group_size=128
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.fake_platform import FakePluginPlatform
+
 from vllm_fl.testing.launch import vllm_available
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
@@ -14,24 +16,6 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
 torch = pytest.importorskip("torch")
 
 K, N = 256, 128
-
-
-class _Platform:
-    """Stands for PlatformFL / PlatformFLCpu: only what the steering reads."""
-
-    __module__ = "vllm_fl.platform"
-
-    def __init__(self, cuda: bool):
-        self._cuda = cuda
-
-    def is_cuda(self) -> bool:
-        return self._cuda
-
-    def is_cpu(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
 
 
 @pytest.fixture
@@ -179,7 +163,7 @@ def test_the_kernel_heads_the_out_of_tree_row_of_the_weight_only_table(wna16):
     try:
         for cuda in (True, False):
             quant._reset_for_tests()
-            quant.install_linear_kernels(_Platform(cuda))
+            quant.install_linear_kernels(FakePluginPlatform(cuda))
             row = linear._POSSIBLE_KERNELS[PlatformEnum.OOT]
             base = PlatformEnum.CUDA if cuda else PlatformEnum.CPU
             assert row == [wna16.WNA16KernelFL, *linear._POSSIBLE_KERNELS[base]]
@@ -191,7 +175,7 @@ def test_on_cuda_vllms_methods_are_left_alone(wna16):
     from vllm.model_executor.layers.quantization import auto_awq, auto_gptq
 
     before = (auto_gptq.verify_marlin_supported, auto_awq.AutoAWQConfig.get_quant_method)
-    assert wna16.install(_Platform(cuda=True)) == []
+    assert wna16.install(FakePluginPlatform(cuda=True)) == []
     assert (auto_gptq.verify_marlin_supported, auto_awq.AutoAWQConfig.get_quant_method) == before
 
 
@@ -200,7 +184,7 @@ def test_on_the_cpu_platform_gptq_checks_the_plugins_kernel(wna16):
     from vllm.scalar_type import scalar_types
 
     original = auto_gptq.verify_marlin_supported
-    changed = wna16.install(_Platform(cuda=False))
+    changed = wna16.install(FakePluginPlatform(cuda=False))
     assert "vllm.model_executor.layers.quantization.auto_gptq.verify_marlin_supported" in changed
     assert auto_gptq.verify_marlin_supported is wna16.verify_supported
     assert auto_awq.verify_marlin_supported is wna16.verify_supported
@@ -211,7 +195,7 @@ def test_on_the_cpu_platform_gptq_checks_the_plugins_kernel(wna16):
         auto_gptq.verify_marlin_supported(scalar_types.uint4b8, 256)
     with pytest.raises(ValueError, match="zero points True"):
         auto_gptq.verify_marlin_supported(scalar_types.uint4b8, 128, has_zp=True)
-    assert wna16.install(_Platform(cuda=False)) == changed  # idempotent
+    assert wna16.install(FakePluginPlatform(cuda=False)) == changed  # idempotent
     wna16._reset_for_tests()
     assert auto_gptq.verify_marlin_supported is original
 
@@ -222,7 +206,7 @@ def test_on_the_cpu_platform_awq_takes_the_tables_method(wna16, monkeypatch):
     from vllm.model_executor.layers.linear import LinearBase
     from vllm.model_executor.layers.quantization import auto_awq
 
-    monkeypatch.setattr(auto_awq, "current_platform", _Platform(cuda=False))
+    monkeypatch.setattr(auto_awq, "current_platform", FakePluginPlatform(cuda=False))
     config = auto_awq.AutoAWQConfig.from_config(
         {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     )
@@ -231,6 +215,6 @@ def test_on_the_cpu_platform_awq_takes_the_tables_method(wna16, monkeypatch):
     assert type(config.get_quant_method(layer, "model.layers.0.mlp.up_proj")) is (
         auto_awq.AutoAWQLinearMethod
     )
-    wna16.install(_Platform(cuda=False))
+    wna16.install(FakePluginPlatform(cuda=False))
     method = config.get_quant_method(layer, "model.layers.0.mlp.up_proj")
     assert type(method) is auto_awq.AutoAWQMarlinLinearMethod
