@@ -373,23 +373,6 @@ def build_tiny_deepseek_v3(
     return path
 
 
-FP8_BLOCK_SIDE = FP8_BLOCK[0]  # the square blocks of the MoE builder
-
-
-def _fp8_blocks(weight, block: int = FP8_BLOCK_SIDE):
-    """A 2-D weight quantised to float8_e4m3fn per `block` x `block` block: (values, scales
-    [N / block, K / block]) and the weight they stand for (values times scales)."""
-    import torch
-
-    n, k = weight.shape
-    blocks = weight.float().reshape(n // block, block, k // block, block)
-    fp8_max = torch.finfo(torch.float8_e4m3fn).max
-    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / fp8_max
-    q = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
-    dequantised = (q.float() * scale[:, None, :, None]).reshape(n, k)
-    return q.reshape(n, k), scale, dequantised
-
-
 def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Path:
     """The tiny Qwen3-MoE with hidden and expert sizes of one FP8 block (128; 2 heads of head_dim
     64) and its experts as an FP8 block checkpoint (the layout of Qwen3-30B-A3B-FP8 and
@@ -398,15 +381,17 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
     unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
     the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
     from safetensors.torch import load_file, save_file
+
+    from vllm_fl.testing.quantize import fp8_block
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     path = build_tiny_model(
         path,
         Qwen3MoeConfig,
         Qwen3MoeForCausalLM,
-        hidden_size=FP8_BLOCK_SIDE,
-        intermediate_size=2 * FP8_BLOCK_SIDE,
-        moe_intermediate_size=FP8_BLOCK_SIDE,
+        hidden_size=FP8_BLOCK[0],
+        intermediate_size=2 * FP8_BLOCK[0],
+        moe_intermediate_size=FP8_BLOCK[0],
         num_experts=TINY_MOE_EXPERTS,
         num_experts_per_tok=TINY_MOE_TOP_K,
         norm_topk_prob=True,
@@ -423,12 +408,12 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
         if ".mlp.experts." not in name:
             converted[name] = tensor
             continue
-        q, scale, standing_for = _fp8_blocks(tensor)
+        blocks = fp8_block(tensor.float(), FP8_BLOCK)
         if dequantised:
-            converted[name] = standing_for.to(tensor.dtype)
+            converted[name] = dequantise_fp8_blocks(blocks.q, blocks.scales).to(tensor.dtype)
         else:
-            converted[name] = q
-            converted[name + "_scale_inv"] = scale
+            converted[name] = blocks.q
+            converted[name + "_scale_inv"] = blocks.scales
     save_file(converted, str(path / "model.safetensors"))
     if not dequantised:
         config = json.loads((path / "config.json").read_text())
