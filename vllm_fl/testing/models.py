@@ -381,9 +381,9 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
     unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
     the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
     from safetensors.torch import load_file, save_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     from vllm_fl.testing.quantize import fp8_block
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     path = build_tiny_model(
         path,
