@@ -19,6 +19,17 @@ def attention_backend(use_mla: bool = False) -> str:
     return MLA_BACKEND if use_mla else PLUGIN_BACKEND
 
 
+def cache_slots(
+    slot_mapping: torch.Tensor, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where a slot mapping writes into a paged cache: which tokens are stored (slot -1: none)
+    and the (block, offset) of each stored one."""
+    slots = slot_mapping.to(torch.int64)
+    stored = slots >= 0
+    slots = slots[stored]
+    return stored, slots // block_size, slots % block_size
+
+
 def reshape_and_cache_flash(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -33,11 +44,7 @@ def reshape_and_cache_flash(
             f"reshape_and_cache_flash: slot_mapping maps {tokens} tokens, key has only "
             f"{key.shape[0]}"
         )
-    slots = slot_mapping.to(torch.int64)
-    stored = slots >= 0
-    slots = slots[stored]
-    block_size = key_cache.shape[1]
-    blocks, offsets = slots // block_size, slots % block_size
+    stored, blocks, offsets = cache_slots(slot_mapping, key_cache.shape[1])
     key_cache[blocks, offsets] = key[:tokens][stored].to(key_cache.dtype)
     value_cache[blocks, offsets] = value[:tokens][stored].to(value_cache.dtype)
 

@@ -9,6 +9,8 @@ the host (``tolist``): the reference favours plain code over avoiding synchronis
 
 import torch
 
+from vllm_fl.dispatch.backends.reference.impl.attention import cache_slots
+
 #: the one cache format the reference stores and reads: the inputs' own values
 AUTO = "auto"
 
@@ -43,12 +45,9 @@ def concat_and_cache_mla(
             f"concat_and_cache_mla: slot_mapping maps {tokens} tokens, kv_c has only "
             f"{kv_c.shape[0]}"
         )
-    slots = slot_mapping.to(torch.int64)
-    stored = slots >= 0
-    slots = slots[stored]
-    block_size = kv_cache.shape[1]
+    stored, blocks, offsets = cache_slots(slot_mapping, kv_cache.shape[1])
     entries = torch.cat([kv_c[:tokens][stored], k_pe[:tokens][stored]], dim=-1)
-    kv_cache[slots // block_size, slots % block_size] = entries.to(kv_cache.dtype)
+    kv_cache[blocks, offsets] = entries.to(kv_cache.dtype)
 
 
 def gather_and_maybe_dequant_cache(
