@@ -90,8 +90,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, shape: str, input_l
     parser.add_argument(
         "--dummy-range",
         type=float,
-        help="dummy weights in [-R, R] (vLLM's 1e-3 makes a full-size model's logits uniform); "
-        "engines built in the runner's process only (the census)",
+        help="dummy weights in [-R, R] (vLLM's 1e-3 makes a full-size model's logits uniform) "
+        "and integer ones seeded, in every process of the engine",
     )
     parser.add_argument("--timeout", type=int, default=400, help="seconds per engine")
     parser.add_argument("--log-dir", type=Path, default=Path("benchmarks/results/logs"))

@@ -38,6 +38,11 @@
 #   quant-census the census of vLLM's compiled ops and of every CUDA kernel by origin
 #                (benchmarks.census) for each of QUANTS, vanilla then flagos-deny-cuda, the
 #                latter's tokens and log-probabilities compared with vanilla's
+#   quant-paired vanilla and CONFIG (default plugin, the shipped policy) engines resident at once
+#                (e2e --design paired, MODE default eager, PAIRS default 4), for each of QUANTS of
+#                SHAPE (default llama3-8b, all its layers unless LAYERS; QUANTS=none: unquantized)
+#                tok/s ratios and greedy tokens, dummy weights drawn from +-DUMMY_RANGE (default
+#                0.5, integer ones seeded)
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
 #   block-fp8-tune  the block-FP8 GEMM's tile configs for the Llama-3-8B and Qwen3-MoE
 #                projections on this GPU, written into the kernel library's tables
@@ -53,7 +58,7 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-gemm|block-fp8-tune|mla|mla-census OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|block-fp8-tune|mla|mla-census OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -136,7 +141,19 @@ quant)
 quant-census)
     for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
         "$py" -m benchmarks.census --configs vanilla,flagos-deny-cuda --shape "${SHAPE:-llama3-8b}" \
-            --layers "${LAYERS:-4}" --quant "$q" --json "$out/h100_census_${SHAPE:-llama3-8b}_$q.json"
+            --layers "${LAYERS:-4}" --quant "$q" --dummy-range "${DUMMY_RANGE:-0.5}" \
+            --json "$out/h100_census_${SHAPE:-llama3-8b}_$q.json"
+    done
+    ;;
+quant-paired)
+    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+        quant=(--quant "$q")
+        if [ "$q" = none ]; then quant=(); fi
+        "$py" -m benchmarks.e2e --design paired --configs "vanilla,${CONFIG:-plugin}" \
+            --shape "${SHAPE:-llama3-8b}" ${LAYERS:+--layers "$LAYERS"} "${quant[@]}" \
+            --mode "${MODE:-eager}" --pairs "${PAIRS:-4}" --prompts 128 --input-len 256 \
+            --output-len 64 --dummy-range "${DUMMY_RANGE:-0.5}" \
+            --json "$out/h100_paired_${SHAPE:-llama3-8b}_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
     done
     ;;
 quant-gemm)
@@ -153,7 +170,7 @@ mla)
     ;;
 mla-census)
     "$py" -m benchmarks.census --configs vanilla,flagos-deny-cuda --shape deepseek-v3-2l \
-        --json "$out/h100_census_deepseek-v3-2l.json"
+        --dummy-range "${DUMMY_RANGE:-0.5}" --json "$out/h100_census_deepseek-v3-2l.json"
     ;;
 block-fp8-tune)
     "$py" -m vllm_fl.kernels.block_fp8_tune --write --json "$out/h100_block_fp8_tune.json" \
@@ -168,7 +185,7 @@ moe-ab-steps)
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace, quant, quant-census, quant-gemm, block-fp8-tune, mla, mla-census)" >&2
+        "moe-tune, moe-trace, quant, quant-census, quant-paired, quant-gemm, block-fp8-tune, mla, mla-census)" >&2
     exit 2
     ;;
 esac

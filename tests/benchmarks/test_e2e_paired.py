@@ -56,6 +56,13 @@ def test_table_says_whether_the_greedy_tokens_agreed():
     assert "DIFFERENT" in table and "0.950x" not in table and "1.000x" in table
 
 
+def test_table_says_how_many_distinct_tokens_a_batch_had():
+    result = _result([1.0, 1.0], [1.0, 1.0])
+    assert "distinct" not in paired.format_table(result)  # results from before the count
+    result["pairs"][0]["distinct_tokens"], result["pairs"][1]["distinct_tokens"] = 7, 3
+    assert "(3+ distinct token ids per batch)" in paired.format_table(result)
+
+
 def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
     merged = paired.merge([_result([1.0, 2.0], [1.0, 2.0]), _result([3.0], [3.0], False)])
     assert [pair["a"]["output_tok_s"] for pair in merged["pairs"]] == [1.0, 2.0, 3.0]
@@ -85,6 +92,7 @@ def test_two_resident_engines_take_turns(tmp_path):
         records = {name: engine.close(60) for name, engine in engines.items()}
     assert identical
     assert [pair["first"] for pair in pairs] == ["vanilla", "plugin"]
+    assert all(pair["distinct_tokens"] > 1 for pair in pairs)
     for pair in pairs:
         for name in engines:
             assert pair[name]["output_tok_s"] > 0

@@ -165,3 +165,41 @@ def test_a_task_takes_over_once_the_engine_is_built(monkeypatch):
 def test_a_task_is_named_module_colon_function():
     with pytest.raises(ValueError, match="expected module:function"):
         Workload(task="benchmarks.census")
+
+
+#: what a process vLLM spawns does first: re-import the runner's main module as __mp_main__,
+#: then report the bounds its dummy-weight initialiser now defaults to
+SPAWNED_CHILD = """
+import inspect, json, runpy
+runpy.run_module("vllm_fl.testing.engine", run_name="__mp_main__", alter_sys=True)
+from vllm.model_executor.model_loader import weight_utils
+init = getattr(weight_utils, "initialize_dummy_weights", None)  # vLLM 0.24
+init = init or weight_utils.initialize_single_dummy_weight  # vLLM 0.32
+import torch
+packed = [torch.empty(64, 8, dtype=torch.int32) for _ in range(2)]
+for words in packed:
+    weight_utils.initialize_single_dummy_weight(words)
+print(json.dumps(inspect.unwrap(init).__defaults__[:2]))
+print(json.dumps([words.tolist() for words in packed]))
+"""
+
+
+@pytest.mark.skipif(not vllm_available(), reason="needs vLLM")
+@pytest.mark.parametrize("bound", [None, 0.05])
+def test_a_spawned_engine_process_draws_the_runners_dummy_weights(bound):
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != engine.DUMMY_RANGE_ENV}
+    if bound is not None:
+        env[engine.DUMMY_RANGE_ENV] = repr(bound)
+    out = subprocess.run(
+        [sys.executable, "-c", SPAWNED_CHILD], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    bounds, packed = out.strip().splitlines()[-2:]
+    assert tuple(json.loads(bounds)) == ((-bound, bound) if bound else (-1e-3, 1e-3))
+    if bound is not None:
+        # integer weights (packed 4-bit words here): seeded random values, the same every time
+        first, second = json.loads(packed)
+        assert first == second and len({word for row in first for word in row}) > 400

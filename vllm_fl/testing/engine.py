@@ -20,6 +20,7 @@ backend (and impl) class of the attention layers. It travels back in the result 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import inspect
 import json
@@ -66,8 +67,8 @@ class Workload:
     #: before them): where a plugin should load after ours
     append_path: str | None = None
     #: dummy weights drawn from [-r, r] instead of vLLM's [-1e-3, 1e-3], whose full-size models
-    #: give every token the same logit (greedy tokens then agree between any two kernels); only
-    #: where the model is built in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    #: give every token the same logit (greedy tokens then agree between any two kernels); in
+    #: vLLM's engine process too, forked or spawned (`DUMMY_RANGE_ENV`)
     dummy_range: float | None = None
 
     def __post_init__(self):
@@ -93,10 +94,18 @@ class Workload:
         return not self.llm_args.get("skip_tokenizer_init", False)
 
 
+#: the dummy weights' bound for the processes vLLM starts: one forked from this process keeps
+#: its widened initialisers, one spawned re-imports this (main) module, which widens its own
+DUMMY_RANGE_ENV = "VLLM_FL_TEST_DUMMY_RANGE"
+
+
 def widen_dummy_weights(bound: float) -> None:
-    """vLLM's dummy weights drawn from [-bound, bound]: the default bounds of its initialisers,
-    which its dummy loader calls without bounds (``initialize_dummy_weights`` in 0.24, which
-    passes its own on, and ``initialize_single_dummy_weight``)."""
+    """vLLM's dummy weights drawn from [-bound, bound], and its integer ones (int8 weights, packed
+    GPTQ/AWQ words), which it leaves as ``torch.empty`` garbage that differs from process to
+    process, drawn from a seeded generator: two engines then hold the same weights, and tokens
+    compared between them mean something. Sets the default bounds of vLLM's initialisers, which
+    its dummy loader calls without bounds (``initialize_dummy_weights`` in 0.24, which passes its
+    own on, and ``initialize_single_dummy_weight``), and wraps the latter once."""
     from vllm.model_executor.model_loader import weight_utils
 
     for name in ("initialize_dummy_weights", "initialize_single_dummy_weight"):
@@ -105,6 +114,37 @@ def widen_dummy_weights(bound: float) -> None:
             init = inspect.unwrap(init)  # torch.no_grad's wrapper keeps no defaults
             low, high, *rest = init.__defaults__
             init.__defaults__ = (-bound, bound, *rest)
+    single = weight_utils.initialize_single_dummy_weight
+    if not getattr(single, "draws_integers", False):
+        weight_utils.initialize_single_dummy_weight = _drawing_integers(single)
+
+
+#: integer weights `widen_dummy_weights` draws: int8 values, packed 4/8-bit words
+RANDOM_INTEGER_DTYPES = ("int8", "uint8", "int32")
+
+
+def _drawing_integers(initialise):
+    """`initialise` (vLLM's one-tensor dummy initialiser), but integer tensors of
+    `RANDOM_INTEGER_DTYPES` get seeded random values over their whole range."""
+    import torch
+
+    @functools.wraps(initialise)
+    def initialise_with_integers(param, *args, **kwargs):
+        dtype = str(param.dtype).removeprefix("torch.")
+        if param.device.type == "meta" or dtype not in RANDOM_INTEGER_DTYPES:
+            return initialise(param, *args, **kwargs)
+        # (param, low, high, seed), as vLLM calls it
+        seed = kwargs.get("seed", args[2] if len(args) > 2 else 1234)
+        generator = torch.Generator(device=param.device).manual_seed(seed)
+        info = torch.iinfo(param.dtype)
+        drawn = torch.randint(
+            info.min, info.max, param.shape, generator=generator, device=param.device
+        )
+        with torch.no_grad():
+            param.copy_(drawn.to(param.dtype))
+
+    initialise_with_integers.draws_integers = True
+    return initialise_with_integers
 
 
 def build_llm(model: str | Path, mode: str, llm_args: dict, dummy_range: float | None = None):
@@ -112,6 +152,7 @@ def build_llm(model: str | Path, mode: str, llm_args: dict, dummy_range: float |
     from vllm import LLM
 
     if dummy_range is not None:
+        os.environ[DUMMY_RANGE_ENV] = repr(dummy_range)
         widen_dummy_weights(dummy_range)
 
     return LLM(model=str(model), enforce_eager=mode == "eager", seed=0, **llm_args)
@@ -549,6 +590,10 @@ def main(argv: list[str] | None = None) -> int:
         write_result(args.result, run(args.model, args.workload))
     return 0
 
+
+if __name__ == "__mp_main__" and DUMMY_RANGE_ENV in os.environ:
+    # a process vLLM spawned (its engine core, its workers): the runner's dummy weights here too
+    widen_dummy_weights(float(os.environ[DUMMY_RANGE_ENV]))
 
 if __name__ == "__main__":
     sys.exit(main())
