@@ -90,14 +90,18 @@ SHAPES = tuple(
     Shape("prefill-8x512", "prefill", 8, 512, 512),
 )
 
-SEGMENTS = (8, 16, 32, 64)
+#: segment counts of the forced 3D launches (the flagos impl uses vllm_fl.kernels.attention.SEGMENTS)
+SEGMENT_COUNTS = (8, 16, 32, 64)
 
 CANDIDATES = (
     # what the flagos impl runs, with vllm_fl.kernels.attention's SEGMENTS and MIN_GRID_2D
     Candidate("flagos", "flagos"),
     # vLLM's kernel, decode launch forced: the 2D kernel, or the 3D one with n segments
     Candidate("triton-2d", "vllm_triton", {"segments": None}, ("decode",)),
-    *(Candidate(f"triton-3d-s{n}", "vllm_triton", {"segments": n}, ("decode",)) for n in SEGMENTS),
+    *(
+        Candidate(f"triton-3d-s{n}", "vllm_triton", {"segments": n}, ("decode",))
+        for n in SEGMENT_COUNTS
+    ),
     Candidate("flaggems-varlen", "flaggems", {"function": "flash_attn_varlen_func"}),
     Candidate("flaggems-varlen-opt", "flaggems", {"function": "flash_attn_varlen_opt_func"}),
     # FA3 as the cuda impl calls it (no scheduler metadata: FA3's own split heuristics) ...
