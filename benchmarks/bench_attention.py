@@ -90,7 +90,7 @@ SHAPES = tuple(
     Shape("prefill-8x512", "prefill", 8, 512, 512),
 )
 
-#: segment counts of the forced 3D launches (the flagos impl uses vllm_fl.kernels.attention.SEGMENTS)
+#: segment counts of the forced 3D launches (flagos uses vllm_fl.kernels.attention.SEGMENTS)
 SEGMENT_COUNTS = (8, 16, 32, 64)
 
 CANDIDATES = (
