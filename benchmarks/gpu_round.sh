@@ -44,6 +44,9 @@
 #                tok/s ratios and greedy tokens, dummy weights drawn from +-DUMMY_RANGE (default
 #                0.5, integer ones seeded)
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
+#   attention-kernels  benchmarks.bench_attention: the paged-attention kernels (vLLM's Triton
+#                unified_attention and its launch variants, FlagGems, FA3) kernel by kernel on
+#                the Llama-3-8B and Qwen3-30B-A3B shapes
 #   block-fp8-tune  the block-FP8 GEMM's tile configs for the Llama-3-8B and Qwen3-MoE
 #                projections on this GPU, written into the kernel library's tables
 #   mla          DeepSeek's MLA: the MLA ops' parity tests (flagos and cuda against the
@@ -58,7 +61,7 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|block-fp8-tune|mla|mla-census OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|attention-kernels|block-fp8-tune|mla|mla-census OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -159,6 +162,9 @@ quant-paired)
 quant-gemm)
     "$py" -m benchmarks.bench_quant_gemm --json "$out/h100_quant_gemm_llama3-8b.json"
     ;;
+attention-kernels)
+    "$py" -m benchmarks.bench_attention --json "$out/h100_attention_kernels.json"
+    ;;
 mla)
     "$py" -m pytest -q tests/generated/test_parity_concat_and_cache_mla.py \
         tests/generated/test_parity_gather_and_maybe_dequant_cache.py \
@@ -185,7 +191,8 @@ moe-ab-steps)
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
         "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace, quant, quant-census, quant-paired, quant-gemm, block-fp8-tune, mla, mla-census)" >&2
+        "moe-tune, moe-trace, quant, quant-census, quant-paired, quant-gemm, attention-kernels," \
+        "block-fp8-tune, mla, mla-census)" >&2
     exit 2
     ;;
 esac

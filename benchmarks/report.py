@@ -28,6 +28,7 @@ Renderers (options in brackets):
   profile-e2e   profile_engine and e2e --design policy-* results: an engine step's time
   align-graph   bench_align results: GPU µs of each alignment implementation by pair count
   moe-tune      tune_moe results: FlagGems' and the tuned fused-MoE config per token count
+  attention     bench_attention results: paged-attention kernels per shape against FA3
 """
 
 from __future__ import annotations
@@ -408,6 +409,25 @@ def quant_gemm(result: dict) -> str:
     )
 
 
+def attention_kernels(result: dict) -> str:
+    """bench_attention's tables: per model and phase, µs per call of each candidate and its
+    ratio to FlashAttention-3."""
+    from benchmarks.bench_attention import BASELINE, Row, table
+
+    rows = [Row(**row) for row in result["rows"]]
+    versions = ", ".join(
+        f"{name} {result[name]}"
+        for name in ("torch", "triton", "vllm", "flag_gems")
+        if result.get(name)
+    )
+    head = f"{result['device']}" + (f" ({versions})" if versions else "")
+    settings = result.get("flagos_settings")
+    if settings:
+        head += ", `flagos` with " + ", ".join(f"{k}={v}" for k, v in settings.items())
+    head += f"; µs per call in a CUDA graph, ratio to `{BASELINE}`:"
+    return "\n".join([head, "", "```", table(rows), "```"])
+
+
 def block_fp8_tune(result: dict) -> str:
     """Per weight shape and token count: the tuned config's µs against FlagGems' own choice."""
     from benchmarks.tables import Column, text_table
@@ -467,6 +487,7 @@ RENDERERS = {
     "align-graph": Renderer(align_graph, ()),
     "moe-tune": Renderer(moe_tune, ()),
     "quant-gemm": Renderer(quant_gemm, ()),
+    "attention": Renderer(attention_kernels, ()),
     "block-fp8-tune": Renderer(block_fp8_tune, ()),
     "census": Renderer(census, ()),
 }

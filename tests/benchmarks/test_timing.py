@@ -39,3 +39,27 @@ def test_bootstrap_interval_holds_the_median():
     values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     low, high = timing.bootstrap_median_ci(values)
     assert low <= timing.median(values) <= high
+
+
+def test_kernel_us_falls_back_to_cuda_events_and_says_why(monkeypatch):
+    def capture_fails(fn, graph=False):
+        assert graph
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(timing, "gpu_us", capture_fails)
+    monkeypatch.setattr(timing, "events_us", lambda fn: 7.5)
+    timed = timing.kernel_us(lambda: None)
+    assert (timed.us, timed.method) == (7.5, "events")
+    assert timed.note == (
+        "graph capture failed: RuntimeError: operation not permitted when stream is capturing"
+    )
+
+
+def test_kernel_us_takes_the_graph_time_when_the_capture_works(monkeypatch):
+    monkeypatch.setattr(timing, "gpu_us", lambda fn, graph=False: 3.0 if graph else 99.0)
+    assert timing.kernel_us(lambda: None) == timing.KernelTime(3.0, "graph")
+
+
+def test_describe_names_the_type_even_without_a_message():
+    assert timing.describe(AssertionError()) == "AssertionError"
+    assert timing.describe(ValueError("x" * 300), limit=5) == "ValueError: xxxxx"
