@@ -90,6 +90,50 @@ def test_the_block_kernel_computes_the_dequantised_matmul(fp8, vllm_config, scal
     assert _relative_error(out, expected) < 4e-2
 
 
+def test_where_vanilla_runs_deepgemm_with_power_of_two_scales_the_layer_takes_its_numbers(
+    fp8, vllm_config, monkeypatch
+):
+    """On an H100 vanilla vLLM requantises block-FP8 weights to power-of-two scales and quantises
+    the activations with such scales (DeepGEMM's UE8M0): the plugin's layer does the same
+    whatever backend computes, so that the shipped policy gives vanilla's tokens."""
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        kFp8Dynamic128Sym,
+        kFp8Static128BlockSym,
+    )
+
+    from vllm_fl.testing.models import dequantise_fp8_blocks
+    from vllm_fl.testing.quantize import fp8_block
+
+    assert not fp8._vanilla_uses_ue8m0(None)  # not on this (CPU) platform
+    monkeypatch.setattr(fp8, "_vanilla_uses_ue8m0", lambda config: True)
+    calls = []
+    quantise = fp8.per_token_group_quant_fp8
+    monkeypatch.setattr(
+        fp8,
+        "per_token_group_quant_fp8",
+        lambda *args: calls.append(args) or quantise(*args),
+    )
+    torch.manual_seed(2)
+    n, k = 256, 256
+    original = torch.randn(n, k)
+    blocks = fp8_block(original, (128, 128))
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(blocks.q.clone(), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(blocks.scales.clone(), requires_grad=False)
+    layer.weight_block_size = [128, 128]
+    kernel = fp8.Fp8BlockScaledMMKernelFL(_config(kFp8Static128BlockSym, kFp8Dynamic128Sym, (n, k)))
+    kernel.process_weights_after_loading(layer)
+    scales = layer.weight_scale_inv
+    assert torch.equal(scales, torch.exp2(torch.log2(scales).round()))  # powers of two
+    assert not torch.equal(scales, blocks.scales)
+    requantised = dequantise_fp8_blocks(layer.weight, scales)
+    assert _relative_error(requantised, original) < 4e-2
+    x = torch.randn(3, k).to(torch.bfloat16)
+    out = kernel.apply_weights(layer, x)
+    assert calls and calls[0][-1] is True  # activations quantised with power-of-two scales
+    assert _relative_error(out, x.float() @ requantised.t()) < 4e-2
+
+
 def test_ue8m0_block_scales_become_the_powers_of_two_they_stand_for(fp8):
     exponents = torch.tensor([[127, 128], [120, 130]], dtype=torch.uint8)
     assert fp8._float32_scales(exponents).tolist() == [[1.0, 2.0], [2.0**-7, 8.0]]

@@ -7,7 +7,10 @@ Two kernel classes head vLLM's FP8 rows:
   of the weight's K block; ops ``per_token_group_quant_fp8`` and ``w8a8_block_fp8_matmul``. It
   keeps the weight layout of vLLM's block kernels (``[N, K]`` weight, ``[N / bn, K / bk]`` float32
   scales named ``weight_scale_inv`` by ``quant_method: fp8``, ``weight_scale`` by
-  compressed-tensors); weights whose scales come as UE8M0 exponents get float32 ones once.
+  compressed-tensors); weights whose scales come as UE8M0 exponents get float32 ones once. Where
+  vanilla vLLM would run the layer on DeepGEMM with power-of-two scales (an H100 by default), the
+  layer takes vanilla's numbers whatever the backend: weights requantised to such scales once,
+  activations quantised with them.
 - ``Fp8ScaledMMKernelFL`` (``_POSSIBLE_FP8_KERNELS``): per-tensor or per-channel weights with
   dynamic per-tensor or per-token, or static per-tensor, activations (``quant_method: fp8``
   without a block size, its online quantisation of a 16-bit checkpoint, compressed-tensors FP8);
@@ -90,6 +93,27 @@ def _block_scale_name(layer: torch.nn.Module) -> str:
     )
 
 
+def _vanilla_uses_ue8m0(config) -> bool:
+    """Whether vanilla vLLM would run this block-FP8 layer on DeepGEMM with power-of-two (UE8M0)
+    scales on this machine (Hopper or Blackwell, DeepGEMM installed, ``VLLM_USE_DEEP_GEMM_E8M0``
+    on, as by default): it then requantises the weights to such scales once and quantises the
+    activations with them, which changes the model's numbers, not only the kernel."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda():
+        return False
+    try:
+        from vllm.model_executor.kernels.linear.scaled_mm.deep_gemm import (
+            DeepGemmFp8BlockScaledMMKernel,
+        )
+        from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used, is_deep_gemm_supported
+    except ImportError:  # a vLLM without DeepGEMM's kernel class
+        return False
+    if not (is_deep_gemm_supported() and is_deep_gemm_e8m0_used()):
+        return False
+    return DeepGemmFp8BlockScaledMMKernel.can_implement(config)[0]
+
+
 def _build_block_kernel() -> type:
     from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import (
         Fp8BlockScaledMMLinearKernel,
@@ -110,6 +134,10 @@ def _build_block_kernel() -> type:
             # TMA-aligned stride), as vanilla's kernels quantise them; FlagGems' and the
             # reference's GEMMs read any strides
             self.column_major_scales = current_platform.is_cuda()
+            # vanilla's numbers on this machine, whichever backend computes them: power-of-two
+            # scales where vanilla runs DeepGEMM with them (the shipped policy then gives its
+            # tokens, and the portable path is compared with the same model)
+            self.use_ue8m0 = _vanilla_uses_ue8m0(config)
 
         @classmethod
         def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
@@ -138,8 +166,17 @@ def _build_block_kernel() -> type:
             super().process_weights_after_loading(layer)
             name = _block_scale_name(layer)
             scale = getattr(layer, name)
+            checkpoint_ue8m0 = scale.dtype in (torch.float8_e8m0fnu, torch.uint8)
             if scale.dtype != torch.float32 or not scale.is_contiguous():
                 replace_parameter(layer, name, _float32_scales(scale.data))
+            if self.use_ue8m0 and not checkpoint_ue8m0:
+                from vllm.model_executor.layers.quantization.utils.fp8_utils import (
+                    requant_weight_ue8m0_inplace,
+                )
+
+                requant_weight_ue8m0_inplace(
+                    layer.weight.data, getattr(layer, name).data, (self.block_n, self.block_k)
+                )
 
         def apply_weights(
             self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **_
@@ -152,7 +189,7 @@ def _build_block_kernel() -> type:
                 _GROUP_QUANT_EPS,
                 self.column_major_scales,
                 self.column_major_scales,
-                False,
+                self.use_ue8m0,
             )
             out = self.apply_block_scaled_mm(
                 x_q, weight, x_scales, getattr(layer, _block_scale_name(layer))

@@ -119,8 +119,10 @@ def _deep_gemm_weight_scales(
     b: torch.Tensor, scale_b: torch.Tensor, block_n: int, block_k: int
 ) -> torch.Tensor:
     """The weight's scales in DeepGEMM's layout, converted once per scale tensor (as vLLM does
-    once after loading). float32 scales, not UE8M0: DeepGEMM's SM90 kernel is the same either
-    way, and the weights keep the values every other backend computes with."""
+    once after loading). The scales stay float32 (no UE8M0 cast): DeepGEMM's SM90 kernel reads
+    float32 either way, and the scales keep the values every other backend computes with. Where
+    vanilla uses power-of-two scales, the FP8 layer requantised its weights to them already
+    (`vllm_fl.quant.fp8`)."""
 
     def convert() -> torch.Tensor:
         from vllm.model_executor.layers.quantization.utils.fp8_utils import (
