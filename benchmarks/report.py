@@ -452,11 +452,15 @@ def block_fp8_tune(result: dict) -> str:
 def census(results: list[dict]) -> str:
     """Per configuration: the CUDA kernels by origin, the compiled ones by name, and its tokens
     against the first configuration's."""
-    from vllm_fl.testing.census import ORIGINS
+    from vllm_fl.testing.census import ORIGINS, kernel_origin
 
     lines = ["```"]
     for result in results:
-        kernels = result.get("kernels", {})
+        # sorted again by today's rules: a file keeps the origins of the run's day
+        kernels: dict[str, dict[str, int]] = {o: {} for o in ORIGINS}
+        for names in result.get("kernels", {}).values():
+            for name, count in names.items():
+                kernels[kernel_origin(name)][name] = count
         counts = ", ".join(f"{o} {sum(kernels.get(o, {}).values())}" for o in ORIGINS)
         lines.append(f"{result['config']}: kernel calls by origin: {counts}")
         top = sorted(kernels.get("compiled", {}).items(), key=lambda item: -item[1])[:6]

@@ -58,6 +58,9 @@ def test_cuda_kernels_are_sorted_by_origin():
         # vLLM's CUTLASS GEMM names vLLM in its template arguments: not cuBLAS
         "void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<float>>(int)": "compiled",
         "void deep_gemm::sm90_fp8_gemm_1d2d_impl<128u, 128u>(float*, int)": "compiled",
+        # vLLM's _C kernels outside its namespace, with c10 types in their template arguments
+        "void per_token_group_quant_8bit_kernel<c10::BFloat16, c10::Float8_e4m3fn, true, true, "
+        "float>(c10::BFloat16 const*, void*, float*, int, int, int, float)": "compiled",
         "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128>>(Flash_fwd_params)": "compiled",
     }
     assert {name: kernel_origin(name) for name in cases} == cases

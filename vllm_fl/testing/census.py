@@ -52,7 +52,9 @@ ORIGINS = ("aten", "cublas", "triton", "compiled")
 #: drifted apart yet)
 LOGPROB_TOKENS = 8
 
-_ATEN = ("at::", "at_cuda_detail", "c10::", "cub::", "Memcpy", "Memset", "memcpy", "memset")
+# (c10:: alone is no mark of ATen: vLLM's global-namespace kernels take c10 types as template
+# arguments, e.g. per_token_group_quant_8bit_kernel<c10::BFloat16, c10::Float8_e4m3fn, ...>)
+_ATEN = ("at::", "at_cuda_detail", "cub::", "Memcpy", "Memset", "memcpy", "memset")
 _CUBLAS = (
     "nvjet_",
     "xmma_gemm",
