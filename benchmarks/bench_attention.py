@@ -94,8 +94,10 @@ SHAPES = tuple(
 SEGMENT_COUNTS = (8, 16, 32, 64)
 
 CANDIDATES = (
-    # what the flagos impl runs, with vllm_fl.kernels.attention's SEGMENTS and MIN_GRID_2D
+    # what the flagos impl runs: vllm_fl.kernels.attention.paged_attention's choice per batch
     Candidate("flagos", "flagos"),
+    # vLLM's kernel as that module launches it (its SEGMENTS and MIN_GRID_2D)
+    Candidate("vllm-triton", "plugin_triton"),
     # vLLM's kernel, decode launch forced: the 2D kernel, or the 3D one with n segments
     Candidate("triton-2d", "vllm_triton", {"segments": None}, ("decode",)),
     *(
@@ -180,11 +182,23 @@ def make_inputs(model: Model, shape: Shape, seed: int = 0, device: str = "cuda")
 
 
 def flagos_kernel(x: Inputs, out: torch.Tensor) -> Callable[[], None]:
+    """The flagos impl's kernel choice for the batch (``kernels.attention.paged_attention``)."""
+    from vllm_fl.kernels.attention import paged_attention
+
+    return _plugin_call(paged_attention, x, out)
+
+
+def plugin_triton_kernel(x: Inputs, out: torch.Tensor) -> Callable[[], None]:
+    """vLLM's ``unified_attention`` as ``vllm_fl.kernels.attention`` launches it."""
     from vllm_fl.kernels.attention import unified_attention
 
+    return _plugin_call(unified_attention, x, out)
+
+
+def _plugin_call(kernel: Callable, x: Inputs, out: torch.Tensor) -> Callable[[], None]:
     s = x.shape
     args = (x.query, x.key_cache, x.value_cache, out, x.block_table, x.seq_lens)
-    return lambda: unified_attention(
+    return lambda: kernel(
         *args, x.query_start_loc, s.query_len, s.seq_len, x.scale, True, -1, 0.0, None
     )
 
@@ -294,6 +308,7 @@ def fa3_kernel(x: Inputs, out: torch.Tensor, aot_splits: int | None = None) -> C
 KERNELS: dict[str, Callable[..., Callable[[], None]]] = {
     "flagos": flagos_kernel,
     "vllm_triton": vllm_triton_kernel,
+    "plugin_triton": plugin_triton_kernel,
     "flaggems": flaggems_kernel,
     "fa3": fa3_kernel,
 }

@@ -164,7 +164,7 @@ def test_filters_keep_the_named_entries_in_table_order(tmp_path):
 @pytest.mark.parametrize(
     "flag, value, allowed",
     [
-        ("--candidates", "fa4", "flagos, triton-2d"),
+        ("--candidates", "fa4", "flagos, vllm-triton, triton-2d"),
         ("--shapes", "decode-b2-c512", "decode-b1-c512, decode-b1-c2048"),
         ("--models", "llama2", "llama3-8b, qwen3-30b-a3b"),
     ],

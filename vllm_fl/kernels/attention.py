@@ -3,6 +3,13 @@
 FlagGems' ``reshape_and_cache_flash``. Host code only; vLLM and FlagGems are imported on first
 use.
 
+``paged_attention`` picks the kernel per batch, as measured on an H100 (``benchmarks.bench_attention``,
+docs/benchmarks.md): a batch with prefills goes to FlagGems' ``flash_attn_varlen_func`` (1.5-1.9x
+FlashAttention-3's time at 512-4096 new tokens, where vLLM's 2D kernel takes 3.2-7.2x), a batch
+of decodes to vLLM's ``unified_attention`` (0.6-1.2x FA3's at 1 to 256 sequences, where FlagGems'
+takes up to 5x at one sequence). FlagGems' kernel has no sinks and no float32 and runs on a GPU
+only: those batches stay on vLLM's kernel too.
+
 vLLM's ``unified_attention`` runs a batch with prefills in its 2D kernel (one program per query
 block and kv head). For a batch of decodes only, as long as there are few sequences, its 3D
 kernel splits every sequence's keys into segments reduced afterwards, which needs float32
@@ -17,6 +24,8 @@ and values, so other layouts go to vLLM's kernel, which takes the caches' stride
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 
 import torch
@@ -62,6 +71,111 @@ def unit_scale(device: torch.device) -> torch.Tensor:
     if found is None:
         found = _unit_scales.setdefault(device, torch.ones(1, dtype=torch.float32, device=device))
     return found
+
+
+def flash_attn_pages(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor
+) -> torch.Tensor | None:
+    """The block table FlagGems' ``flash_attn_varlen_func`` reads these caches right with, or
+    None where it cannot address them. It finds token t of page p at (p * block_size + t) times a
+    token's stride from the cache's start: pages of a cache whose blocks lie m times that far
+    apart (vLLM 0.24's [num_blocks, 2, block_size, kv_heads, head_size]: a block's keys, then its
+    values) are found at page indices times m."""
+    _, block_size, _, head_size = key_cache.shape
+    token = key_cache.stride(1)
+    page = block_size * token
+    if (
+        key_cache.stride() != value_cache.stride()
+        or key_cache.stride()[2:] != (head_size, 1)
+        or key_cache.stride(0) % page
+    ):
+        return None
+    spread = key_cache.stride(0) // page
+    return block_table if spread == 1 else block_table * spread
+
+
+@functools.cache
+def _flaggems_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flag_gems") is not None
+
+
+def _flaggems_available() -> bool:
+    return "flag_gems" in sys.modules or _flaggems_installed()
+
+
+def _on_gpu(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda
+
+
+def paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    output: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    max_seq_len: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    logits_soft_cap: float,
+    sinks: torch.Tensor | None,
+) -> None:
+    """The op ``paged_attention`` on the kernel that is fastest for the batch (module
+    docstring): FlagGems' FlashAttention-2 for a batch with prefills where it can run it, vLLM's
+    ``unified_attention`` otherwise."""
+    pages = None
+    if (
+        max_query_len > 1
+        and sinks is None
+        and _on_gpu(query)
+        and query.dtype in (torch.float16, torch.bfloat16)
+        and _flaggems_available()
+    ):
+        pages = flash_attn_pages(key_cache, value_cache, block_table)
+    if pages is None:
+        unified_attention(
+            query,
+            key_cache,
+            value_cache,
+            output,
+            block_table,
+            seq_lens,
+            query_start_loc,
+            max_query_len,
+            max_seq_len,
+            softmax_scale,
+            causal,
+            window_left,
+            logits_soft_cap,
+            sinks,
+        )
+        return
+    import flag_gems
+
+    if window_left < 0:
+        window = (-1, -1)
+    else:  # without causal the window reaches as far after a query as before it
+        window = (window_left, 0 if causal else window_left)
+    flag_gems.flash_attn_varlen_func(
+        q=query,
+        k=key_cache,
+        v=value_cache,
+        max_seqlen_q=max_query_len,
+        cu_seqlens_q=query_start_loc,
+        max_seqlen_k=max_seq_len,
+        seqused_k=seq_lens,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window,
+        softcap=logits_soft_cap,
+        block_table=pages,
+        out=output,
+    )
 
 
 def unified_attention(

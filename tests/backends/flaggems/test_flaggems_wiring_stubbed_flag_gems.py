@@ -113,6 +113,53 @@ class FakeFlagGems(types.ModuleType):
             return q.copy_(q_rot), k.copy_(k_rot)
         return rotate(q).to(q.dtype), rotate(k).to(k.dtype)
 
+    def flash_attn_varlen_func(
+        self,
+        *,
+        q,
+        k,
+        v,
+        max_seqlen_q,
+        cu_seqlens_q,
+        max_seqlen_k,
+        seqused_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        block_table,
+        out,
+    ):
+        """FlagGems' paged FlashAttention-2 addressing: token t of a sequence is at cache row
+        block_table[t // block_size] * block_size + t % block_size, that row times k.stride(1)
+        from the cache's start; the causal mask aligned to the bottom right."""
+        self._record("flash_attn_varlen_func", q, k, v, block_table, window_size, softcap)
+        assert window_size == (-1, -1) and softcap == 0.0  # what the tests below pass
+        _, block_size, kv_heads, head_size = k.shape
+        rows = block_table.max().item() * block_size + block_size
+        starts = cu_seqlens_q.tolist()
+        for i, kv_len in enumerate(seqused_k.tolist()):
+            index = torch.arange(kv_len)
+            row = block_table[i, index // block_size].long() * block_size + index % block_size
+            keys, values = (
+                c.as_strided((rows, kv_heads, head_size), (c.stride(1), c.stride(2), 1))[row]
+                for c in (k, v)
+            )
+            query = q[starts[i] : starts[i + 1]].float()
+            group = q.shape[1] // kv_heads
+            scores = (
+                torch.einsum("qhd,khd->hqk", query, keys.float().repeat_interleave(group, dim=1))
+                * softmax_scale
+            )
+            if causal:
+                position = torch.arange(kv_len - len(query), kv_len)[:, None]
+                scores = scores.masked_fill(index[None, :] > position, float("-inf"))
+            probs = scores.softmax(dim=-1)
+            attended = torch.einsum(
+                "hqk,khd->qhd", probs, values.float().repeat_interleave(group, dim=1)
+            )
+            out[starts[i] : starts[i + 1]] = attended.to(out.dtype)
+
     def reshape_and_cache_flash(
         self, key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale
     ):
@@ -400,3 +447,64 @@ def test_adapters_carry_the_eager_variants():
     assert register_ops.rms_norm.functional is normalization.rms_norm
     assert register_ops.rotary_embedding.eager is rotary.rotary_embedding_inplace
     assert register_ops.rotary_embedding.functional is rotary.rotary_embedding
+
+
+def _prefill_batch(key_cache, heads=4):
+    """A prefill with context, a fresh prefill and a decode over `key_cache`'s pages."""
+    blocks, block_size, kv_heads, head_size = key_cache.shape
+    seq_lens = torch.tensor([40, 9, 23], dtype=torch.int32)
+    query_lens = [7, 9, 1]
+    starts = torch.tensor([0, 7, 16, 17], dtype=torch.int32)
+    block_table = torch.randperm(blocks)[:9].reshape(3, 3).int()
+    query = torch.randn(sum(query_lens), heads, head_size).to(key_cache.dtype)
+    return query, block_table, seq_lens, starts, max(query_lens), int(seq_lens.max())
+
+
+def _kernel_calls(monkeypatch, fake):
+    unified = []
+    monkeypatch.setattr(kernels_attention, "_on_gpu", lambda tensor: True)
+    monkeypatch.setattr(kernels_attention, "unified_attention", lambda *a: unified.append(a))
+    return unified
+
+
+@pytest.mark.parametrize("layout", ["vllm-0.24", "dense"])
+def test_paged_attention_runs_prefills_on_flag_gems_with_the_block_table_spread_to_its_pages(
+    flag_gems, monkeypatch, layout
+):
+    if layout == "vllm-0.24":
+        key_cache, value_cache = _vllm_0_24_caches(blocks=10, heads=2, dtype=torch.bfloat16)
+    else:
+        key_cache, value_cache = torch.randn(2, 10, 16, 2, 64).bfloat16().unbind(0)
+    unified = _kernel_calls(monkeypatch, flag_gems)
+    query, table, seq_lens, starts, max_q, max_k = _prefill_batch(key_cache)
+    args = (table, seq_lens, starts, max_q, max_k, 0.125, True, -1, 0.0, None)
+    expected = torch.zeros_like(query)
+    ref_attention_out = ref_attention.paged_attention(
+        query, key_cache, value_cache, expected, *args
+    )
+    output = torch.zeros_like(query)
+    with unchanged(query, key_cache, value_cache, table):
+        attention.paged_attention(query, key_cache, value_cache, output, *args)
+    assert _names(flag_gems) == ["flash_attn_varlen_func"] and not unified
+    pages = flag_gems.calls[0][1][3]
+    assert torch.equal(pages, table * (2 if layout == "vllm-0.24" else 1))
+    _close(output, ref_attention_out if ref_attention_out is not None else expected)
+
+
+def test_paged_attention_keeps_vllms_kernel_for_decodes_sinks_float32_and_other_layouts(
+    flag_gems, monkeypatch
+):
+    key_cache, value_cache = _vllm_0_24_caches(blocks=10, heads=2, dtype=torch.bfloat16)
+    unified = _kernel_calls(monkeypatch, flag_gems)
+    query, table, seq_lens, starts, max_q, max_k = _prefill_batch(key_cache)
+    out = torch.zeros_like(query)
+
+    def attend(query=query, caches=(key_cache, value_cache), max_q=max_q, sinks=None):
+        args = (table, seq_lens, starts, max_q, max_k, 0.125, True, -1, 0.0, sinks)
+        kernels_attention.paged_attention(query, *caches, out, *args)
+
+    attend(max_q=1)  # decodes only
+    attend(sinks=torch.zeros(4))
+    attend(query=query.float(), caches=(key_cache.float(), value_cache.float()))
+    attend(caches=_vllm_0_32_caches(blocks=10, dtype=torch.bfloat16))  # heads not dense
+    assert len(unified) == 4 and not flag_gems.calls

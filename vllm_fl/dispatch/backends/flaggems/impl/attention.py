@@ -6,11 +6,10 @@ Triton kernels (``vllm_fl.kernels.attention``), nothing of vLLM's compiled libra
   (``vllm_fl.attention.mla``), whose ops are in ``mla``.
 - ``reshape_and_cache_flash``: FlagGems' kernel where its addressing fits the cache's layout
   (vLLM 0.24's), else vLLM's Triton kernel.
-- ``paged_attention``: vLLM's Triton ``unified_attention``. FlagGems' ``flash_attn_varlen_func``
-  takes a block table too, but it addresses a page as page * block_size * (a token's stride),
-  which vLLM 0.24's layout is not ([num_blocks, 2, block_size, ...]: a block's keys are
-  followed by its values, so a page of keys is twice that far from the next), and it has no
-  sinks and no float32.
+- ``paged_attention``: per batch, FlagGems' ``flash_attn_varlen_func`` for prefills (its block
+  table scaled to the cache's page spacing) and vLLM's Triton ``unified_attention`` for decodes,
+  sinks and float32 (``vllm_fl.kernels.attention.paged_attention``, which says what was
+  measured).
 """
 
 import torch
@@ -52,8 +51,8 @@ def paged_attention(
     logits_soft_cap: float = 0.0,
     sinks: torch.Tensor | None = None,
 ) -> None:
-    """vLLM's Triton ``unified_attention``."""
-    kernels.unified_attention(
+    """FlagGems' FlashAttention-2 for prefills, vLLM's Triton ``unified_attention`` otherwise."""
+    kernels.paged_attention(
         query,
         key_cache,
         value_cache,
