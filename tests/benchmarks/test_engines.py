@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import engines
 from benchmarks.engines import Model
-from vllm_fl.testing.models import MODELS, QUANTIZATIONS
+from vllm_fl.testing.models import MODELS, QUANTIZATIONS, model_config
 
 ARGS = argparse.Namespace(prompts=8, input_len=32, output_len=4)
 
@@ -103,3 +103,24 @@ def test_each_configuration_runs_in_turn_and_the_results_are_kept_as_they_come(
     assert results == reported == read_json(path)
     assert seen[1] == ("flagos", "0")
     assert (tmp_path / "kind_prefer_flagos_eager.log").read_text() == "log"
+
+
+def test_a_dummy_gptq_checkpoint_names_every_projection_vllm_quantises():
+    """vLLM infers a GPTQ checkpoint's quantized layers from its safetensors unless the config
+    names them; a dummy checkpoint has none, so without the names nothing would be quantized."""
+    pytest.importorskip("vllm")
+    from vllm.model_executor.layers.quantization.utils.gptq_utils import is_layer_gptq_quantized
+
+    fused = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    for quant in ("w4a16-gptq", "w8a16-gptq"):
+        names = model_config("llama3-8b", 2, quant)["quantization_config"][
+            "modules_in_block_to_quantize"
+        ]
+        for layer in (
+            "self_attn.qkv_proj",
+            "self_attn.o_proj",
+            "mlp.gate_up_proj",
+            "mlp.down_proj",
+        ):
+            prefix = f"model.layers.1.{layer}"
+            assert is_layer_gptq_quantized(prefix, names, fused), (quant, prefix)

@@ -587,6 +587,18 @@ class ModelShape:
 
 #: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
 #: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
+#: the projections a GPTQ checkpoint quantises, named: without the list vLLM 0.24 infers them from
+#: the checkpoint's safetensors, and a dummy checkpoint (a config.json only) has none, so every
+#: layer would stay unquantized
+GPTQ_MODULES = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+]
 QUANTIZATIONS: dict[str, dict] = {
     # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
     "fp8-block": {
@@ -629,6 +641,7 @@ QUANTIZATIONS: dict[str, dict] = {
         "group_size": 128,
         "desc_act": False,
         "sym": True,
+        "modules_in_block_to_quantize": GPTQ_MODULES,
     },
     # GPTQ 8-bit weights, groups of 128 (W8A16)
     "w8a16-gptq": {
@@ -637,6 +650,7 @@ QUANTIZATIONS: dict[str, dict] = {
         "group_size": 128,
         "desc_act": False,
         "sym": True,
+        "modules_in_block_to_quantize": GPTQ_MODULES,
     },
     # AWQ 4-bit weights with zero points, groups of 128 (W4A16, AutoAWQ's GEMM format)
     "w4a16-awq": {
