@@ -4,10 +4,11 @@ The shipped CUDA policy keeps vLLM's FlashAttention backend (the cuda impl of
 ``attention_backend``); these runs route ``attention_backend`` to flagos, so vLLM builds the
 attention layers on ``vllm_fl.attention.AttentionBackendFL``, and its two ops to one backend:
 
-- flagos (vLLM's Triton ``unified_attention``, FlagGems' cache write): the same greedy tokens as
-  vanilla vLLM on its own Triton backend (``attention_backend="TRITON_ATTN"``, the same attention
-  kernel), in eager mode and compiled (Inductor, with vLLM's CUDA graphs capturing the
-  attention layers: the backend keeps the Triton metadata builder's full-graph support);
+- flagos (FlagGems' FlashAttention-2 for batches with prefills, vLLM's Triton
+  ``unified_attention`` for decodes, FlagGems' cache write): the same greedy tokens as vanilla
+  vLLM on its own Triton backend (``attention_backend="TRITON_ATTN"``, the same decode kernel),
+  in eager mode and compiled (Inductor, with vLLM's CUDA graphs capturing the attention layers:
+  the backend keeps the Triton metadata builder's full-graph support);
 - cuda (FlashAttention with the block table, vLLM's cache write): the same tokens as vanilla
   vLLM on FlashAttention.
 
