@@ -120,10 +120,10 @@ def paged_attention(
     max_query_len: int,
     max_seq_len: int,
     softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    logits_soft_cap: float,
-    sinks: torch.Tensor | None,
+    causal: bool = True,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+    sinks: torch.Tensor | None = None,
 ) -> None:
     """The op ``paged_attention`` on the kernel that is fastest for the batch (module
     docstring): FlagGems' FlashAttention-2 for a batch with prefills where it can run it, vLLM's

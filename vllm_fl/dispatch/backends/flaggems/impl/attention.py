@@ -35,36 +35,5 @@ def reshape_and_cache_flash(
     kernels.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
 
 
-def paged_attention(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    output: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    max_query_len: int,
-    max_seq_len: int,
-    softmax_scale: float,
-    causal: bool = True,
-    window_left: int = -1,
-    logits_soft_cap: float = 0.0,
-    sinks: torch.Tensor | None = None,
-) -> None:
-    """FlagGems' FlashAttention-2 for prefills, vLLM's Triton ``unified_attention`` otherwise."""
-    kernels.paged_attention(
-        query,
-        key_cache,
-        value_cache,
-        output,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        max_query_len,
-        max_seq_len,
-        softmax_scale,
-        causal,
-        window_left,
-        logits_soft_cap,
-        sinks,
-    )
+# FlagGems' FlashAttention-2 for prefills, vLLM's Triton unified_attention otherwise
+paged_attention = kernels.paged_attention
