@@ -1,8 +1,8 @@
 """Paged attention, kernel by kernel (needs a CUDA device).
 
 Times the candidate kernels of the op ``paged_attention`` on a model's attention shape (vLLM's
-paged cache [num_blocks, 16, kv_heads, head_size] in bfloat16, a random block table per
-sequence) at decode and prefill batches: the portable kernels the flagos impl can run (vLLM's
+paged cache [num_blocks, 16, kv_heads, head_size] in bfloat16, the key and value halves of one
+[num_blocks, 2, ...] tensor as vLLM 0.24 allocates it, a random block table per sequence) at decode and prefill batches: the portable kernels the flagos impl can run (vLLM's
 Triton ``unified_attention`` as ``vllm_fl.kernels.attention`` calls it, the same kernel with
 other launch settings, FlagGems' ``flash_attn_varlen_func``) against FlashAttention-3, what
 vanilla vLLM runs on an H100. Each kernel alone in a CUDA graph (CUDA events over many calls
@@ -157,19 +157,21 @@ def make_inputs(model: Model, shape: Shape, seed: int = 0, device: str = "cuda")
     gen = torch.Generator(device).manual_seed(seed)
     blocks_per_seq = -(-shape.seq_len // BLOCK_SIZE)
     num_blocks = shape.seqs * blocks_per_seq
-    cache = (num_blocks, BLOCK_SIZE, model.kv_heads, model.head_size)
+    # as vLLM 0.24 lays its cache out: a block's keys, then its values
+    cache = (num_blocks, 2, BLOCK_SIZE, model.kv_heads, model.head_size)
     tokens = shape.seqs * shape.query_len
 
     def randn(size):
         return torch.randn(size, generator=gen, device=device, dtype=torch.bfloat16)
 
     table = torch.randperm(num_blocks, generator=gen, device=device, dtype=torch.int32)
+    key_cache, value_cache = randn(cache).unbind(1)
     return Inputs(
         model,
         shape,
         query=randn((tokens, model.heads, model.head_size)),
-        key_cache=randn(cache),
-        value_cache=randn(cache),
+        key_cache=key_cache,
+        value_cache=value_cache,
         block_table=table.view(shape.seqs, blocks_per_seq),
         seq_lens=torch.full((shape.seqs,), shape.seq_len, dtype=torch.int32, device=device),
         query_start_loc=torch.arange(
@@ -246,10 +248,14 @@ def vllm_triton_kernel(x: Inputs, out: torch.Tensor, segments: int | None) -> Ca
 
 def flaggems_kernel(x: Inputs, out: torch.Tensor, function: str) -> Callable[[], None]:
     """FlagGems' FlashAttention-2 in Triton (`function` of ``flag_gems``), paged through the
-    block table, key lengths from ``seqused_k``."""
+    block table spread to the cache's page spacing as the flagos impl spreads it, key lengths
+    from ``seqused_k``."""
     import flag_gems
 
+    from vllm_fl.kernels.attention import flash_attn_pages
+
     attend = getattr(flag_gems, function)
+    pages = flash_attn_pages(x.key_cache, x.value_cache, x.block_table)
     return lambda: attend(
         q=x.query,
         k=x.key_cache,
@@ -260,7 +266,7 @@ def flaggems_kernel(x: Inputs, out: torch.Tensor, function: str) -> Callable[[],
         seqused_k=x.seq_lens,
         softmax_scale=x.scale,
         causal=True,
-        block_table=x.block_table,
+        block_table=pages,
         out=out,
     )
 

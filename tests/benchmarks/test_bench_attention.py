@@ -76,6 +76,9 @@ def test_inputs_page_every_sequence_through_its_own_random_blocks():
     x = bench.make_inputs(TINY, bench.Shape("s", "decode", 3, 1, 40), device="cpu")
     assert x.query.shape == (3, 4, 8) and x.query.dtype == torch.bfloat16
     assert x.key_cache.shape == x.value_cache.shape == (9, 16, 2, 8)  # 3 blocks of 16 each
+    # vLLM 0.24's layout: one tensor, a block's values after its keys
+    assert x.value_cache.data_ptr() - x.key_cache.data_ptr() == 16 * 2 * 8 * 2
+    assert x.key_cache.stride(0) == 2 * 16 * 2 * 8
     assert x.block_table.shape == (3, 3)
     assert sorted(x.block_table.flatten().tolist()) == list(range(9))
     assert x.block_table.flatten().tolist() != list(range(9))
