@@ -384,10 +384,16 @@ def measure(
             for candidate in candidates:
                 if shape.phase in candidate.phases:
                     rows.append(measure_one(candidate, x, expected))
-                    print(rows[-1], flush=True)
+                    print(progress(rows[-1]), flush=True)
             del x, expected
             torch.cuda.empty_cache()
     return rows
+
+
+def progress(row: Row) -> str:
+    """One line per measured cell while the run goes on."""
+    what = f"{row.error}" if row.us is None else f"{row.us:.1f} us ({row.timing})"
+    return f"{row.model} {row.shape} {row.candidate}: {what}"
 
 
 # -- the table --------------------------------------------------------------------------------

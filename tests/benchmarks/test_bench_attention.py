@@ -279,3 +279,10 @@ def test_renderer_shows_the_device_versions_and_the_table(tmp_path):
 def test_the_renderer_refuses_a_missing_result_file(tmp_path):
     with pytest.raises(report.ReportError, match="result file none.json not found"):
         report.render_region("attention none.json", tmp_path, "doc.md")
+
+
+def test_progress_says_the_cell_and_its_time_or_its_error():
+    timed = bench.Row("llama3-8b", "decode-b1-c512", "fa3", 10.64, 0.001, "graph")
+    assert bench.progress(timed) == "llama3-8b decode-b1-c512 fa3: 10.6 us (graph)"
+    failed = bench.Row("llama3-8b", "prefill-512", "fa3", None, error="no FA3")
+    assert bench.progress(failed) == "llama3-8b prefill-512 fa3: no FA3"

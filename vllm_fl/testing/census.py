@@ -161,17 +161,21 @@ def census(events) -> dict[str, dict[str, int]]:
 
 
 def census_task(llm, workload) -> dict:
-    """In the engine's process: one warm-up prompt, then the workload's batch under the
+    """In the engine's process: a warm-up batch, then the workload's batch under the
     profiler; the census, the numbers of MoE and attention kernel calls, the CUDA kernels by
     origin (on a GPU), each sequence's tokens and first log-probabilities, and the impl each op
     used."""
     import torch
 
-    from vllm_fl.testing.engine import prompts, sampling_params
+    from vllm_fl.testing.engine import WARMUP_SEED, prompts, sampling_params
 
     batch = prompts(workload)
     params = sampling_params(workload.max_tokens, workload.detokenize, logprobs=1)
-    llm.generate(batch[:1], params, use_tqdm=False)
+    # Random token-id prompts warm up with a batch of the same shape (what autotuning kernels
+    # tune for: their first calls of a shape stay out of the census) but other tokens (not
+    # served from vLLM's prefix cache); text prompts, fixed, with one prompt.
+    warm_up = prompts(workload, WARMUP_SEED) if workload.prompt_len is not None else batch[:1]
+    llm.generate(warm_up, params, use_tqdm=False)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
