@@ -80,46 +80,8 @@ def merge_attn_states(
     )
 
 
-def mla_prefill_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    output: torch.Tensor,
-    lse: torch.Tensor | None,
-    cu_seqlens_q: torch.Tensor,
-    cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-) -> None:
-    """FlagGems' ``flash_attn_varlen_func``."""
-    kernels.prefill_attention(
-        q,
-        k,
-        v,
-        output,
-        lse,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-    )
-
-
-def mla_decode_attention(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    output: torch.Tensor,
-    lse: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    max_seq_len: int,
-    softmax_scale: float,
-) -> None:
-    """vLLM's Triton ``decode_attention_fwd``."""
-    kernels.decode_attention(
-        q, kv_cache, output, lse, block_table, seq_lens, max_seq_len, softmax_scale
-    )
+# the kernel library's functions take the ops' arguments as they are
+# FlagGems' flash_attn_varlen_func, the values padded to the keys' head size
+mla_prefill_attention = kernels.prefill_attention
+# vLLM's Triton decode_attention_fwd over the latent cache
+mla_decode_attention = kernels.decode_attention
