@@ -281,6 +281,17 @@ TINY_MOE_LAYERS = 2
 TINY_MOE_EXPERTS = 8
 TINY_MOE_TOP_K = 2
 TINY_MOE_INTERMEDIATE_SIZE = 32
+#: the tiny Qwen3-MoE's experts, routing and attention heads, whatever its widths
+TINY_QWEN3_MOE = {
+    "num_experts": TINY_MOE_EXPERTS,
+    "num_experts_per_tok": TINY_MOE_TOP_K,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_hidden_layers": TINY_MOE_LAYERS,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
 
 
 def build_tiny_qwen3_moe(path: str | Path) -> Path:
@@ -295,15 +306,8 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
         Qwen3MoeForCausalLM,
         intermediate_size=2 * HIDDEN_SIZE,
         moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
-        num_experts=TINY_MOE_EXPERTS,
-        num_experts_per_tok=TINY_MOE_TOP_K,
-        norm_topk_prob=True,
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        num_hidden_layers=TINY_MOE_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
         head_dim=32,
+        **TINY_QWEN3_MOE,
     )
 
 
@@ -392,15 +396,8 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
         hidden_size=FP8_BLOCK[0],
         intermediate_size=2 * FP8_BLOCK[0],
         moe_intermediate_size=FP8_BLOCK[0],
-        num_experts=TINY_MOE_EXPERTS,
-        num_experts_per_tok=TINY_MOE_TOP_K,
-        norm_topk_prob=True,
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        num_hidden_layers=TINY_MOE_LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
         head_dim=64,  # which every GPU attention kernel supports
+        **TINY_QWEN3_MOE,
     )
     weights = load_file(str(path / "model.safetensors"))
     converted = {}
