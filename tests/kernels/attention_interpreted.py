@@ -36,8 +36,7 @@ vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
 # vLLM's cache write sizes its tiles by the GPU's generation; an H100's
 torch.cuda.get_device_capability = lambda device=None: (9, 0)
 
-from codegen.manifest import project_manifest  # noqa: E402
-from layer_samples import make_inputs  # noqa: E402
+from interpreted_cases import run_cases  # noqa: E402
 
 from vllm_fl.dispatch.backends.flaggems.impl import attention as flagos  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import attention as reference  # noqa: E402
@@ -63,52 +62,27 @@ def vllm_0_32_layout(key_cache: torch.Tensor, value_cache: torch.Tensor) -> tupl
 LAYOUTS = {"0.24": vllm_0_24_layout, "0.32": vllm_0_32_layout}
 
 
-def _op(name: str):
-    return next(o for o in project_manifest().ops if o.name == name)
+def in_layout(version: str):
+    """The input variant with the caches laid out as vLLM ``version`` hands them."""
+
+    def variant(inputs: dict) -> dict:
+        caches = LAYOUTS[version](inputs["key_cache"], inputs["value_cache"])
+        return {**inputs, "key_cache": caches[0], "value_cache": caches[1]}
+
+    return (f"/vllm-{version}", variant)
 
 
-def run(name: str, impl, layouts: tuple[str, ...]) -> dict[str, str]:
-    """Every test case of op ``name`` in every dtype of DTYPES and layout: "ok", or how the
-    impl's result differs from the reference's beyond the op's tolerance in ops.yaml."""
-    op = _op(name)
-    tolerances = dict(op.tests.tolerances)
-    results = {}
-    for index, case in enumerate(op.tests.cases):
-        for dtype in DTYPES:
-            tolerance = tolerances[str(dtype).removeprefix("torch.")]
-            for layout in layouts:
-                inputs = make_inputs(dict(case.inputs), seed=1, dtype=dtype)
-                expected = {k: _clone(v) for k, v in inputs.items()}
-                getattr(reference, name)(**expected)
-                actual = dict(inputs)
-                actual["key_cache"], actual["value_cache"] = LAYOUTS[layout](
-                    inputs["key_cache"], inputs["value_cache"]
-                )
-                impl(**actual)
-                key = f"{name}/case{index}/{str(dtype)[6:]}/vllm-{layout}"
-                try:
-                    for written in op.mutates:
-                        torch.testing.assert_close(
-                            actual[written],
-                            expected[written],
-                            atol=tolerance.atol,
-                            rtol=tolerance.rtol,
-                            msg=lambda text, written=written: f"{written}: {text}",
-                        )
-                    results[key] = "ok"
-                except AssertionError as exc:
-                    results[key] = str(exc)
-    return results
-
-
-def _clone(value):
-    return value.clone() if isinstance(value, torch.Tensor) else value
+def run(name: str, layouts: tuple[str, ...]) -> dict[str, str]:
+    """Every test case of op ``name`` in every dtype of DTYPES and layout (`run_cases`)."""
+    variants = [in_layout(version) for version in layouts]
+    impl, ref = getattr(flagos, name), getattr(reference, name)
+    return run_cases(name, impl, ref, DTYPES, variants)
 
 
 def main() -> int:
-    results = run("paged_attention", flagos.paged_attention, ("0.24", "0.32"))
+    results = run("paged_attention", ("0.24", "0.32"))
     # vLLM 0.24's layout is FlagGems' (not installed here); 0.32's goes to vLLM's kernel
-    results.update(run("reshape_and_cache_flash", flagos.reshape_and_cache_flash, ("0.32",)))
+    results.update(run("reshape_and_cache_flash", ("0.32",)))
     print("ATTENTION " + json.dumps(results), flush=True)
     return 0
 

@@ -33,8 +33,7 @@ import vllm.triton_utils as vllm_triton  # noqa: E402
 
 vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
 
-from codegen.manifest import project_manifest  # noqa: E402
-from layer_samples import make_inputs  # noqa: E402
+from interpreted_cases import AS_GIVEN, run_cases  # noqa: E402
 
 from vllm_fl.dispatch.backends.flaggems.impl import mla as flagos  # noqa: E402
 from vllm_fl.dispatch.backends.reference.impl import mla as reference  # noqa: E402
@@ -45,14 +44,6 @@ DTYPES = {
     "merge_attn_states": (torch.float32, torch.float16),
     "mla_decode_attention": (torch.float16,),
 }
-
-
-def _op(name: str):
-    return next(o for o in project_manifest().ops if o.name == name)
-
-
-def _clone(value):
-    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def _strided(inputs: dict) -> dict:
@@ -70,49 +61,15 @@ def _strided(inputs: dict) -> dict:
     return out
 
 
-def run(name: str, impl, variants=(("", lambda inputs: inputs),)) -> dict[str, str]:
-    """Every test case of op ``name`` in its dtypes and input variants: "ok", or how the impl's
-    result differs from the reference's beyond the op's tolerance in ops.yaml."""
-    op = _op(name)
-    tolerances = dict(op.tests.tolerances)
-    results = {}
-    for index, case in enumerate(op.tests.cases):
-        for dtype in DTYPES[name]:
-            tolerance = tolerances[str(dtype).removeprefix("torch.")]
-            for suffix, variant in variants:
-                inputs = make_inputs(dict(case.inputs), seed=1, dtype=dtype)
-                expected = {k: _clone(v) for k, v in inputs.items()}
-                getattr(reference, name)(**expected)
-                actual = variant({k: _clone(v) for k, v in inputs.items()})
-                impl(**actual)
-                key = f"{name}/case{index}/{str(dtype)[6:]}{suffix}"
-                try:
-                    for written in op.mutates:
-                        if expected[written] is None:
-                            continue
-                        torch.testing.assert_close(
-                            actual[written],
-                            expected[written],
-                            atol=tolerance.atol,
-                            rtol=tolerance.rtol,
-                            msg=lambda text, written=written: f"{written}: {text}",
-                        )
-                    results[key] = "ok"
-                except AssertionError as exc:
-                    results[key] = str(exc)
-    return results
-
-
 def main() -> int:
-    results = run("gather_and_maybe_dequant_cache", flagos.gather_and_maybe_dequant_cache)
-    results.update(
-        run(
-            "merge_attn_states",
-            flagos.merge_attn_states,
-            (("", lambda inputs: inputs), ("/strided", _strided)),
-        )
-    )
-    results.update(run("mla_decode_attention", flagos.mla_decode_attention))
+    results = {}
+    for name, variants in (
+        ("gather_and_maybe_dequant_cache", AS_GIVEN),
+        ("merge_attn_states", (*AS_GIVEN, ("/strided", _strided))),
+        ("mla_decode_attention", AS_GIVEN),
+    ):
+        impl, ref = getattr(flagos, name), getattr(reference, name)
+        results.update(run_cases(name, impl, ref, DTYPES[name], variants))
     print("MLA " + json.dumps(results), flush=True)
     return 0
 

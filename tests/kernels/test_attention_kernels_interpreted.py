@@ -8,9 +8,6 @@ strides), not CUDA numerics, which the GPU parity tests check."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,17 +15,14 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("vllm")
 
+from interpreted_cases import script_results  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parent / "attention_interpreted.py"
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, str]:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=900
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ATTENTION ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("ATTENTION "))
+    return script_results(SCRIPT, "ATTENTION")
 
 
 def test_every_case_and_layout_ran(results):

@@ -7,9 +7,6 @@ the arguments and layouts the impls pass, not CUDA numerics, which the GPU parit
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,18 +14,15 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("vllm")
 
+from interpreted_cases import script_results  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parent / "mla_interpreted.py"
 OPS = {"gather_and_maybe_dequant_cache", "merge_attn_states", "mla_decode_attention"}
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, str]:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=900
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("MLA ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("MLA "))
+    return script_results(SCRIPT, "MLA")
 
 
 def test_every_op_and_the_strided_merge_ran(results):

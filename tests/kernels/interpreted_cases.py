@@ -1,0 +1,76 @@
+"""The ops.yaml test cases of an op through one impl against the reference, for the scripts that
+run impls in Triton's interpreter (``attention_interpreted.py``, ``mla_interpreted.py``), and
+their results read back by the tests that start them. No side effects on import: a script sets
+the interpreter up before importing this, a test never does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+#: (suffix of the result's key, the inputs as the impl gets them)
+Variant = tuple[str, Callable[[dict], dict]]
+AS_GIVEN: tuple[Variant, ...] = (("", lambda inputs: inputs),)
+
+
+def _clone(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def run_cases(
+    name: str,
+    impl: Callable,
+    reference: Callable,
+    dtypes: Sequence[torch.dtype],
+    variants: Sequence[Variant] = AS_GIVEN,
+) -> dict[str, str]:
+    """Every test case of op ``name`` in each dtype and input variant: "ok", or how the impl's
+    result differs from the reference's beyond the op's tolerance in ops.yaml, keyed
+    ``<op>/case<i>/<dtype><suffix>``."""
+    from codegen.manifest import project_manifest
+    from layer_samples import make_inputs
+
+    op = next(o for o in project_manifest().ops if o.name == name)
+    tolerances = dict(op.tests.tolerances)
+    results = {}
+    for index, case in enumerate(op.tests.cases):
+        for dtype in dtypes:
+            tolerance = tolerances[str(dtype).removeprefix("torch.")]
+            for suffix, variant in variants:
+                inputs = make_inputs(dict(case.inputs), seed=1, dtype=dtype)
+                expected = {k: _clone(v) for k, v in inputs.items()}
+                reference(**expected)
+                actual = variant({k: _clone(v) for k, v in inputs.items()})
+                impl(**actual)
+                key = f"{name}/case{index}/{str(dtype)[6:]}{suffix}"
+                try:
+                    for written in op.mutates:
+                        if expected[written] is None:
+                            continue
+                        torch.testing.assert_close(
+                            actual[written],
+                            expected[written],
+                            atol=tolerance.atol,
+                            rtol=tolerance.rtol,
+                            msg=lambda text, written=written: f"{written}: {text}",
+                        )
+                    results[key] = "ok"
+                except AssertionError as exc:
+                    results[key] = str(exc)
+    return results
+
+
+def script_results(script: Path, tag: str) -> dict[str, str]:
+    """Run ``script`` in a fresh interpreter; the results it printed on its last ``TAG {...}``
+    line (an assertion naming its output where it failed or printed none)."""
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=900
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{tag} ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix(f"{tag} "))
