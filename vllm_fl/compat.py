@@ -235,6 +235,8 @@ def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) 
 
     The plugin's platforms and workers subclass classes only the matching vLLM build can import
     (``vllm.platforms.cuda`` needs the CUDA extension), so they are built when first asked for.
+    A class is named as the module attribute it becomes (not ``_build_x.<locals>.Cls``): vLLM
+    loads the plugin's classes by that path, and pickle finds them there.
     """
     module_name = module_globals["__name__"]
 
@@ -243,6 +245,7 @@ def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) 
         if builder is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         cls = builder()
+        cls.__module__, cls.__qualname__ = module_name, name
         module_globals[name] = cls
         return cls
 

@@ -243,8 +243,6 @@ def _build_cuda_platform() -> type:
             )
             return select_attention_backend(cls, default, selected_backend, attn_selector_config)
 
-    PlatformFL.__module__ = __name__
-    PlatformFL.__qualname__ = "PlatformFL"
     return PlatformFL
 
 
@@ -273,8 +271,6 @@ def _build_cpu_platform() -> type:
             )
             return select_attention_backend(cls, default, selected_backend, attn_selector_config)
 
-    PlatformFLCpu.__module__ = __name__
-    PlatformFLCpu.__qualname__ = "PlatformFLCpu"
     return PlatformFLCpu
 
 

@@ -72,8 +72,6 @@ def _build_gpu_worker() -> type:
             _finish_verification()
             super().shutdown()
 
-    WorkerFL.__module__ = __name__
-    WorkerFL.__qualname__ = "WorkerFL"
     return WorkerFL
 
 
@@ -113,8 +111,6 @@ def _build_cpu_worker() -> type:
             _finish_verification()
             super().shutdown()
 
-    CPUWorkerFL.__module__ = __name__
-    CPUWorkerFL.__qualname__ = "CPUWorkerFL"
     return CPUWorkerFL
 
 

@@ -4,6 +4,7 @@ change in vLLM's configuration, the CPU host worker, and a light `import vllm_fl
 from __future__ import annotations
 
 import logging
+import pickle
 import subprocess
 import sys
 from contextlib import nullcontext
@@ -82,6 +83,9 @@ def test_cpu_host_platform_is_out_of_tree_cpu():
 
     cls = resolve_obj_by_qualname("vllm_fl.platform.PlatformFLCpu")
     assert issubclass(cls, CpuPlatform)
+    # built on first access, named by the path vLLM loads it by, so that pickle finds it too
+    assert (cls.__module__, cls.__qualname__) == ("vllm_fl.platform", "PlatformFLCpu")
+    assert pickle.loads(pickle.dumps(cls)) is cls
     platform = cls()
     assert platform.is_out_of_tree() and not platform.is_cpu()
     assert platform.device_type == "cpu"

@@ -205,8 +205,6 @@ def _build_block_kernel() -> type:
                 A, B, As, Bs, self.block_n, self.block_k, self.out_dtype_name
             )
 
-    Fp8BlockScaledMMKernelFL.__module__ = __name__
-    Fp8BlockScaledMMKernelFL.__qualname__ = "Fp8BlockScaledMMKernelFL"
     return Fp8BlockScaledMMKernelFL
 
 
@@ -286,8 +284,6 @@ def _build_scaled_mm_kernel() -> type:
             out = fp8_scaled_mm(A, B, As, Bs, _dtype_name(out_dtype), bias)
             return out.view(*output_shape)
 
-    Fp8ScaledMMKernelFL.__module__ = __name__
-    Fp8ScaledMMKernelFL.__qualname__ = "Fp8ScaledMMKernelFL"
     return Fp8ScaledMMKernelFL
 
 

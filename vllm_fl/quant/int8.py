@@ -49,8 +49,6 @@ def _build_int8_kernel() -> type:
                 x_q, w_q, x_s, w_s, str(x.dtype).removeprefix("torch."), bias, azp_adj, azp
             )
 
-    Int8ScaledMMKernelFL.__module__ = __name__
-    Int8ScaledMMKernelFL.__qualname__ = "Int8ScaledMMKernelFL"
     return Int8ScaledMMKernelFL
 
 

@@ -250,8 +250,6 @@ def _build_experts_class() -> type:
                 )
             )
 
-    QuantizedExpertsFL.__module__ = __name__
-    QuantizedExpertsFL.__qualname__ = "QuantizedExpertsFL"
     return QuantizedExpertsFL
 
 

@@ -144,8 +144,6 @@ def _build_kernel() -> type:
                 bias,
             )
 
-    WNA16KernelFL.__module__ = __name__
-    WNA16KernelFL.__qualname__ = "WNA16KernelFL"
     return WNA16KernelFL
 
 
