@@ -37,12 +37,13 @@ def _generator() -> torch.Generator:
 # -- the reference against vLLM's CPU code -------------------------------------------------------
 
 
-def _cpu_mla_impl():
+def _mla_impl(cls):
+    """An MLA impl of class `cls` for the test's shape (vLLM's and the plugin's take the same
+    arguments)."""
     from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.v1.attention.backends.mla.cpu_mla import CPUMLAImpl
 
     with set_current_vllm_config(VllmConfig()):
-        return CPUMLAImpl(
+        return cls(
             num_heads=HEADS,
             head_size=ENTRY,
             scale=SCALE,
@@ -61,6 +62,12 @@ def _cpu_mla_impl():
             v_head_dim=V_DIM,
             kv_b_proj=None,
         )
+
+
+def _cpu_mla_impl():
+    from vllm.v1.attention.backends.mla.cpu_mla import CPUMLAImpl
+
+    return _mla_impl(CPUMLAImpl)
 
 
 def test_the_cache_write_matches_vllms_cpu_mla():
@@ -334,28 +341,7 @@ def test_the_backend_refuses_an_fp8_cache(backend_module):
 
 
 def _impl(backend_module):
-    from vllm.config import VllmConfig, set_current_vllm_config
-
-    with set_current_vllm_config(VllmConfig()):
-        return backend_module.MLAImplFL(
-            num_heads=HEADS,
-            head_size=ENTRY,
-            scale=SCALE,
-            num_kv_heads=1,
-            alibi_slopes=None,
-            sliding_window=None,
-            kv_cache_dtype="auto",
-            logits_soft_cap=None,
-            attn_type="decoder",
-            kv_sharing_target_layer_name=None,
-            q_lora_rank=None,
-            kv_lora_rank=KV_LORA_RANK,
-            qk_nope_head_dim=NOPE_DIM,
-            qk_rope_head_dim=ROPE_DIM,
-            qk_head_dim=NOPE_DIM + ROPE_DIM,
-            v_head_dim=V_DIM,
-            kv_b_proj=None,
-        )
+    return _mla_impl(backend_module.MLAImplFL)
 
 
 def test_a_cache_write_then_a_decode_through_the_dispatch(backend_module):
