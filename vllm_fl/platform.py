@@ -253,6 +253,12 @@ def _build_cpu_platform() -> type:
         _enum = compat.platform_enum_oot()
 
         @classmethod
+        def pre_register_and_update(cls, parser=None) -> None:
+            # vLLM calls this before it sets its defaults, the first moment it can be patched
+            super().pre_register_and_update(parser)
+            compat.keep_cpu_batch_defaults(cls)
+
+        @classmethod
         def apply_config_platform_defaults(cls, vllm_config) -> None:
             super().apply_config_platform_defaults(vllm_config)
             note_custom_ops_default(vllm_config.compilation_config)

@@ -63,6 +63,30 @@ def test_table_says_how_many_distinct_tokens_a_batch_had():
     assert "(3+ distinct token ids per batch)" in paired.format_table(result)
 
 
+def test_table_names_the_pairs_whose_tokens_differed():
+    result = _result([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], identical=False)
+    for pair, same in zip(result["pairs"], (True, False, False)):
+        pair["tokens_identical"] = same
+    assert "different in pairs 1, 2 of 3" in paired.format_table(result)
+    assert "different in pairs" not in paired.format_table(_result([1.0], [1.0]))
+
+
+def test_table_names_the_engine_settings_in_which_the_engines_differ():
+    result = _result([1.0], [1.0])
+    assert paired.differing_settings(result) == {}  # results from before settings were kept
+    same = {"scheduler_config.max_num_seqs": "1024", "cache_config.block_size": "16"}
+    result["settings"] = {
+        "a": {**same, "scheduler_config.max_num_batched_tokens": "16384"},
+        "b": {**same, "scheduler_config.max_num_batched_tokens": "8192"},
+    }
+    assert paired.differing_settings(result) == {
+        "scheduler_config.max_num_batched_tokens": {"a": "16384", "b": "8192"}
+    }
+    table = paired.format_table(result)
+    assert "engine setting scheduler_config.max_num_batched_tokens: a 16384, b 8192" in table
+    assert "max_num_seqs" not in table
+
+
 def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
     merged = paired.merge([_result([1.0, 2.0], [1.0, 2.0]), _result([3.0], [3.0], False)])
     assert [pair["a"]["output_tok_s"] for pair in merged["pairs"]] == [1.0, 2.0, 3.0]
@@ -79,19 +103,25 @@ def test_two_resident_engines_take_turns(tmp_path):
         mode="eager", max_tokens=6, llm_args={"dtype": "float32", "max_model_len": 64}
     )
     plugin_path = checkout_plugin_env(tmp_path / "dist")
-    engines = {}
+    engines, settings = {}, {}
     try:
         for name, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON)):
             engine = start_resident(
                 name, tiny_model, workload, vllm_env({**env, **plugin_path}), tmp_path / name
             )
             engines[name] = engine
-            assert engine.answer(300)["ready"]
+            ready = engine.answer(300)
+            assert ready["ready"]
+            settings[name] = ready["settings"]
         pairs, identical = paired.run_pairs(engines, 2, 120)
     finally:
         records = {name: engine.close(60) for name, engine in engines.items()}
-    assert identical
+    assert identical and all(pair["tokens_identical"] for pair in pairs)
     assert [pair["first"] for pair in pairs] == ["vanilla", "plugin"]
+    # the plugin's platform keeps the batching and cache that vLLM's own platform sets up
+    assert int(settings["vanilla"]["scheduler_config.max_num_batched_tokens"]) > 0
+    assert int(settings["vanilla"]["cache_config.num_gpu_blocks"]) > 0
+    assert settings["plugin"] == settings["vanilla"]
     assert all(pair["distinct_tokens"] > 1 for pair in pairs)
     for pair in pairs:
         for name in engines:

@@ -3,7 +3,9 @@ change in vLLM's configuration, the CPU host worker, and a light `import vllm_fl
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -89,6 +91,43 @@ def test_cpu_host_platform_is_out_of_tree_cpu():
     platform = cls()
     assert platform.is_out_of_tree() and not platform.is_cpu()
     assert platform.device_type == "cpu"
+
+
+_BATCH_DEFAULTS = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms import current_platform
+current_platform.pre_register_and_update()  # as EngineArgs.create_engine_config does first
+tokens, seqs = EngineArgs.get_batch_defaults(1)
+print(json.dumps({
+    "platform": type(current_platform).__name__,
+    "is_cpu": current_platform.is_cpu(),
+    "defaults": {str(k): [tokens[k], seqs[k]] for k in tokens},
+}))
+"""
+
+
+@needs_vllm
+def test_cpu_host_platform_batches_as_vllms_cpu_platform():
+    """vLLM picks its default tokens and sequences per step by ``is_cpu()``; the plugin's CPU
+    platform answers False there, yet must cut batches into vanilla's steps."""
+
+    def defaults(env: dict[str, str]) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", _BATCH_DEFAULTS],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    vanilla = defaults({"VLLM_PLUGINS": "none"})
+    plugin = defaults({"VLLM_PLUGINS": "fl", "VLLM_FL_PLATFORM": "cpu"})
+    assert (vanilla["platform"], plugin["platform"]) == ("CpuPlatform", "PlatformFLCpu")
+    assert vanilla["is_cpu"] and not plugin["is_cpu"]
+    assert plugin["defaults"] == vanilla["defaults"]
 
 
 @needs_vllm

@@ -293,11 +293,44 @@ def serve(model: str | Path, workload: Workload, commands, result: Path, compare
             result["decode_tokens"] = sum(len(o.outputs[0].token_ids) for o in decoded)
         return result
 
-    ready = {"ready": True, "import_s": round(import_s, 4), "init_s": round(init_s, 3)}
+    ready = {
+        "ready": True,
+        "import_s": round(import_s, 4),
+        "init_s": round(init_s, 3),
+        "settings": engine_settings(llm.llm_engine.vllm_config),
+    }
     answer_commands(commands, result, ready, {"batch": batch})
     write_result(
         result, {"done": True, "threads_cpu_s": threads_cpu_s(), **_dispatch_record(workload.mode)}
     )
+
+
+#: The settings of an engine that decide how a batch is cut into steps and which kernels see
+#: which shapes: two engines that differ in one of them may round differently on the same
+#: weights (cuBLAS picks its GEMM by the number of tokens in a step).
+ENGINE_SETTINGS = {
+    "scheduler_config": (
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "enable_chunked_prefill",
+        "async_scheduling",
+    ),
+    "cache_config": ("block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype"),
+    "compilation_config": ("mode", "cudagraph_mode"),
+}
+
+
+def engine_settings(vllm_config) -> dict[str, str]:
+    """``ENGINE_SETTINGS`` of an engine's ``VllmConfig`` as ``{"scheduler_config.max_num_seqs":
+    "1024", ...}`` (strings, so that any two compare and print alike; a setting this vLLM lacks
+    is left out)."""
+    found = {}
+    for part, names in ENGINE_SETTINGS.items():
+        config = getattr(vllm_config, part, None)
+        for name in names:
+            if config is not None and hasattr(config, name):
+                found[f"{part}.{name}"] = str(getattr(config, name))
+    return found
 
 
 def _platform_record(workload: Workload) -> dict:
