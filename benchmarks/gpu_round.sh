@@ -26,6 +26,8 @@
 #                2 interleaved rounds
 #   profile-e2e  where an eager engine step's time goes (vanilla, prefer=flagos), and the policies
 #                compared inside one engine, taking turns step by step (e2e --design policy-steps)
+#   portable-profile  where an eager engine step's time goes, vanilla against flagos-deny-cuda (the
+#                portable path, attention included), Llama-3-8B shape, dummy weights +-0.5
 #   ab-steps     prefer=vendor, prefer=flagos and prefer=vendor again (an A/A check) taking turns
 #                step by step
 #   moe-ab-steps the same three policies taking turns step by step in a Qwen3-MoE-shape engine
@@ -39,8 +41,9 @@
 #                (benchmarks.census) for each of QUANTS, vanilla then flagos-deny-cuda, the
 #                latter's tokens and log-probabilities compared with vanilla's
 #   quant-paired vanilla and CONFIG (default plugin, the shipped policy) engines resident at once
-#                (e2e --design paired, MODE default eager, PAIRS default 4), for each of QUANTS of
-#                SHAPE (default llama3-8b, all its layers unless LAYERS; QUANTS=none: unquantized)
+#                (e2e --design paired, MODE default eager, PAIRS default 4, PROMPTS default 128),
+#                for each of QUANTS of SHAPE (default llama3-8b, all its layers unless LAYERS;
+#                QUANTS=none: unquantized)
 #                tok/s ratios and greedy tokens, dummy weights drawn from +-DUMMY_RANGE (default
 #                0.5, integer ones seeded)
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
@@ -61,7 +64,7 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|attention-kernels|block-fp8-tune|mla|mla-census OUT_DIR}
+stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|portable-profile|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|attention-kernels|block-fp8-tune|mla|mla-census OUT_DIR}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -122,6 +125,10 @@ profile-e2e)
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \
         --input-len 16 --output-len 64 --json "$out/h100_profile_e2e_ab_steps.json"
     ;;
+portable-profile)
+    "$py" -m benchmarks.profile_engine --configs vanilla,flagos-deny-cuda --dummy-range 0.5 \
+        --json "$out/h100_profile_e2e_portable.json"
+    ;;
 ab-steps)
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --batches 16 \
         --input-len 16 --output-len 64 --policies "$aa" --json "$out/h100_profile_e2e_ab_steps_aa.json"
@@ -154,7 +161,7 @@ quant-paired)
         if [ "$q" = none ]; then quant=(); fi
         "$py" -m benchmarks.e2e --design paired --configs "vanilla,${CONFIG:-plugin}" \
             --shape "${SHAPE:-llama3-8b}" ${LAYERS:+--layers "$LAYERS"} "${quant[@]}" \
-            --mode "${MODE:-eager}" --pairs "${PAIRS:-4}" --prompts 128 --input-len 256 \
+            --mode "${MODE:-eager}" --pairs "${PAIRS:-4}" --prompts "${PROMPTS:-128}" --input-len 256 \
             --output-len 64 --dummy-range "${DUMMY_RANGE:-0.5}" \
             --json "$out/h100_paired_${SHAPE:-llama3-8b}_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
     done
@@ -190,7 +197,7 @@ moe-ab-steps)
     ;;
 *)
     echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
-        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, ab-steps, moe-ab-steps," \
+        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, portable-profile, ab-steps, moe-ab-steps," \
         "moe-tune, moe-trace, quant, quant-census, quant-paired, quant-gemm, attention-kernels," \
         "block-fp8-tune, mla, mla-census)" >&2
     exit 2
