@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 import torch
 
 #: (suffix of the result's key, the inputs as the impl gets them)
@@ -67,7 +68,18 @@ def run_cases(
 
 def script_results(script: Path, tag: str) -> dict[str, str]:
     """Run ``script`` in a fresh interpreter; the results it printed on its last ``TAG {...}``
-    line (an assertion naming its output where it failed or printed none)."""
+    line (an assertion naming its output where it failed or printed none).
+
+    The scripts interpret vLLM's kernels on CPU tensors as vLLM's CPU build loads them (no
+    FlagGems, vLLM's CPU platform); with vLLM's CUDA build installed, the generated parity tests
+    run the same impls on the GPU instead, and these are skipped."""
+    from vllm_fl import compat
+
+    if not compat.is_cpu_build():
+        pytest.skip(
+            f"{script.name} interprets vLLM's CPU build's kernels; vLLM {compat.vllm_version()} "
+            "here is its CUDA build, whose kernels the GPU parity tests (tests/generated) run"
+        )
     proc = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=900
     )
