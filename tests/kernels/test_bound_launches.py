@@ -13,7 +13,7 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 from recorded_plans import recorded_plans  # noqa: E402
-from vllm_fl.kernels import launch, norm, pointwise  # noqa: E402
+from vllm_fl.kernels import attention, launch, norm, pointwise  # noqa: E402
 
 
 @triton.jit
@@ -44,6 +44,26 @@ def fused_add_rms_norm_kernel(  # FlagGems' parameters (flag_gems/fused/fused_ad
     N,
     eps,
     BLOCK_SIZE: tl.constexpr,
+):
+    pass
+
+
+@triton.jit
+def reshape_and_cache_flash_kernel(  # FlagGems' parameters (fused/reshape_and_cache_flash.py)
+    key,
+    value,
+    key_cache,
+    value_cache,
+    slot_mapping,
+    block_stride,
+    key_stride,
+    value_stride,
+    num_heads,
+    head_size,
+    block_size,
+    k_scale,
+    v_scale,
+    n: tl.constexpr,
 ):
     pass
 
@@ -93,3 +113,28 @@ def test_add_and_normalise_in_place_launches_the_bound_kernel(recorded):
     # another layer's constant: not the bound launch's
     norm.fused_add_rms_norm_inplace(x2, residual2, weight, 1e-6)
     assert len(entry) == 1 and compiled.launches[-1][1][8] == 1e-6
+
+
+def test_kv_cache_write_launches_the_bound_kernel_with_its_new_tensors(recorded):
+    # vLLM 0.24's caches: the halves of [blocks, 2, block_size, kv_heads, head_size]
+    key_cache, value_cache = torch.zeros(6, 2, 16, 2, 64, dtype=torch.float16).unbind(1)
+    calls = []
+    for tokens in (9, 9, 4):
+        key, value = torch.randn(2, tokens, 2, 64, dtype=torch.float16).unbind(0)
+        slots = torch.randperm(96)[:tokens]
+        attention.reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
+        calls.append((key, value, slots))
+    _, compiled, entry = recorded["reshape_and_cache_flash_kernel"]
+    # the first call of each layout goes through the entry, with FlagGems' arguments
+    assert [grid for grid, _args, _kwargs in entry] == [(9,), (4,)]
+    (_grid, args, kwargs) = entry[0]
+    key, value, slots = calls[0]
+    assert args[:5] == (key, value, key_cache, value_cache, slots)
+    assert args[5:11] == (key_cache.stride(0), 128, 128, 2, 64, 16)
+    assert args[11] is args[12] and args[11].item() == 1.0 and kwargs == {"n": 128}
+    # the second call of the first layout: the bound launch, with the new tensors' pointers
+    grid, bound = compiled.launches[0]
+    key, value, slots = calls[1]
+    pointers = (key, value, key_cache, value_cache, slots)
+    assert grid == (9, 1, 1) and bound[:5] == tuple(t.data_ptr() for t in pointers)
+    assert bound[5:11] == args[5:11] and bound[-1] == 128

@@ -16,6 +16,13 @@ kernel splits every sequence's keys into segments reduced afterwards, which need
 scratch sized by the heads; vLLM's Triton backend allocates it once per metadata builder, this
 module once per (device, heads, kv heads, head size) and keeps it.
 
+In eager mode a decode step is bound by the host, and vLLM's ``unified_attention`` derives some
+seventy kernel arguments in Python per call before Triton's runner binds them again. A batch of
+decodes therefore runs it once per layout with its launches recorded (`replay.record`), checks
+the replay against it once, and from then on replays the launches with the new tensors; so does
+FlagGems' cache write through a launch plan (`launch.KernelPlans`). Neither happens while a CUDA
+graph is captured, whose replays cost no host time.
+
 FlagGems' ``reshape_and_cache_flash`` stores a token at ``block * block_stride + offset *
 kv_heads * head_size + head * head_size``: every block of the cache a dense [block_size,
 kv_heads, head_size] array, which vLLM 0.24's layout is; vLLM 0.32 interleaves a head's keys
@@ -25,10 +32,15 @@ and values, so other layouts go to vLLM's kernel, which takes the caches' stride
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import threading
 
 import torch
+
+from vllm_fl.kernels import launch, replay
+
+logger = logging.getLogger(__name__)
 
 #: vLLM's Triton backend: key segments per sequence of the 3D kernel, and the launch grid the
 #: 2D kernel must fill before the 3D one stops paying off (num_kv_heads programs per sequence)
@@ -36,6 +48,10 @@ SEGMENTS = 16
 MIN_GRID_2D = 128
 
 _scratch: dict[tuple, tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+#: decode layouts -> the replay of vLLM's launches for them (None: not replayable)
+_decode_replays: dict[tuple, replay.Replay | None] = {}
+_replaying = True  # off for the process once a replay disagreed with vLLM's wrapper
+_UNIFIED_KERNELS = ("kernel_unified_attention", "reduce_segments")
 _unit_scales: dict[torch.device, torch.Tensor] = {}
 _lock = threading.Lock()
 
@@ -195,10 +211,12 @@ def unified_attention(
     sinks: torch.Tensor | None,
 ) -> None:
     """vLLM's Triton ``unified_attention`` into ``output`` (the op ``paged_attention``), with
-    the 3D kernel's scratch for batches of decodes."""
-    from vllm.v1.attention.ops.triton_unified_attention import unified_attention as kernel
+    the 3D kernel's scratch for batches of decodes, whose launches are replayed where they can
+    be (module docstring)."""
+    from vllm.v1.attention.ops import triton_unified_attention as module
 
     decode = {}
+    kept: tuple[torch.Tensor, ...] = ()
     if max_query_len == 1:
         sequences, segment_out, segment_max, segment_sum = decode_scratch(
             query.device, query.shape[1], key_cache.shape[2], query.shape[2]
@@ -210,7 +228,9 @@ def unified_attention(
             "softmax_segm_max": segment_max,
             "softmax_segm_expsum": segment_sum,
         }
-    kernel(
+        kept = (segment_out, segment_max, segment_sum)
+
+    arguments = dict(
         q=query,
         k=key_cache,
         v=value_cache,
@@ -231,6 +251,80 @@ def unified_attention(
         sinks=sinks,
         **decode,
     )
+
+    def call() -> None:
+        module.unified_attention(**arguments)
+
+    if not kept or not _replayable_now(query):
+        call()
+        return
+    tensors = {
+        "query": query,
+        "key_cache": key_cache,
+        "value_cache": value_cache,
+        "output": output,
+        "block_table": block_table,
+        "seq_lens": seq_lens,
+        "query_start_loc": query_start_loc,
+        "sinks": sinks,
+    }
+    key = _decode_key(tensors, softmax_scale, causal, window_left, logits_soft_cap)
+    if len(_decode_replays) >= launch.MAX_PLANS:
+        _decode_replays.clear()
+    if key in _decode_replays:
+        found = _decode_replays[key]
+        if found is None:
+            call()
+        else:
+            found(tensors)
+        return
+    found = replay.record(module, _UNIFIED_KERNELS, call, tensors, kept)
+    _decode_replays[key] = found if found is None else _checked(found, tensors)
+
+
+def _replayable_now(query: torch.Tensor) -> bool:
+    return (
+        _replaying and launch.on_current_gpu(query) and not torch.cuda.is_current_stream_capturing()
+    )
+
+
+def _decode_key(tensors, softmax_scale, causal, window_left, logits_soft_cap) -> tuple:
+    """What vLLM's wrapper derives a decode batch's launches from: every tensor's shape,
+    strides, dtype and 16-byte alignment (Triton specialises on it), the device and the
+    layer's constants."""
+    described = tuple(
+        (
+            None
+            if tensor is None
+            else (tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor.data_ptr() % 16 == 0)
+        )
+        for tensor in tensors.values()
+    )
+    device = tensors["query"].get_device()
+    return (device, described, softmax_scale, causal, window_left, logits_soft_cap)
+
+
+def _checked(found: replay.Replay, tensors: dict) -> replay.Replay | None:
+    """``found`` if it writes what vLLM's wrapper wrote into ``tensors["output"]`` (bit for
+    bit: the same compiled kernels on the same inputs); otherwise None, and replays stop for
+    the process, with a warning."""
+    global _replaying
+    output = tensors["output"]
+    again = torch.empty_like(output)
+    try:
+        found({**tensors, "output": again})
+        failure = None if torch.equal(again, output) else "did not reproduce its output"
+    except Exception as error:  # a launcher that refuses the recorded arguments
+        failure = f"failed ({type(error).__name__}: {error})"
+    if failure is None:
+        return found
+    _replaying = False
+    logger.warning(
+        "vllm_fl: replaying vLLM's unified_attention launches %s; every later call goes "
+        "through vLLM's wrapper",
+        failure,
+    )
+    return None
 
 
 def dense_blocks(key: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
@@ -258,11 +352,7 @@ def reshape_and_cache_flash(
     addressing fits the caches (``dense_blocks``), else vLLM's Triton kernel."""
     scale = unit_scale(key.device)
     if dense_blocks(key, key_cache, value_cache) and value.stride()[1:] == key.stride()[1:]:
-        import flag_gems
-
-        flag_gems.reshape_and_cache_flash(
-            key, value, key_cache, value_cache, slot_mapping, "auto", scale, scale
-        )
+        _flaggems_cache_write(key, value, key_cache, value_cache, slot_mapping, scale)
         return
     from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (
         triton_reshape_and_cache_flash,
@@ -271,3 +361,59 @@ def reshape_and_cache_flash(
     triton_reshape_and_cache_flash(
         key, value, key_cache, value_cache, slot_mapping, "auto", scale, scale
     )
+
+
+def _flaggems_cache_write(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    scale: torch.Tensor,
+) -> None:
+    """FlagGems' ``reshape_and_cache_flash`` kernel, launched as FlagGems' wrapper launches it
+    (one program per token) through a plan bound to the call's layout; FlagGems' wrapper where
+    there is no plan to make."""
+    plans = launch.plans_of("reshape_and_cache_flash", "reshape_and_cache_flash_kernel")
+    tensors = (key, value, key_cache, value_cache, slot_mapping)
+    if (
+        plans is None
+        or not launch.on_current_gpu(key)
+        or (found := launch.pointers(*tensors)) is None
+    ):
+        import flag_gems
+
+        flag_gems.reshape_and_cache_flash(
+            key, value, key_cache, value_cache, slot_mapping, "auto", scale, scale
+        )
+        return
+    tokens, heads, head_size = slot_mapping.shape[0], key.shape[1], key.shape[2]
+    # everything the launch derives from the call but the five tensors' data pointers
+    signature = (
+        tokens,
+        heads,
+        head_size,
+        key.stride(0),
+        value.stride(0),
+        key_cache.shape[1],
+        key_cache.stride(0),
+        key.dtype,
+        key_cache.dtype,
+        slot_mapping.dtype,
+        key.get_device(),
+    )
+    if tokens == 0 or plans.launch_bound(signature, found):
+        return
+    args = (
+        *tensors,
+        key_cache.stride(0),
+        key.stride(0),
+        value.stride(0),
+        heads,
+        head_size,
+        key_cache.shape[1],
+        scale,
+        scale,
+    )
+    planned = launch.Launch((tokens,), args, {"n": heads * head_size}, signature)
+    plans.run(planned, signature, dynamic=len(tensors))
