@@ -84,6 +84,7 @@ def test_a_replay_makes_the_recorded_launches_with_the_new_tensors(plannable):
     (step,) = found.steps
     assert step.grid == (4, 1, 1) and dict((n, i) for i, n in step.slots) == {"out": 0, "x": 1}
     assert step.values[2] is bias and step.values[3:] == (3.0, 64)  # kept, value, default
+    assert step.values[:2] == (None, None)  # the call's tensors are not held
     x2, out2 = torch.randn(4), torch.empty(4)
     found({"x": x2, "out": out2})
     assert kernel.entry_launches == 1  # through the compiled kernel, not the entry

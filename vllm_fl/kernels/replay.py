@@ -136,6 +136,7 @@ def _step(kernel, grid, args, kwargs, compiled, by_identity, kept_ids) -> Step |
             name = by_identity.get(id(value))
             if name is not None:
                 slots.append((index, name))
+                value = None  # filled per call; the recorded call's tensor is not kept alive
             elif id(value) not in kept_ids:
                 return None  # a tensor the wrapper made for this call: not replayable
         values.append(value)
