@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import platform
 import types
@@ -79,6 +80,106 @@ def stubbed_launches():
             setattr(owner, name, original)
 
 
+class _StubKernel:
+    """A Triton kernel by its parameters (``params``, as ``triton.JITFunction`` has them) whose
+    launches, through the entry or its compiled kernel, launch nothing."""
+
+    def __init__(self, function: Callable) -> None:
+        signature = inspect.signature(inspect.unwrap(getattr(function, "fn", function)))
+        self.params = [
+            types.SimpleNamespace(name=name, default=param.default)
+            for name, param in signature.parameters.items()
+        ]
+
+    def run(self, *args, grid, warmup, **kwargs):
+        return self
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def stubbed_attention():
+    """Within: vLLM's ``unified_attention`` module with its kernels stubbed (its Python wrapper
+    runs as it is), the replays made without their check against the wrapper (the stubs write
+    nothing to compare), and vLLM's CPU build given the real Triton module its wrapper calls
+    helpers of. Yields the module, or None where vLLM is not installed."""
+    try:
+        import triton
+        from vllm.v1.attention.ops import triton_unified_attention as module
+    except ImportError:
+        yield None
+        return
+    from vllm_fl.kernels import attention
+
+    stubs = [
+        (module, "kernel_unified_attention", _StubKernel(module.kernel_unified_attention)),
+        (module, "reduce_segments", _StubKernel(module.reduce_segments)),
+        (module, "triton", triton),
+        (launch, "_triton_supported", lambda: True),
+        (attention, "_checked", lambda found, tensors: found),
+        (attention, "_decode_replays", {}),
+        (attention, "_replaying", True),  # the cases set it; restored afterwards
+        (torch.cuda, "is_current_stream_capturing", lambda: False),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
+    try:
+        for owner, name, stub in stubs:
+            setattr(owner, name, stub)
+        yield module
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _decode_batch(seqs: int = 128) -> dict:
+    """A decode batch of ``seqs`` sequences at Llama-3-8B's attention sizes, vLLM 0.24's caches."""
+    key_cache, value_cache = torch.zeros(64, 2, 16, 8, 128, dtype=torch.bfloat16).unbind(1)
+    query = torch.randn(seqs, 32, 128, dtype=torch.bfloat16)
+    return dict(
+        query=query,
+        key_cache=key_cache,
+        value_cache=value_cache,
+        output=torch.empty_like(query),
+        block_table=torch.zeros(seqs, 8, dtype=torch.int32),
+        seq_lens=torch.full((seqs,), 40, dtype=torch.int32),
+        query_start_loc=torch.arange(seqs + 1, dtype=torch.int32),
+        max_query_len=1,
+        max_seq_len=40,
+        softmax_scale=128**-0.5,
+        causal=True,
+        window_left=-1,
+        logits_soft_cap=0.0,
+        sinks=None,
+    )
+
+
+def attention_cases() -> dict[str, Callable[[], object]]:
+    """The portable attention's decode call (128 sequences), through vLLM's wrapper and
+    replayed, and its cache write (128 tokens); to be timed within `stubbed_attention`."""
+    from vllm_fl.kernels import attention
+
+    batch = _decode_batch()
+    key_cache, value_cache = batch["key_cache"], batch["value_cache"]
+    key, value = torch.randn(2, 128, 8, 128, dtype=torch.bfloat16).unbind(0)
+    slots = torch.arange(128)
+
+    def through(replaying: bool) -> Callable[[], None]:
+        def call() -> None:
+            attention._replaying = replaying
+            attention.unified_attention(**batch)
+
+        return call
+
+    return {
+        "paged_attention decode, vLLM's wrapper (128 seqs)": through(False),
+        "paged_attention decode, replayed (128 seqs)": through(True),
+        "reshape_and_cache_flash (128 tokens)": lambda: attention.reshape_and_cache_flash(
+            key, value, key_cache, value_cache, slots
+        ),
+    }
+
+
 def cases() -> dict[str, Callable[[], object]]:
     """One decode token at Llama-3-8B's sizes (Qwen3-MoE's for the MoE ops): op -> call."""
     head, q_heads, kv_heads, hidden = 128, 32, 8, 4096
@@ -137,8 +238,9 @@ def cases() -> dict[str, Callable[[], object]]:
 
 def measure(repeat: int, number: int) -> list[dict]:
     rows = []
-    with stubbed_launches():
-        for name, call in cases().items():
+    with stubbed_launches(), stubbed_attention() as vllm_attention:
+        timed = {**cases(), **(attention_cases() if vllm_attention is not None else {})}
+        for name, call in timed.items():
             call()
             rows.append({"op": name, "us": round(wall_us(call, number, repeat), 2)})
     return rows
