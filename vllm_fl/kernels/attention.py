@@ -214,8 +214,6 @@ def unified_attention(
     """vLLM's Triton ``unified_attention`` into ``output`` (the op ``paged_attention``), with
     the 3D kernel's scratch for batches of decodes, whose launches are replayed where they can
     be (module docstring)."""
-    from vllm.v1.attention.ops import triton_unified_attention as module
-
     replaying = max_query_len == 1 and _replayable_now(query)
     if replaying:
         tensors = {
@@ -234,6 +232,8 @@ def unified_attention(
             found(tensors)
             return
         replaying = found is _UNSEEN  # a layout seen before that cannot be replayed: the wrapper
+
+    from vllm.v1.attention.ops import triton_unified_attention as module
 
     decode = {}
     kept: tuple[torch.Tensor, ...] = ()
