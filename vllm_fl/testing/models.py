@@ -582,8 +582,6 @@ class ModelShape:
         return self.kv_heads * self.head_dim
 
 
-#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
-#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
 #: the projections a GPTQ checkpoint quantises, named: without the list vLLM 0.24 infers them from
 #: the checkpoint's safetensors, and a dummy checkpoint (a config.json only) has none, so every
 #: layer would stay unquantized
@@ -596,6 +594,8 @@ GPTQ_MODULES = [
     "mlp.up_proj",
     "mlp.down_proj",
 ]
+#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
+#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
 QUANTIZATIONS: dict[str, dict] = {
     # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
     "fp8-block": {
