@@ -56,6 +56,19 @@ class _NoLaunch:
 
 
 @contextlib.contextmanager
+def _patched(stubs: list[tuple[object, str, object]]):
+    """Within: each (owner, name, stub) of ``stubs`` set as ``owner.name``; the originals after."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
+    try:
+        for owner, name, stub in stubs:
+            setattr(owner, name, stub)
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def stubbed_launches():
     """Within: every tensor is "on the current GPU" and every launch plan launches nothing."""
     nothing = _NoLaunch()
@@ -70,14 +83,8 @@ def stubbed_launches():
         (experts, "flag_gems_kernels", lambda: kernels),
         (moe_launch, "topk_softmax_plans", lambda: nothing),
     ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
-    try:
-        for owner, name, stub in stubs:
-            setattr(owner, name, stub)
+    with _patched(stubs):
         yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 class _StubKernel:
@@ -122,14 +129,8 @@ def stubbed_attention():
         (attention, "_replaying", True),  # the cases set it; restored afterwards
         (torch.cuda, "is_current_stream_capturing", lambda: False),
     ]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in stubs]
-    try:
-        for owner, name, stub in stubs:
-            setattr(owner, name, stub)
+    with _patched(stubs):
         yield module
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
 
 
 def _decode_batch(seqs: int = 128) -> dict:
