@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     paired = parser.add_argument_group("paired")
     paired.add_argument("--pairs", type=int, default=8)
     paired.add_argument(
+        "--prompt-seeds",
+        type=int,
+        help="pair p generates the prompts of seed p %% N, so that each engine's tokens for the "
+        "same prompts are compared with its own (default: new prompts every pair)",
+    )
+    paired.add_argument(
         "--memory", type=float, default=0.45, help="each engine's gpu_memory_utilization"
     )
     policies = parser.add_argument_group("policy-rounds, policy-steps")
@@ -127,6 +133,8 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parser.error(f"--configs needs two different configurations, got {args.configs}")
         if args.pairs < 1:
             parser.error(f"--pairs is {args.pairs}; allowed: 1 or more")
+        if args.prompt_seeds is not None and args.prompt_seeds < 1:
+            parser.error(f"--prompt-seeds is {args.prompt_seeds}; allowed: 1 or more")
     if args.policies is not None:
         wrong = [p for p in args.policies if p not in e2e_policies.AB_POLICIES]
         if wrong or "prefer=vendor" not in args.policies:

