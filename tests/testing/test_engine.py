@@ -65,6 +65,48 @@ def test_the_first_batch_is_returned_and_every_batch_timed(monkeypatch):
     assert outputs == ["a"] and times == [3.0, 1.0, 2.0]
 
 
+class _RecordingLLM:
+    """Records the prompt lengths of every batch it generates; each prompt gives one token."""
+
+    def __init__(self):
+        import types
+
+        self.batches: list[list[int]] = []
+        self.llm_engine = types.SimpleNamespace(vllm_config=None)
+
+    def generate(self, batch, params, use_tqdm):
+        import types
+
+        self.batches.append([len(p["prompt_token_ids"]) for p in batch])
+        return [
+            types.SimpleNamespace(
+                outputs=[types.SimpleNamespace(token_ids=[7])],
+                prompt_token_ids=p["prompt_token_ids"],
+            )
+            for p in batch
+        ]
+
+
+def test_a_resident_engine_warms_up_both_kinds_of_batch_before_it_is_ready(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    llm = _RecordingLLM()
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setattr(engine, "build_llm", lambda *args: llm)
+    monkeypatch.setattr(engine, "sampling_params", lambda *args: None)
+    monkeypatch.setattr(engine, "engine_settings", lambda config: {})
+    work = Workload(num_prompts=3, prompt_len=40, decode_prompt_len=16, max_tokens=1)
+    engine.serve("model", work, ["batch 0", "quit"], tmp_path / "result")
+    # warm-up: the full prompts, then the same cut to the decode length; then the timed pair
+    assert llm.batches == [[40] * 3, [16] * 3, [40] * 3, [16] * 3]
+
+    llm = _RecordingLLM()
+    monkeypatch.setattr(engine, "build_llm", lambda *args: llm)
+    engine.serve("model", Workload(num_prompts=2, prompt_len=40), ["quit"], tmp_path / "other")
+    assert llm.batches == [[40] * 2]
+
+
 def test_the_engine_watch_times_collections_from_the_watch_on():
     import gc
     import types

@@ -259,7 +259,8 @@ def serve(model: str | Path, workload: Workload, commands, result: Path, compare
     """Build the engine once, then generate a timed batch for every ``batch SEED`` line read
     from ``commands`` until ``quit``; each answer is a result file (`child.answer_commands`).
 
-    Answers: on start ``{"ready": true, "import_s", "init_s"}`` (after a warm-up batch), per
+    Answers: on start ``{"ready": true, "import_s", "init_s"}`` (after a warm-up batch of
+    each kind: full prompts, and cut ones where the workload has a decode part), per
     batch ``{"seed", "generate_s", "output_tokens", "prompt_tokens", "tokens"}`` (the greedy
     tokens of the first ``compared`` prompts), with ``decode_s`` and ``decode_tokens`` for the
     prompts cut to ``workload.decode_prompt_len`` where the workload has one; on ``quit`` the
@@ -273,7 +274,12 @@ def serve(model: str | Path, workload: Workload, commands, result: Path, compare
     llm = build_llm(model, workload.mode, workload.llm_args, workload.dummy_range)
     init_s = time.perf_counter() - start
     params = sampling_params(workload.max_tokens, workload.detokenize)
-    llm.generate(prompts(workload, WARMUP_SEED), params, use_tqdm=False)  # not timed
+    warmup = prompts(workload, WARMUP_SEED)
+    # Both kinds of timed batch once, untimed, so that neither engine's first pair meets a JIT
+    # compilation or a new kernel layout the other has already seen.
+    llm.generate(warmup, params, use_tqdm=False)
+    if workload.decode_prompt_len is not None:
+        llm.generate(cut_prompts(warmup, workload.decode_prompt_len), params, use_tqdm=False)
 
     def batch(words: list[str]) -> dict:
         seed = int(words[1])
