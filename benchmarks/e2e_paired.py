@@ -1,16 +1,16 @@
 """End-to-end A/B design ``paired``: two engines resident at once, taking turns batch by batch.
 
 Engines started one after another see a host whose speed wanders by more than two configurations
-differ (`host_probe.py`). Here both engines are started first, each with its own share of GPU
-memory (``--memory``), in vLLM's default process layout (each a `vllm.LLM` in its own process,
-with its engine core in a process of its own: `vllm_fl.testing.engine --serve`), each warmed up
-with one untimed batch of each kind, and then generate the same batches in turns, A B B A A B
-..., so that every pair of batches is seconds apart. Each pair gives a ratio of the second configuration to the first (output tok/s of the batch, and tok/s
-of a decode-heavy batch of the same prompts cut to ``--decode-input-len`` tokens); the table
-reports the medians of both configurations, the median of the paired ratios and its bootstrap 95%
-interval, and compares the greedy tokens. Runs of one setup merge (``--summarize`` of several
-files). The default batch keeps every sequence's KV cache resident in an engine holding the
-default memory share of an 80 GB GPU.
+differ (`host_probe.py`). Here both engines are started first, each with its own share of GPU memory
+(``--memory``), in vLLM's default process layout (each a `vllm.LLM` in its own process, with its
+engine core in a process of its own: `vllm_fl.testing.engine --serve`), each warmed up with one
+untimed batch of each kind, and then generate the same batches in turns, A B B A A B ..., so that
+every pair of batches is seconds apart. Each pair gives a ratio of the second configuration to the
+first (output tok/s of the batch, and tok/s of a decode-heavy batch of the same prompts cut to
+``--decode-input-len`` tokens); the table reports the medians of both configurations, the median of
+the paired ratios and its bootstrap 95% interval, and compares the greedy tokens. Runs of one setup
+merge (``--summarize`` of several files). The default batch keeps every sequence's KV cache resident
+in an engine holding the default memory share of an 80 GB GPU.
 """
 
 from __future__ import annotations
