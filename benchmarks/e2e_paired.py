@@ -171,9 +171,9 @@ def run_pairs(
 
     Pair ``p`` generates the prompts of seed ``p % seeds`` (default: new prompts every pair).
     Where a seed comes again, each engine's tokens are also compared with its own from that
-    seed's first pair (``repeated``): an engine whose tokens change for the same prompts does
-    not decide greedy tokens deterministically, and a difference between the engines then says
-    nothing about their kernels."""
+    seed's first pair (``repeated``). On a repeat vLLM's prefix cache holds the prompts, so the
+    prefill runs other shapes: an engine whose tokens then change has greedy tokens that hang on
+    rounding, and a difference between two engines says nothing about their kernels."""
     names = list(engines)
     results, identical = [], True
     first_tokens: dict[int, dict[str, list]] = {}
