@@ -186,3 +186,30 @@ def test_batch_order_puts_each_policy_as_often_after_the_vendor_step_as_before_i
 
     follows = [right_after_vendor(order) for order in orders]
     assert follows.count("prefer=flagos") == follows.count("prefer=vendor again") == 3
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_the_engine_profile_task_reports_a_step_its_host_split_and_its_kernels(monkeypatch):
+    """profile_task whole, on a stand-in engine whose batches do a little torch work (no GPU:
+    the profiler finds no CUDA kernel, and the synchronisation is a no-op)."""
+    import torch
+
+    class _Engine:
+        def __init__(self):
+            self.batches = []
+
+        def generate(self, batch, params, use_tqdm):
+            self.batches.append(batch)
+            torch.ones(64, 64) @ torch.ones(64, 64)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    engine = _Engine()
+    workload = Workload(num_prompts=2, prompt_len=8, max_tokens=4)
+    result = profile_engine.profile_task(engine, workload)
+    # a warm-up, the timed batch and the two profiled ones, each of fresh prompts
+    assert len(engine.batches) == 4
+    assert len({str(batch) for batch in engine.batches}) == 4
+    assert result["step_ms"] > 0
+    assert result["gpu_kernel_ms_per_step"] == 0 and result["top_kernels_ms_per_step"] == []
+    assert sum(result["host_ms_per_step_profiled"].values()) > 0
+    assert any("generate" in row[0] for row in result["top_functions_ms_per_step"])
