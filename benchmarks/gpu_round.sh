@@ -65,7 +65,13 @@
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
 # with torch, vLLM's CUDA build, flag_gems and pytest; the plugin need not be installed.
 set -euo pipefail
-stage=${1:?usage: $0 tests|vllm|vllm-user|ops|e2e-eager|e2e-eager-rounds|e2e-paired|e2e-compile|moe-eager|moe-eager-rounds|moe-compile|profile-e2e|portable-profile|ab-steps|moe-ab-steps|moe-tune|moe-trace|quant|quant-census|quant-paired|quant-gemm|attention-kernels|block-fp8-tune|mla|mla-census OUT_DIR}
+stages=(
+    tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
+    moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
+    moe-trace quant quant-census quant-paired quant-gemm attention-kernels block-fp8-tune mla
+    mla-census
+)
+stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
 mkdir -p "$out"
@@ -197,10 +203,7 @@ moe-ab-steps)
         --json "$out/h100_moe_profile_e2e_ab_steps_aa.json"
     ;;
 *)
-    echo "unknown stage '$stage' (tests, vllm, vllm-user, ops, e2e-eager, e2e-eager-rounds, e2e-paired," \
-        "e2e-compile, moe-eager, moe-eager-rounds, moe-compile, profile-e2e, portable-profile, ab-steps, moe-ab-steps," \
-        "moe-tune, moe-trace, quant, quant-census, quant-paired, quant-gemm, attention-kernels," \
-        "block-fp8-tune, mla, mla-census)" >&2
+    echo "unknown stage '$stage' (one of: ${stages[*]})" >&2
     exit 2
     ;;
 esac
