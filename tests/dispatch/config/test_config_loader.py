@@ -80,7 +80,6 @@ def test_platform_yaml_then_env_override(tmp_path, monkeypatch):
     [
         "per_token_group_quant_fp8",
         "w8a8_block_fp8_matmul",
-        "scaled_fp8_quant",
         "fp8_scaled_mm",
         "scaled_int8_quant",
         "int8_scaled_mm",
@@ -94,6 +93,15 @@ def test_cuda_keeps_the_quantized_ops_on_the_vendor_under_compile(op):
     policy = load_config({"VLLM_FL_PLATFORM": "cuda"}).policy
     assert policy.prefer_for(traced=True) == "reference"
     assert policy.order_for(op, traced=True) == (("vendor", "flagos", "reference"), True)
+
+
+def test_cuda_traces_the_fp8_per_tensor_quantiser_under_compile():
+    """vanilla vLLM runs its FP8 per-tensor / per-token quantiser from its PyTorch formula under
+    compile, for Inductor to fuse it into the norm or activation before it: the shipped policy
+    takes the vendor's kernel in eager and the traced reference under compile."""
+    policy = load_config({"VLLM_FL_PLATFORM": "cuda"}).policy
+    assert policy.order_for("scaled_fp8_quant", traced=False)[0][0] == "vendor"
+    assert policy.order_for("scaled_fp8_quant", traced=True)[0][0] == "reference"
 
 
 def test_platform_autodetected_and_unknown(monkeypatch):
