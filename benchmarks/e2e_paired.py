@@ -150,11 +150,11 @@ def merge(results: list[dict]) -> dict:
     pairs (greedy tokens identical only where they were in every run)."""
     first = results[0]
     for other in results[1:]:
-        for key in ("configs", "mode", "shape", "workload"):
+        for key in ("configs", "mode", "shape", "layers", "quant", "workload"):
             if other.get(key) != first.get(key):
                 raise ValueError(
                     f"runs differ in {key}: {first.get(key)!r} and {other.get(key)!r}; only runs "
-                    "of the same configurations, mode, shape and workload merge"
+                    "of the same configurations, mode, model and workload merge"
                 )
     return {
         **first,
@@ -213,7 +213,9 @@ def run_design(model: Model, args) -> dict | None:
         },
     )
     engines: dict[str, ResidentChild] = {}
-    result = {"configs": args.configs, "mode": args.mode, "shape": args.shape, "startup": {}}
+    result = {"configs": args.configs, "mode": args.mode, "shape": args.shape}
+    # the shape's layer count and format as run (absent in results from before they were kept)
+    result |= {"layers": args.layers, "quant": args.quant, "startup": {}}
     result["workload"] = {
         "prompts": args.prompts,
         "input_len": args.input_len,

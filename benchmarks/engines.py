@@ -72,7 +72,7 @@ def env_pair(text: str) -> tuple[str, str]:
 def add_engine_arguments(parser: argparse.ArgumentParser, *, shape: str, input_len: int) -> None:
     """The model, its batch, the policy's extra variables and the mode of an engine run."""
     parser.add_argument("--shape", choices=SHAPES, default=shape)
-    parser.add_argument("--layers", type=int, help="fewer decoder layers than the shape has")
+    parser.add_argument("--layers", type=int, help="decoder layers (default: the shape's)")
     parser.add_argument(
         "--quant", choices=sorted(QUANTIZATIONS), help="a quantized checkpoint of this format"
     )

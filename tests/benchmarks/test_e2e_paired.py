@@ -94,6 +94,13 @@ def test_runs_of_one_setup_merge_their_pairs_and_others_are_refused():
     other = {**_result([1.0], [1.0]), "configs": ["a", "c"]}
     with pytest.raises(ValueError, match="differ in configs"):
         paired.merge([_result([1.0], [1.0]), other])
+    # the same shape name with another layer count or format is another model
+    deeper = {**_result([1.0], [1.0]), "layers": 12}
+    with pytest.raises(ValueError, match="differ in layers: None and 12"):
+        paired.merge([_result([1.0], [1.0]), deeper])
+    quantized = {**_result([1.0], [1.0]), "quant": "fp8-block"}
+    with pytest.raises(ValueError, match="differ in quant"):
+        paired.merge([_result([1.0], [1.0]), quantized])
 
 
 class _Engine:
