@@ -54,7 +54,7 @@ class StandInKernel:
 @pytest.fixture
 def plannable(monkeypatch):
     """A Triton whose compiled kernels' calling convention `launch` knows."""
-    monkeypatch.setattr(launch, "_triton_supported", lambda: True)
+    monkeypatch.setattr(launch, "triton_supported", lambda: True)
 
 
 def scale_kernel(**options):
@@ -106,7 +106,7 @@ def test_no_replay_where_it_could_not_be_exact(plannable, monkeypatch, why):
 
     kept = torch.ones(4)
     if why == "old Triton":
-        monkeypatch.setattr(launch, "_triton_supported", lambda: False)
+        monkeypatch.setattr(launch, "triton_supported", lambda: False)
     found = replay.record(module, ["scale_kernel"], wrapper, {"x": x, "out": out}, kept=[kept])
     assert found is None
     assert kernel.entry_launches == 1 and module.scale_kernel is kernel  # it ran, as it was

@@ -49,7 +49,9 @@ def _triton_version() -> tuple[int, int]:
     return major, minor
 
 
-def _triton_supported() -> bool:
+def triton_supported() -> bool:
+    """Whether this Triton's compiled kernels take the call the launch plans make
+    (``compiled[grid](*every_parameter)``); elsewhere kernels launch through Triton's runner."""
     return _triton_version() in _SUPPORTED_TRITON
 
 
@@ -183,7 +185,7 @@ class KernelPlans:
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self._params = _jit_function(kernel).params
-        self._plannable = _triton_supported() and not _has_pre_hooks(kernel)
+        self._plannable = triton_supported() and not _has_pre_hooks(kernel)
         # layout -> (launcher_of(compiled kernel), parameters after the positional ones,
         # constexpr values)
         self._plans: dict[Hashable, tuple[Callable[..., None], tuple, dict[str, Any]]] = {}

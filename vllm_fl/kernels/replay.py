@@ -105,7 +105,7 @@ def record(
             for name, kernel in originals.items():
                 if kernel is not None:
                     setattr(module, name, kernel)
-    if not log or not launch._triton_supported():
+    if not log or not launch.triton_supported():
         return None
     by_identity = {id(tensor): name for name, tensor in tensors.items() if tensor is not None}
     kept_ids = {id(tensor) for tensor in kept}
