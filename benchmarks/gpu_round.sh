@@ -47,6 +47,9 @@
 #                and each engine's tokens are checked against its own for the same prompts
 #                tok/s ratios and greedy tokens, dummy weights drawn from +-DUMMY_RANGE (default
 #                0.5, integer ones seeded)
+#   quant-profile  where a decode step's time goes (benchmarks.profile_engine), vanilla against
+#                CONFIG (default plugin), for each of QUANTS of the Llama-3-8B shape, MODE (default
+#                eager); --env of the configuration goes in ENV (one NAME=VALUE)
 #   quant-gemm   benchmarks.bench_quant_gemm: the quantized GEMMs kernel by kernel
 #   attention-kernels  benchmarks.bench_attention: the paged-attention kernels (vLLM's Triton
 #                unified_attention and its launch variants, FlagGems, FA3) kernel by kernel on
@@ -68,8 +71,8 @@ set -euo pipefail
 stages=(
     tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
     moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
-    moe-trace quant quant-census quant-paired quant-gemm attention-kernels block-fp8-tune mla
-    mla-census
+    moe-trace quant quant-census quant-paired quant-profile quant-gemm attention-kernels
+    block-fp8-tune mla mla-census
 )
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
@@ -171,6 +174,13 @@ quant-paired)
             --mode "${MODE:-eager}" --pairs "${PAIRS:-4}" --prompts "${PROMPTS:-128}" --input-len 256 \
             --output-len 64 --dummy-range "${DUMMY_RANGE:-0.5}" ${SEEDS:+--prompt-seeds "$SEEDS"} \
             --json "$out/h100_paired_${SHAPE:-llama3-8b}_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
+    done
+    ;;
+quant-profile)
+    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+        "$py" -m benchmarks.profile_engine --configs "vanilla,${CONFIG:-plugin}" --quant "$q" \
+            --mode "${MODE:-eager}" --dummy-range "${DUMMY_RANGE:-0.5}" ${ENV:+--env "$ENV"} \
+            --json "$out/h100_profile_e2e_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
     done
     ;;
 quant-gemm)
