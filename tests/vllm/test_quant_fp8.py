@@ -221,6 +221,31 @@ def test_the_reference_quantisers_match_vllms_native_code(vllm_config):
         assert torch.equal(s.reshape(-1), vllm_s.reshape(-1)), shape
 
 
+@pytest.mark.parametrize("case", ["dynamic per tensor", "dynamic per token", "static"])
+def test_the_reference_fp8_quantiser_traces_whole_with_a_dynamic_token_count(case):
+    """Under torch.compile the shipped CUDA policy runs ``scaled_fp8_quant`` from its reference
+    (for Inductor to fuse it, as vanilla's native QuantFP8): Dynamo must trace it without a graph
+    break over a symbolic token count, and the traced graph compute what eager does."""
+    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+
+    torch.manual_seed(3)
+    static = case == "static"
+    per_token = case == "dynamic per token"
+    scale = torch.tensor([0.02]) if static else None
+
+    def quantise(x):
+        return ref.scaled_fp8_quant(x, scale, per_token)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(quantise, fullgraph=True, dynamic=True, backend="aot_eager")
+    for tokens in (5, 17):  # a second count reuses the symbolic graph
+        x = torch.randn(tokens, 256).to(torch.bfloat16) * 3
+        q, s = compiled(x)
+        eager_q, eager_s = quantise(x)
+        assert torch.equal(q.view(torch.uint8), eager_q.view(torch.uint8)), tokens
+        assert torch.equal(s, eager_s), tokens
+
+
 def test_scale_layout_flags_change_strides_not_values():
     from vllm_fl.dispatch.backends.reference.impl import quant as ref
 
