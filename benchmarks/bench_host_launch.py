@@ -123,7 +123,7 @@ def stubbed_attention():
         (module, "kernel_unified_attention", _StubKernel(module.kernel_unified_attention)),
         (module, "reduce_segments", _StubKernel(module.reduce_segments)),
         (module, "triton", triton),
-        (launch, "_triton_supported", lambda: True),
+        (launch, "triton_supported", lambda: True),
         (attention, "_checked", lambda found, tensors: found),
         (attention, "_decode_replays", {}),
         (attention, "_replaying", True),  # the cases set it; restored afterwards
