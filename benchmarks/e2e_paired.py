@@ -213,9 +213,15 @@ def run_design(model: Model, args) -> dict | None:
         },
     )
     engines: dict[str, ResidentChild] = {}
-    result = {"configs": args.configs, "mode": args.mode, "shape": args.shape}
-    # the shape's layer count and format as run (absent in results from before they were kept)
-    result |= {"layers": args.layers, "quant": args.quant, "startup": {}}
+    result = {
+        "configs": args.configs,
+        "mode": args.mode,
+        "shape": args.shape,
+        # the layer count and format as run (absent in results from before they were kept)
+        "layers": args.layers,
+        "quant": args.quant,
+        "startup": {},
+    }
     result["workload"] = {
         "prompts": args.prompts,
         "input_len": args.input_len,

@@ -77,6 +77,8 @@ stages=(
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
 py=${PY:-python3}
+# the quantized formats the quant stages run, one after another
+quants=${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=0
@@ -151,7 +153,7 @@ moe-trace)
         --layers 16 --mode compile --json "$out/h100_moe_trace_compile.json"
     ;;
 quant)
-    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+    for q in $quants; do
         "$py" -m benchmarks.e2e --design rounds --configs vanilla,plugin,flagos-deny-cuda \
             --shape "${SHAPE:-llama3-8b}" --layers "${LAYERS:-4}" --quant "$q" --modes eager \
             --repeat 1 --prompts 32 --input-len 128 --output-len 32 \
@@ -159,14 +161,14 @@ quant)
     done
     ;;
 quant-census)
-    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+    for q in $quants; do
         "$py" -m benchmarks.census --configs vanilla,flagos-deny-cuda --shape "${SHAPE:-llama3-8b}" \
             --layers "${LAYERS:-4}" --quant "$q" --dummy-range "${DUMMY_RANGE:-0.5}" \
             --json "$out/h100_census_${SHAPE:-llama3-8b}_$q.json"
     done
     ;;
 quant-paired)
-    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+    for q in $quants; do
         quant=(--quant "$q")
         if [ "$q" = none ]; then quant=(); fi
         "$py" -m benchmarks.e2e --design paired --configs "vanilla,${CONFIG:-plugin}" \
@@ -177,7 +179,7 @@ quant-paired)
     done
     ;;
 quant-profile)
-    for q in ${QUANTS:-fp8-block fp8-tensor int8-w8a8 w4a16-gptq}; do
+    for q in $quants; do
         "$py" -m benchmarks.profile_engine --configs "vanilla,${CONFIG:-plugin}" --quant "$q" \
             --mode "${MODE:-eager}" --dummy-range "${DUMMY_RANGE:-0.5}" ${ENV:+--env "$ENV"} \
             --json "$out/h100_profile_e2e_${q}_${CONFIG:-plugin}_${MODE:-eager}.json"
