@@ -44,10 +44,12 @@ class _Recorder:
 
     def __init__(self, result):
         self.calls: list[dict] = []
+        self.positional: list[tuple] = []
         self.result = result
 
     def __call__(self, *args, **kwargs):
         self.calls.append(kwargs)
+        self.positional.append(args)
         return self.result(*args, **kwargs)
 
 
@@ -153,3 +155,50 @@ def test_machete_prepacks_once_and_takes_scaled_zero_points(monkeypatch):
     assert prepack.calls[0]["a_type"] == torch.float16
     assert str(prepack.calls[0]["b_type"]) == "uint4"
     assert machete.calls[0]["b_group_size"] == group
+
+
+@pytest.mark.parametrize("fallback", ["reference", "flagos"])
+def test_a_layers_weight_is_held_once_and_other_backends_still_read_it(marlin, fallback):
+    from vllm_fl.dispatch.backends.flaggems.impl import wna16 as flagos
+    from vllm_fl.kernels import resident
+
+    # 8 bits: the flagos impl dequantises them in PyTorch, which runs here
+    k, n, group, bits = 256, 128, 64, 8
+    qweight, scales, _ = packing.quantize(torch.randn(k, n), bits, group)
+    canonical = qweight.clone()
+    weight = torch.nn.Parameter(qweight, requires_grad=False)  # as the linear method holds it
+    scales = scales.to(BF16)
+    x = torch.randn(5, k, dtype=BF16)
+    out = cuda.wna16_gemm(x, weight, scales, bits, group)
+    # Marlin's copy replaces the canonical weight, as in vanilla vLLM
+    assert resident.is_released(weight) and weight.untyped_storage().nbytes() == 0
+    assert torch.equal(cuda.wna16_gemm(x, weight, scales, bits, group), out)
+    # a fallback reads the canonical values back; the repacked copy stays valid
+    other = {"reference": reference, "flagos": flagos}[fallback]
+    read = other.wna16_gemm(x, weight, scales, bits, group)
+    assert torch.equal(weight, canonical)
+    # bf16 rounding of results of magnitude ~16; a read of freed storage would be garbage
+    torch.testing.assert_close(read, out, atol=0.5, rtol=2e-2)
+    assert torch.equal(cuda.wna16_gemm(x, weight, scales, bits, group), out)
+    assert len(marlin["repack"].calls) == 1
+
+
+def test_a_released_weight_is_read_back_before_another_layout_is_made(monkeypatch):
+    from vllm import _custom_ops as ops
+
+    k, n, group = 256, 128, 128
+    qweight, scales, _ = packing.quantize(torch.randn(k, n), 4, group)
+    k_packed = packing.canonical_to_k_packed(qweight, 4)
+    weight = torch.nn.Parameter(qweight, requires_grad=False)
+    prepack = _Recorder(lambda w, **kw: w.contiguous())
+    monkeypatch.setattr(ops, "machete_prepack_B", prepack, raising=False)
+    monkeypatch.setattr(
+        ops, "machete_mm", lambda **kw: kw["a"].new_zeros(kw["a"].shape[0], n), raising=False
+    )
+    monkeypatch.setattr(cuda, "_capability", lambda index: H100)
+    # one prepacked copy per activation type: the second is made from the released canonical
+    for dtype in (torch.float16, BF16):
+        cuda.wna16_gemm(torch.randn(2, k, dtype=dtype), weight, scales.to(dtype), 4, group)
+    assert [call["a_type"] for call in prepack.calls] == [torch.float16, BF16]
+    # the weight reaches the prepack in GPTQ's layout both times, not read from freed storage
+    assert all(torch.equal(args[0], k_packed) for args in prepack.positional)

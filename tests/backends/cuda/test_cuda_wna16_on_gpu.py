@@ -101,3 +101,22 @@ def test_each_weight_is_repacked_once(monkeypatch, capability):
         x = torch.randn(m, 4096, dtype=torch.bfloat16, device=DEVICE)
         cuda.wna16_gemm(x, qweight, scales, 4, 128, qzeros)
     assert len(calls) == 1, calls
+
+
+@pytest.mark.parametrize("capability", ["native", "ampere"])
+def test_a_layers_weight_is_held_once_on_the_gpu(monkeypatch, capability):
+    if capability == "ampere":
+        monkeypatch.setattr(cuda, "_capability", lambda index: (8, 0))
+    qweight, scales, _ = _weights(4, False, 128, 4096, 14336, torch.bfloat16)
+    weight = torch.nn.Parameter(qweight, requires_grad=False)
+    x = torch.randn(16, 4096, dtype=torch.bfloat16, device=DEVICE)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = cuda.wna16_gemm(x, weight, scales, 4, 128)
+    torch.cuda.synchronize()
+    # the repacked copy (the canonical's size) replaced the canonical; the output remains
+    grown = torch.cuda.memory_allocated() - before
+    assert grown <= out.numel() * out.element_size() + (4 << 20), grown  # weight: 28 MiB
+    expected = reference.wna16_gemm(x, weight, scales, 4, 128)  # reads the weight back
+    _close(out, expected)
+    _close(cuda.wna16_gemm(x, weight, scales, 4, 128), expected)

@@ -7,6 +7,7 @@ import torch
 
 from vllm_fl.dispatch.backends.reference.impl.wna16 import check_wna16_args
 from vllm_fl.kernels import wna16 as packing
+from vllm_fl.kernels.resident import resident
 
 
 def wna16_gemm(
@@ -20,6 +21,7 @@ def wna16_gemm(
 ) -> torch.Tensor:
     """4 bits: vLLM's ``triton_w4a16_gemm``; 8 bits: the dequantised weight, then ``matmul``."""
     k, n, group = check_wna16_args(x, qweight, scales, bits, group_size, qzeros, bias)
+    qweight = resident(qweight)  # a weight the cuda impl repacked gave its device memory back
     rows = x.reshape(-1, k)
     if bits == 4:
         from vllm.model_executor.kernels.linear.mixed_precision.triton_w4a16 import (

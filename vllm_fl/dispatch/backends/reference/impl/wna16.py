@@ -5,6 +5,7 @@ import torch
 
 from vllm_fl.dispatch.shapes import check_shape
 from vllm_fl.kernels import wna16 as packing
+from vllm_fl.kernels.resident import resident
 
 OP = "wna16_gemm"
 
@@ -61,7 +62,8 @@ def wna16_gemm(
     qweight, or None for the zero point 2^(bits - 1) (GPTQ's uint4b8 / uint8b128); bits 4 or 8.
     """
     k, n, group = check_wna16_args(x, qweight, scales, bits, group_size, qzeros, bias)
-    weight = packing.dequantize(qweight, scales, bits, group, qzeros)
+    # a weight the cuda impl repacked gave its device memory back
+    weight = packing.dequantize(resident(qweight), scales, bits, group, qzeros)
     out = x.reshape(-1, k).float() @ weight
     if bias is not None:
         out = out + bias.float()

@@ -6,7 +6,9 @@ vLLM's CUDA row of ``_POSSIBLE_KERNELS`` tries Machete (Hopper, CUTLASS), then M
 :func:`choose_kernel` applies the same checks to the op's arguments. Both kernels want their own
 weight layout, made from the canonical one (``vllm_fl.kernels.wna16``) at the first call for a
 weight tensor and remembered while that tensor lives (``TensorMemo``): a call repacks nothing.
-The repacked copy lives beside the canonical weight, which the other backends read.
+Once repacked, a layer's canonical weight gives its device memory back
+(``vllm_fl.kernels.resident``), so the model holds its weights once, as vanilla vLLM does;
+another backend reading the canonical (a fallback, the verifier's reference) brings it back.
 
 What neither kernel takes (8-bit with zero points off Hopper, group sizes or shapes outside
 their tiles, float32 activations) is dequantised and multiplied in x's dtype.
@@ -22,6 +24,7 @@ from vllm_fl import compat
 from vllm_fl.dispatch.backends.reference.impl.wna16 import check_wna16_args
 from vllm_fl.kernels import wna16 as packing
 from vllm_fl.kernels.memo import TensorMemo
+from vllm_fl.kernels.resident import release, resident
 
 MACHETE = "machete"
 MARLIN = "marlin"
@@ -114,11 +117,19 @@ def wna16_gemm(
     elif kernel == MARLIN:
         out = _marlin(rows, qweight, scales, bits, group_size, qzeros, bias, k, n)
     else:
-        weight = packing.dequantize(qweight, scales, bits, group, qzeros).to(x.dtype)
+        weight = packing.dequantize(resident(qweight), scales, bits, group, qzeros).to(x.dtype)
         out = rows @ weight
         if bias is not None:
             out = out + bias.to(out.dtype)
     return out.reshape(*x.shape[:-1], n)
+
+
+def _replacing(qweight: torch.Tensor, repack) -> torch.Tensor:
+    """``repack(qweight)``, after which the canonical ``qweight`` gives its device memory back
+    (where it is a layer's weight): the repacked copy replaces it, as in vanilla vLLM."""
+    repacked = repack(resident(qweight))
+    release(qweight)
+    return repacked
 
 
 def _machete(rows, qweight, scales, bits, group_size, qzeros):
@@ -130,11 +141,14 @@ def _machete(rows, qweight, scales, bits, group_size, qzeros):
         qweight,
         (bits, qzeros is not None, dtype),
         # Machete's prepack reads GPTQ's K-packed weight column-major, as vLLM's kernel hands it
-        lambda: ops.machete_prepack_B(
-            packing.canonical_to_k_packed(qweight, bits).t().contiguous().t(),
-            a_type=dtype,
-            b_type=b_type,
-            group_scales_type=dtype,
+        lambda: _replacing(
+            qweight,
+            lambda canonical: ops.machete_prepack_B(
+                packing.canonical_to_k_packed(canonical, bits).t().contiguous().t(),
+                a_type=dtype,
+                b_type=b_type,
+                group_scales_type=dtype,
+            ),
         ),
     )
     group_scales = scales.to(dtype).contiguous()
@@ -178,13 +192,16 @@ def _marlin(rows, qweight, scales, bits, group_size, qzeros, bias, k, n):
     weight = _marlin_weights.get(
         qweight,
         (bits, k, n),
-        lambda: compat.call_with_supported(
-            ops.gptq_marlin_repack,
-            b_q_weight=packing.canonical_to_k_packed(qweight, bits),
-            perm=_empty(device),
-            size_k=k,
-            size_n=n,
-            num_bits=bits,
+        lambda: _replacing(
+            qweight,
+            lambda canonical: compat.call_with_supported(
+                ops.gptq_marlin_repack,
+                b_q_weight=packing.canonical_to_k_packed(canonical, bits),
+                perm=_empty(device),
+                size_k=k,
+                size_n=n,
+                num_bits=bits,
+            ),
         ),
     )
     marlin_scales = _marlin_scales.get(
