@@ -90,13 +90,13 @@ SHAPES = tuple(
     Shape("prefill-8x512", "prefill", 8, 512, 512),
 )
 
-#: segment counts of the forced 3D launches (flagos uses vllm_fl.kernels.attention.SEGMENTS)
+#: segment counts of the forced 3D launches (flagos: the device's tuned table, or vLLM's 16)
 SEGMENT_COUNTS = (8, 16, 32, 64)
 
 CANDIDATES = (
     # what the flagos impl runs: vllm_fl.kernels.attention.paged_attention's choice per batch
     Candidate("flagos", "flagos"),
-    # vLLM's kernel as that module launches it (its SEGMENTS and MIN_GRID_2D)
+    # vLLM's kernel as that module launches it (the device's tuned table, or vLLM's rule)
     Candidate("vllm-triton", "plugin_triton"),
     # vLLM's kernel, decode launch forced: the 2D kernel, or the 3D one with n segments
     Candidate("triton-2d", "vllm_triton", {"segments": None}, ("decode",)),
@@ -501,6 +501,25 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def decode_settings(models: Sequence[Model]) -> dict[str, str]:
+    """How the flagos impl runs each model's decode batches here: this device's tuned table, or
+    vLLM's rule where it has none."""
+    import torch
+
+    from vllm_fl.kernels import attention, attention_table
+
+    rule = f"vLLM's rule (SEGMENTS={attention_table.SEGMENTS}, MIN_GRID_2D={attention_table.MIN_GRID_2D})"
+    device = torch.device("cuda", torch.cuda.current_device())
+    return {
+        f"decode[{m.name}]": (
+            "tuned table"
+            if attention.decode_table(device, m.heads, m.kv_heads, m.head_size, torch.bfloat16)
+            else rule
+        )
+        for m in models
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     chosen = parse_args(argv)
     rows = measure(chosen.models, chosen.shapes, chosen.candidates)
@@ -508,8 +527,6 @@ def main(argv: list[str] | None = None) -> int:
     if chosen.json:
         import torch
         import triton
-
-        from vllm_fl.kernels import attention
 
         write_json(
             chosen.json,
@@ -519,10 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                 "triton": triton.__version__,
                 "vllm": _version("vllm"),
                 "flag_gems": _version("flag_gems"),
-                "flagos_settings": {
-                    "SEGMENTS": attention.SEGMENTS,
-                    "MIN_GRID_2D": attention.MIN_GRID_2D,
-                },
+                "flagos_settings": decode_settings(chosen.models),
                 "rows": [asdict(r) for r in rows],
             },
         )

@@ -54,6 +54,9 @@
 #   attention-kernels  benchmarks.bench_attention: the paged-attention kernels (vLLM's Triton
 #                unified_attention and its launch variants, FlagGems, FA3) kernel by kernel on
 #                the Llama-3-8B and Qwen3-30B-A3B shapes
+#   attention-tune  benchmarks.tune_attention: the decode launch of vLLM's Triton attention (2D,
+#                or 3D with 8-64 segments) per batch size on this GPU, for the Llama-3-8B and
+#                Qwen3-30B-A3B shapes, written into the kernel library's tables
 #   block-fp8-tune  the block-FP8 GEMM's tile configs for the Llama-3-8B and Qwen3-MoE
 #                projections on this GPU, written into the kernel library's tables
 #   mla          DeepSeek's MLA: the MLA ops' parity tests (flagos and cuda against the
@@ -72,7 +75,7 @@ stages=(
     tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
     moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
     moe-trace quant quant-census quant-paired quant-profile quant-gemm attention-kernels
-    block-fp8-tune mla mla-census
+    attention-tune block-fp8-tune mla mla-census
 )
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
@@ -190,6 +193,9 @@ quant-gemm)
     ;;
 attention-kernels)
     "$py" -m benchmarks.bench_attention --json "$out/h100_attention_kernels.json"
+    ;;
+attention-tune)
+    "$py" -m benchmarks.tune_attention --write --json "$out/h100_attention_tune.json"
     ;;
 mla)
     "$py" -m pytest -q tests/generated/test_parity_concat_and_cache_mla.py \

@@ -449,6 +449,18 @@ def block_fp8_tune(result: dict) -> str:
     )
 
 
+def attention_tune(result: dict) -> str:
+    """Per model and decode batch size: the launch the tuner chose against vLLM's rule."""
+    from benchmarks.tune_attention import report
+
+    contexts = ", ".join(str(c) for c in result["contexts"])
+    head = (
+        f"{result['device']}; µs per call in a CUDA graph, geometric mean over contexts "
+        f"{contexts}:"
+    )
+    return "\n".join([head, "", "```", report(result["models"]), "```"])
+
+
 def census(results: list[dict]) -> str:
     """Per configuration: the CUDA kernels by origin, the compiled ones by name, and its tokens
     against the first configuration's."""
@@ -493,6 +505,7 @@ RENDERERS = {
     "quant-gemm": Renderer(quant_gemm, ()),
     "attention": Renderer(attention_kernels, ()),
     "block-fp8-tune": Renderer(block_fp8_tune, ()),
+    "attention-tune": Renderer(attention_tune, ()),
     "census": Renderer(census, ()),
 }
 

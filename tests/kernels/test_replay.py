@@ -198,8 +198,9 @@ def _batch(seqs=3, heads=4, kv_heads=2, head_size=8, query_len=1):
 def _expected(batch):
     seqs = batch["seq_lens"].shape[0]
     per_token = batch["seq_lens"].repeat_interleave(batch["query"].shape[0] // seqs)
+    query = batch["query"]
     scratch = attention.decode_scratch(
-        batch["query"].device, batch["query"].shape[1], batch["key_cache"].shape[2], 8
+        query.device, query.shape[1], batch["key_cache"].shape[2], 8, query.dtype
     )[1]
     return batch["query"] * 0.5 + per_token.view(-1, 1, 1) + scratch.flatten()[0]
 

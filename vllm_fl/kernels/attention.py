@@ -11,10 +11,11 @@ takes up to 5x at one sequence). FlagGems' kernel has no sinks and no float32 an
 only: those batches stay on vLLM's kernel too.
 
 vLLM's ``unified_attention`` runs a batch with prefills in its 2D kernel (one program per query
-block and kv head). For a batch of decodes only, as long as there are few sequences, its 3D
-kernel splits every sequence's keys into segments reduced afterwards, which needs float32
-scratch sized by the heads; vLLM's Triton backend allocates it once per metadata builder, this
-module once per (device, heads, kv heads, head size) and keeps it.
+block and kv head). A batch of decodes runs the 2D kernel or the 3D one, which splits every
+sequence's keys into segments reduced afterwards, as the device's tuned table says
+(``attention_table``; vLLM's own rule without one). The 3D kernel needs float32 scratch sized by
+the heads; vLLM's Triton backend allocates it once per metadata builder, this module once per
+(device, heads, kv heads, head size, dtype), for the largest batch the table runs in 3D.
 
 In eager mode a decode step is bound by the host, and vLLM's ``unified_attention`` derives some
 seventy kernel arguments in Python per call before Triton's runner binds them again. A batch of
@@ -38,14 +39,9 @@ import threading
 
 import torch
 
-from vllm_fl.kernels import launch, replay
+from vllm_fl.kernels import attention_table, launch, replay, tuned
 
 logger = logging.getLogger(__name__)
-
-#: vLLM's Triton backend: key segments per sequence of the 3D kernel, and the launch grid the
-#: 2D kernel must fill before the 3D one stops paying off (num_kv_heads programs per sequence)
-SEGMENTS = 16
-MIN_GRID_2D = 128
 
 _scratch: dict[tuple, tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 #: decode layouts -> the replay of vLLM's launches for them (None: not replayable)
@@ -57,25 +53,43 @@ _unit_scales: dict[torch.device, torch.Tensor] = {}
 _lock = threading.Lock()
 
 
+def decode_table(
+    device: torch.device, num_heads: int, num_kv_heads: int, head_size: int, dtype: torch.dtype
+) -> attention_table.Table | None:
+    """The tuned decode table of this attention shape on ``device``; None off CUDA or where the
+    device has none (then vLLM's rule applies)."""
+    if device.type != "cuda":
+        return None
+    name = attention_table.table_name(
+        num_heads, num_kv_heads, head_size, tuned.device_name(device), str(dtype).split(".")[-1]
+    )
+    return attention_table.load_table(name)
+
+
 def decode_scratch(
-    device: torch.device, num_heads: int, num_kv_heads: int, head_size: int
-) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(most sequences the 3D kernel takes, segment outputs, maxima, sums of exponentials) for
-    decode batches of this shape, allocated on first use and kept."""
-    key = (device, num_heads, num_kv_heads, head_size)
+    device: torch.device,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype = torch.bfloat16,
+) -> tuple[attention_table.Table | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the decode table, segment outputs, maxima, sums of exponentials) for decode batches of
+    this shape; the scratch, flat, holds every batch the table runs in the 3D kernel. Allocated
+    on first use and kept."""
+    key = (device, num_heads, num_kv_heads, head_size, dtype)
     found = _scratch.get(key)
     if found is None:
         with _lock:
             found = _scratch.get(key)
             if found is None:
-                sequences = max(1, MIN_GRID_2D // num_kv_heads)
+                table = decode_table(device, num_heads, num_kv_heads, head_size, dtype)
+                rows = max(1, attention_table.scratch_rows(table, num_kv_heads)) * num_heads
                 padded = 1 << (head_size - 1).bit_length()
-                stats = (sequences, num_heads, SEGMENTS)
                 found = (
-                    sequences,
-                    torch.empty((*stats, padded), dtype=torch.float32, device=device),
-                    torch.empty(stats, dtype=torch.float32, device=device),
-                    torch.empty(stats, dtype=torch.float32, device=device),
+                    table,
+                    torch.empty(rows * padded, dtype=torch.float32, device=device),
+                    torch.empty(rows, dtype=torch.float32, device=device),
+                    torch.empty(rows, dtype=torch.float32, device=device),
                 )
                 _scratch[key] = found
     return found
@@ -238,17 +252,21 @@ def unified_attention(
     decode = {}
     kept: tuple[torch.Tensor, ...] = ()
     if max_query_len == 1:
-        sequences, segment_out, segment_max, segment_sum = decode_scratch(
-            query.device, query.shape[1], key_cache.shape[2], query.shape[2]
+        kv_heads = key_cache.shape[2]
+        table, segment_out, segment_max, segment_sum = decode_scratch(
+            query.device, query.shape[1], kv_heads, query.shape[2], query.dtype
         )
-        decode = {
-            "seq_threshold_3D": sequences,
-            "num_par_softmax_segments": SEGMENTS,
-            "softmax_segm_output": segment_out,
-            "softmax_segm_max": segment_max,
-            "softmax_segm_expsum": segment_sum,
-        }
-        kept = (segment_out, segment_max, segment_sum)
+        seqs = seq_lens.shape[0]
+        segments = attention_table.segments_for(table, seqs, kv_heads)
+        if segments != attention_table.TWO_D:
+            decode = {
+                "seq_threshold_3D": seqs,
+                "num_par_softmax_segments": segments,
+                "softmax_segm_output": segment_out,
+                "softmax_segm_max": segment_max,
+                "softmax_segm_expsum": segment_sum,
+            }
+            kept = (segment_out, segment_max, segment_sum)
 
     def call() -> None:
         module.unified_attention(
