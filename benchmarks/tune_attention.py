@@ -8,8 +8,10 @@ contexts: a captured CUDA graph sees one batch size but every context length. ``
 the table in ``vllm_fl/kernels/attention_tuned/`` (package data), which
 ``vllm_fl.kernels.attention`` loads for this device (``vllm_fl.kernels.attention_table``).
 
-    python -m benchmarks.tune_attention [--models llama3-8b,qwen3-30b-a3b]
+    python -m benchmarks.tune_attention [--models llama3-8b,qwen3-30b-a3b | --shapes 64x8x128,...]
         [--batches 1,2,4,...] [--contexts 512,2048] [--write] [--json F]
+
+``--shapes`` names attention shapes by their query heads, kv heads and head size instead.
 
 A chip vendor whose backend runs vLLM's Triton attention runs it once on its device.
 """
@@ -31,6 +33,22 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (512, 2048)
 #: the forced launches of vLLM's kernel: the 2D kernel and the 3D one with n segments
 CANDIDATES = tuple(c for c in bench.CANDIDATES if c.kernel == "vllm_triton")
+
+
+def attention_shape(text: str) -> bench.Model:
+    """argparse type: "64x8x128" -> the attention shape of 64 query heads, 8 kv heads, head
+    size 128."""
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HEADSxKV_HEADSxHEAD_SIZE (positive integers, e.g. 64x8x128)"
+        )
+    heads, kv_heads, head_size = map(int, parts)
+    if heads % kv_heads:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {heads} heads are not a multiple of {kv_heads}"
+        )
+    return bench.Model(text, heads, kv_heads, head_size)
 
 
 def segments_of(candidate: bench.Candidate) -> int:
@@ -81,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = [m.name for m in bench.MODELS]
     parser.add_argument("--models", type=name_list, default=names, help=f"of {', '.join(names)}")
+    parser.add_argument(
+        "--shapes", type=lambda t: [attention_shape(p) for p in t.split(",")], default=None
+    )
     parser.add_argument("--batches", type=int_list, default=list(BATCHES))
     parser.add_argument("--contexts", type=int_list, default=list(CONTEXTS))
     parser.add_argument("--write", action="store_true", help="write the device's tables")
@@ -92,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda", torch.cuda.current_device())
     results = []
-    for model in (m for m in bench.MODELS if m.name in args.models):
+    models = args.shapes or [m for m in bench.MODELS if m.name in args.models]
+    for model in models:
         shapes = [
             bench.Shape(f"decode-b{seqs}-c{context}", "decode", seqs, 1, context)
             for seqs in args.batches

@@ -61,3 +61,15 @@ def test_the_rendered_table_compares_with_vllms_rule():
     line = next(line for line in text.splitlines() if line.startswith("llama3-8b"))
     # vLLM's rule runs one sequence with 16 segments: 8.0 us against the chosen 4.0
     assert line.split() == ["llama3-8b", "1", "triton-3d-s32", "4.00", "8.00", "2.000"]
+
+
+def test_an_attention_shape_is_given_as_heads_kv_heads_head_size():
+    import argparse
+
+    import pytest
+
+    model = tune_attention.attention_shape("64x8x128")
+    assert (model.name, model.heads, model.kv_heads, model.head_size) == ("64x8x128", 64, 8, 128)
+    for bad, says in (("64x8", "HEADSxKV_HEADSxHEAD_SIZE"), ("64x7x128", "not a multiple of 7")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            tune_attention.attention_shape(bad)
