@@ -13,6 +13,8 @@ may fork.
   also lets the selected MoE backend compile its kernel variants (`vllm_fl.moe.warm_up`).
 - Both start bring-up mode after vLLM's warm-up where `VLLM_FL_VERIFY` asks for it, and report
   at shutdown (`vllm_fl.verify.process`).
+- Both reload weights in place as vLLM does, with the plugin's released weights and derived
+  values made to follow (`vllm_fl.reload.reloading`).
 - `CPUWorkerFL` (`vllm_fl.platform.PlatformFLCpu`): vLLM's CPU worker with a null memory-pool
   context. vLLM's GPU worker, which the CPU worker extends, wraps weight loading and KV-cache
   allocation in `_maybe_get_memory_pool_context`, which returns a null context only for in-tree
@@ -47,6 +49,13 @@ def _finish_verification() -> None:
     process.finish()
 
 
+def _reload_weights(worker, reload, args, kwargs) -> None:
+    from vllm_fl.reload import reloading
+
+    with reloading(worker.get_model()):
+        reload(*args, **kwargs)
+
+
 def _build_gpu_worker() -> type:
     class WorkerFL(compat.gpu_worker_cls()):
         """vLLM's GPU worker; `init_device` also prepares the process for the plugin's layers,
@@ -67,6 +76,9 @@ def _build_gpu_worker() -> type:
             moe.warm_up(self.get_model(), self.scheduler_config.max_num_batched_tokens)
             _start_verification(self)
             return result
+
+        def reload_weights(self, *args, **kwargs) -> None:
+            _reload_weights(self, super().reload_weights, args, kwargs)
 
         def shutdown(self) -> None:
             _finish_verification()
@@ -106,6 +118,9 @@ def _build_cpu_worker() -> type:
             result = super().compile_or_warm_up_model()
             _start_verification(self)
             return result
+
+        def reload_weights(self, *args, **kwargs) -> None:
+            _reload_weights(self, super().reload_weights, args, kwargs)
 
         def shutdown(self) -> None:
             _finish_verification()

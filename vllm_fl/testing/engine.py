@@ -373,6 +373,24 @@ def greedy_logprobs(llm, workload: Workload) -> dict:
     }
 
 
+def reload_task(llm, workload: Workload) -> dict:
+    """A task (``Workload.task``): the text prompts' greedy tokens, then vLLM's in-place weight
+    reload (``reload_weights`` in every worker) from the checkpoint at
+    ``task_options["weights_path"]``, then the same prompts' greedy tokens again
+    (``{"before": [[id, ...], ...], "after": [...]}``)."""
+    params = sampling_params(workload.max_tokens, detokenize=False)
+
+    def tokens() -> list[list[int]]:
+        outputs = llm.generate(prompts(workload), params, use_tqdm=False)
+        return [list(output.outputs[0].token_ids) for output in outputs]
+
+    before = tokens()
+    llm.collective_rpc(
+        "reload_weights", kwargs={"weights_path": workload.task_options["weights_path"]}
+    )
+    return {"before": before, "after": tokens()}
+
+
 def _timed_generate(llm, batches: list[list], params) -> tuple[list, list[float]]:
     """Generate each batch in turn; the first batch's outputs and the seconds of every batch.
     The fastest is the run's figure: a slower one was held up by something else on the host

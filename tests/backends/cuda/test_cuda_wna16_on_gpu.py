@@ -120,3 +120,19 @@ def test_a_layers_weight_is_held_once_on_the_gpu(monkeypatch, capability):
     expected = reference.wna16_gemm(x, weight, scales, 4, 128)  # reads the weight back
     _close(out, expected)
     _close(cuda.wna16_gemm(x, weight, scales, 4, 128), expected)
+
+
+def test_a_released_weight_reloaded_in_place_is_repacked_from_its_new_values():
+    from vllm_fl.reload import reloading
+
+    layer = torch.nn.Module()
+    qweight, scales, _ = _weights(4, False, 128, 4096, 4096, torch.bfloat16)
+    layer.qweight = torch.nn.Parameter(qweight, requires_grad=False)
+    x = torch.randn(8, 4096, dtype=torch.bfloat16, device=DEVICE)
+    cuda.wna16_gemm(x, layer.qweight, scales, 4, 128)  # repacked, the canonical released
+    other, other_scales, _ = _weights(4, False, 128, 4096, 4096, torch.float16)
+    with reloading(layer):  # as vLLM's reload_weights writes: through .data, in place
+        layer.qweight.data.copy_(other)
+        scales.data.copy_(other_scales.to(torch.bfloat16))
+    out = cuda.wna16_gemm(x, layer.qweight, scales, 4, 128)
+    _close(out, reference.wna16_gemm(x, other, scales, 4, 128))
