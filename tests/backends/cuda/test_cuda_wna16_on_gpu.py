@@ -122,17 +122,25 @@ def test_a_layers_weight_is_held_once_on_the_gpu(monkeypatch, capability):
     _close(cuda.wna16_gemm(x, weight, scales, 4, 128), expected)
 
 
-def test_a_released_weight_reloaded_in_place_is_repacked_from_its_new_values():
+@pytest.mark.parametrize("capability", ["native", "ampere"])
+def test_a_released_weight_reloaded_in_place_is_repacked_from_its_new_values(
+    monkeypatch, capability
+):
     from vllm_fl.reload import reloading
 
+    if capability == "ampere":
+        monkeypatch.setattr(cuda, "_capability", lambda index: (8, 0))
     layer = torch.nn.Module()
     qweight, scales, _ = _weights(4, False, 128, 4096, 4096, torch.bfloat16)
     layer.qweight = torch.nn.Parameter(qweight, requires_grad=False)
+    layer.scales = torch.nn.Parameter(scales, requires_grad=False)
     x = torch.randn(8, 4096, dtype=torch.bfloat16, device=DEVICE)
-    cuda.wna16_gemm(x, layer.qweight, scales, 4, 128)  # repacked, the canonical released
-    other, other_scales, _ = _weights(4, False, 128, 4096, 4096, torch.float16)
+    cuda.wna16_gemm(x, layer.qweight, layer.scales, 4, 128)  # repacked, the canonical released
+    generator = torch.Generator().manual_seed(7)
+    other = packing.quantize(torch.randn(4096, 4096, generator=generator) * 0.02, 4, 128)
+    new_qweight, new_scales = other[0].to(DEVICE), other[1].to(torch.bfloat16).to(DEVICE)
     with reloading(layer):  # as vLLM's reload_weights writes: through .data, in place
-        layer.qweight.data.copy_(other)
-        scales.data.copy_(other_scales.to(torch.bfloat16))
-    out = cuda.wna16_gemm(x, layer.qweight, scales, 4, 128)
-    _close(out, reference.wna16_gemm(x, other, scales, 4, 128))
+        layer.qweight.data.copy_(new_qweight)
+        layer.scales.data.copy_(new_scales)
+    out = cuda.wna16_gemm(x, layer.qweight, layer.scales, 4, 128)
+    _close(out, reference.wna16_gemm(x, new_qweight, new_scales, 4, 128))
