@@ -1,7 +1,8 @@
 """vLLM's in-place weight reload under the plugin (its worker's ``reload_weights``, what RL
 weight updates call): real vLLM on the plugin's CPU platform, vLLM's default process layout, the
-tiny Llama reloaded with another checkpoint's weights generates that checkpoint's tokens; and
-what ``vllm_fl.reload.reloading`` does to released weights and derived values."""
+tiny 4-bit GPTQ Llama (its GEMMs through ``wna16_gemm``) reloaded with another checkpoint's
+weights generates that checkpoint's tokens; and what ``vllm_fl.reload.reloading`` does to
+released weights and derived values."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from vllm_fl.kernels import resident
 from vllm_fl.kernels.memo import TensorMemo
 from vllm_fl.reload import reloading
 from vllm_fl.testing.launch import PLUGIN_ON, run_vllm, vllm_available
+from vllm_fl.testing.models import build_tiny_gptq_llama
 
 PLUGIN_MULTIPROCESS = {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+DTYPE = "float16"  # GPTQ's methods take 16-bit activations
 
 
 class _Layer(torch.nn.Module):
@@ -35,31 +38,31 @@ def test_a_released_weight_takes_the_reloaded_values_and_derived_values_follow()
 
 
 @pytest.fixture(scope="module")
-def flipped_model(tiny_model, tmp_path_factory):
-    """The tiny Llama with every projection's rows reversed: other weights, other tokens."""
-    import shutil
-
+def gptq_models(tmp_path_factory):
+    """Two tiny GPTQ Llamas: the second's scales negated, so every projection's weight is."""
     from safetensors.torch import load_file, save_file
 
-    path = tmp_path_factory.mktemp("tiny-llama-flipped")
-    shutil.copytree(tiny_model, path, dirs_exist_ok=True)
-    weights = load_file(str(path / "model.safetensors"))
-    for name, tensor in weights.items():
-        if name.endswith("proj.weight"):
-            weights[name] = tensor.flip(0).contiguous()
-    save_file(weights, str(path / "model.safetensors"))
-    return path
+    root = tmp_path_factory.mktemp("tiny-gptq-reload")
+    first = build_tiny_gptq_llama(root / "first")
+    second = build_tiny_gptq_llama(root / "second")
+    weights = load_file(str(second / "model.safetensors"))
+    for name in [n for n in weights if n.endswith(".scales")]:
+        weights[name] = -weights[name]
+    save_file(weights, str(second / "model.safetensors"))
+    return first, second
 
 
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
-def test_reloaded_weights_generate_the_other_checkpoints_tokens(tiny_model, flipped_model):
+def test_reloaded_weights_generate_the_other_checkpoints_tokens(gptq_models):
+    first, second = gptq_models
     reloaded = run_vllm(
-        tiny_model,
+        first,
         PLUGIN_MULTIPROCESS,
+        dtype=DTYPE,
         task="vllm_fl.testing.engine:reload_task",
-        task_options={"weights_path": str(flipped_model)},
+        task_options={"weights_path": str(second)},
     )
-    direct = run_vllm(flipped_model, PLUGIN_MULTIPROCESS)
+    direct = run_vllm(second, PLUGIN_MULTIPROCESS, dtype=DTYPE)
     assert reloaded.result["platform"].endswith(".PlatformFLCpu")
     assert reloaded.result["after"] == direct.result["tokens"]
     assert reloaded.result["before"] != reloaded.result["after"]
