@@ -12,6 +12,9 @@ Modules:
   layout, after its first launch through FlagGems' or Triton's entry) and the direct call of
   Triton's C launcher on the Triton releases it knows; pointer and device checks.
 - ``memo``: values derived from a tensor (a cast copy, a shifted weight), kept while it lives.
+- ``resident``: layer weights whose device storage a backend gave back once it holds its own
+  layout of them (on the host meanwhile), and how readers get the values back.
+- ``tuned``: the tuned-config tables (one JSON file per device and shape) and their loader.
 - ``norm``: RMS normalisation (plain, with a residual, in place, Gemma's).
 - ``norm_kernels``: its Triton kernels, add-and-normalise and strided rows.
 - ``rotary``: rotary embedding, into new tensors or in place.
@@ -25,6 +28,9 @@ Modules:
 - ``mla``: DeepSeek's multi-head latent attention (FlagGems' cache write and varlen attention,
   vLLM's Triton decode and merge, the context gather).
 - ``mla_kernels``: its Triton kernel, the context gather of the latent cache.
+- ``attention``: paged attention and the KV-cache write on vLLM's and FlagGems' Triton kernels.
+- ``attention_table``: the decode launch of vLLM's Triton attention per batch size, from the
+  device's tuned table (``python -m benchmarks.tune_attention``) or vLLM's rule.
 - ``moe``: FlagGems' fused experts and MoE kernels through launch plans, their tuned configs
   and the tuner that measures them (``python -m vllm_fl.kernels.moe.tune``).
 """
