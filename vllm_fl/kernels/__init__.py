@@ -28,6 +28,9 @@ Modules:
 - ``mla``: DeepSeek's multi-head latent attention (FlagGems' cache write and varlen attention,
   vLLM's Triton decode and merge, the context gather).
 - ``mla_kernels``: its Triton kernel, the context gather of the latent cache.
+- ``block_fp8``: the block-FP8 GEMM (FlagGems' kernel with the device's tuned tile configs);
+  ``block_fp8_tune`` measures them (``python -m vllm_fl.kernels.block_fp8_tune``).
+- ``replay``: a wrapper's Triton launches recorded once per layout and replayed directly.
 - ``attention``: paged attention and the KV-cache write on vLLM's and FlagGems' Triton kernels.
 - ``attention_table``: the decode launch of vLLM's Triton attention per batch size, from the
   device's tuned table (``python -m benchmarks.tune_attention``) or vLLM's rule.
