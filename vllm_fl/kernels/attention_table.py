@@ -48,10 +48,15 @@ def load_table(name: str) -> Table | None:
     return tuned.read_table(TABLE_DIR / name, "paged-attention decode", SCHEMA)
 
 
+def _vllm_threshold(kv_heads: int) -> int:
+    """The most sequences vLLM's rule runs in the 3D kernel."""
+    return max(1, MIN_GRID_2D // kv_heads)
+
+
 def vllm_rule(seqs: int, kv_heads: int) -> int:
     """vLLM's choice for ``seqs`` decodes: ``SEGMENTS`` segments while the 2D kernel's grid
     (``seqs x kv_heads`` programs) stays under ``MIN_GRID_2D``, else the 2D kernel."""
-    return SEGMENTS if seqs <= max(1, MIN_GRID_2D // kv_heads) else TWO_D
+    return SEGMENTS if seqs <= _vllm_threshold(kv_heads) else TWO_D
 
 
 def segments_for(table: Table | None, seqs: int, kv_heads: int) -> int:
@@ -65,6 +70,6 @@ def segments_for(table: Table | None, seqs: int, kv_heads: int) -> int:
 
 def scratch_rows(table: Table | None, kv_heads: int) -> int:
     """The most ``sequences x segments`` any batch taking the 3D kernel needs."""
-    largest = max(table) if table is not None else max(1, MIN_GRID_2D // kv_heads)
+    largest = max(table) if table is not None else _vllm_threshold(kv_heads)
     segments = ((seqs, segments_for(table, seqs, kv_heads)) for seqs in range(1, largest + 1))
     return max((seqs * s for seqs, s in segments if s != TWO_D), default=0)
