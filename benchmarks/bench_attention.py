@@ -508,7 +508,10 @@ def decode_settings(models: Sequence[Model]) -> dict[str, str]:
 
     from vllm_fl.kernels import attention, attention_table
 
-    rule = f"vLLM's rule (SEGMENTS={attention_table.SEGMENTS}, MIN_GRID_2D={attention_table.MIN_GRID_2D})"
+    rule = (
+        f"vLLM's rule (SEGMENTS={attention_table.SEGMENTS}, "
+        f"MIN_GRID_2D={attention_table.MIN_GRID_2D})"
+    )
     device = torch.device("cuda", torch.cuda.current_device())
     return {
         f"decode[{m.name}]": (
