@@ -128,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.write and table:
             path = attention_table.TABLE_DIR / name
-            text = tuned.table_json(table, attention_table.SCHEMA)
-            tuned.parse_table(path, text, attention_table.SCHEMA)  # what is written loads
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(text)
+            tuned.write_table(path, table, attention_table.SCHEMA)
             print(f"wrote {path}", flush=True)
         results.append(
             {

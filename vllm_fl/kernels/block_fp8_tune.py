@@ -165,10 +165,7 @@ def write_tables(result: dict) -> list[Path]:
     paths = []
     for (n, k), rows in itertools.groupby(result["rows"], key=lambda r: (r["n"], r["k"])):
         path = block_fp8.TABLE_DIR / block_fp8.table_name(n, k, device, block)
-        text = tuned.table_json({row["tokens"]: row["best"] for row in rows})
-        tuned.parse_table(path, text)  # what is written is what block_fp8 loads
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        tuned.write_table(path, {row["tokens"]: row["best"] for row in rows})
         paths.append(path)
     return paths
 

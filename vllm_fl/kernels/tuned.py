@@ -112,3 +112,12 @@ def table_json(table: dict[int, dict], schema: Schema = GEMM) -> str:
         )
         + "\n"
     )
+
+
+def write_table(path: Path, table: dict[int, dict], schema: Schema = GEMM) -> None:
+    """Write ``table`` to ``path`` as its file holds it (``table_json``), checked first by the
+    parser that loads it, so what is written is what loads."""
+    text = table_json(table, schema)
+    parse_table(path, text, schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

@@ -38,8 +38,9 @@ from pathlib import Path
 
 import torch
 
+from vllm_fl.kernels import tuned
 from vllm_fl.kernels.moe import experts, tuned_configs
-from vllm_fl.kernels.tuned import table_json
+from vllm_fl.kernels.tuned import table_json  # noqa: F401  (the tuner's API: the table's text)
 
 TOKENS = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -310,10 +311,7 @@ def write_table(result: dict) -> Path:
     dtype = DTYPES[result["dtype"]]
     name = tuned_configs.table_name(result["experts"], result["intermediate"], device, dtype)
     path = tuned_configs.TABLE_DIR / name
-    text = table_json({row["tokens"]: row["best"] for row in result["rows"]})
-    tuned_configs.parse_table(path, text)  # what is written is what tuned_configs loads
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tuned.write_table(path, {row["tokens"]: row["best"] for row in result["rows"]})
     return path
 
 
