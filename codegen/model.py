@@ -264,6 +264,16 @@ class Tests:
 
 
 @dataclass(frozen=True)
+class Cache:
+    """An op's paged KV-cache arguments ([num_blocks, block_size, ...]) and, for an op that
+    writes into them, the argument holding each token's slot (block * block_size + offset)."""
+
+    tensors: tuple[str, ...]
+    slots: str | None
+    line: int
+
+
+@dataclass(frozen=True)
 class Op:
     name: str
     schema: FunctionSchema
@@ -282,6 +292,8 @@ class Op:
     #: the vendor package manifest that declares the op itself (its ``ops:``), with its own
     #: reference impl; None for an op of the plugin's ops.yaml (``FLBackendBase`` declares it)
     declared_in: str | None = None
+    #: the paged KV-cache arguments, or None
+    cache: Cache | None = None
 
     @property
     def camel(self) -> str:

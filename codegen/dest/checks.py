@@ -1,6 +1,7 @@
 """``vllm_fl/dispatch/checks.py``: how each op's result is checked against its reference at run
 time (``vllm_fl.verify``): the parity tests' tolerances per dtype, the arguments it writes into,
-the arguments whose dtype is the dtype under test, and its canonical form. Plain data, so the
+the arguments whose dtype is the dtype under test, its canonical form and its KV-cache
+arguments. Plain data, so the
 runtime reads the manifest's numbers without reading the manifest."""
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class _CheckView:
     inplace: tuple[str, ...]
     dtype_from: tuple[str, ...]
     canonical: str | None
+    cache: tuple[str, ...]
+    slots: str | None
     tolerances: tuple[tuple[str, float, float], ...]
 
 
@@ -59,6 +62,8 @@ def _view(manifest: m.Manifest, op: m.Op) -> _CheckView:
         inplace=op.inplace,
         dtype_from=_dtype_from(op),
         canonical=canonical,
+        cache=op.cache.tensors if op.cache else (),
+        slots=op.cache.slots if op.cache else None,
         tolerances=tuple((d, t.atol, t.rtol) for d, t in sorted(tolerances.items())),
     )
 

@@ -1,12 +1,15 @@
-"""Per-op lists of signature arguments: ``inplace`` (what an eager variant may overwrite) and
+"""Per-op lists of signature arguments: ``inplace`` (what an eager variant may overwrite),
 ``mutates`` (the caller-provided outputs every impl writes into), and how they combine with the
-signature's return."""
+signature's return; ``cache`` (the paged KV-cache arguments, which verification never copies)."""
 
 from __future__ import annotations
 
+from .. import model as m
 from .reader import Reader
 from ..signature import FunctionSchema
 from ..yamlnodes import Entry, Node
+
+CACHE_KEYS = ("tensors", "slots")
 
 
 def read_tensor_args(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:
@@ -63,3 +66,47 @@ def check_mutates(
             f"{what} has both 'mutates' and 'inplace'",
             "'inplace' only for functional ops with an in-place eager variant",
         )
+
+
+def read_cache(
+    r: Reader, entry: Entry, what: str, schema: FunctionSchema, mutates: tuple[str, ...]
+) -> m.Cache:
+    """``cache: {tensors: [...], slots: arg}``: the op's paged KV-cache arguments, and for an op
+    that writes into them the argument holding each token's slot. A writer's caches are among
+    its ``mutates``; a reader's (no ``slots``) are not."""
+    sub = f"cache of {what}"
+    f = r.fields(entry.value, sub, "a mapping {tensors: [cache args], slots: arg}", CACHE_KEYS)
+    tensors = read_tensor_args(
+        r, f.require("tensors", "[key_cache, value_cache]").value, f"tensors of {sub}", schema
+    )
+    slots_entry = f.pop("slots")
+    slots = None
+    if slots_entry is not None:
+        slots = r.ident(slots_entry.value, f"slots of {sub}")
+        arg = schema.argument(slots)
+        if arg is None or not arg.type.is_tensor or slots in tensors:
+            raise r.error(
+                slots_entry.value.line,
+                f"slots of {sub} is {slots!r}",
+                "a Tensor argument that is not a cache: one of "
+                + ", ".join(
+                    a.name for a in schema.arguments if a.type.is_tensor and a.name not in tensors
+                ),
+            )
+        outside = [t for t in tensors if t not in mutates]
+        if outside:
+            raise r.error(
+                entry.key_line,
+                f"{sub} writes slots of {outside[0]!r}, which is not in 'mutates'",
+                "the caches an op writes listed in its mutates",
+            )
+    else:
+        written = [t for t in tensors if t in mutates]
+        if written:
+            raise r.error(
+                entry.key_line,
+                f"{sub} has no 'slots' but the op writes into {written[0]!r}",
+                "slots: the argument with each token's slot, for an op that writes a cache",
+            )
+    f.done()
+    return m.Cache(tensors, slots, entry.key_line)

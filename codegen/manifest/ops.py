@@ -8,7 +8,7 @@ import keyword
 import re
 
 from .. import model as m
-from .arguments import check_mutates, read_tensor_args
+from .arguments import check_mutates, read_cache, read_tensor_args
 from .impls import read_impls
 from .reader import Reader
 from .targets import RESERVED, read_function, read_layer, read_reads
@@ -16,7 +16,18 @@ from .tests import read_tests
 from ..signature import FunctionSchema, SignatureError
 from ..yamlnodes import Entry, Node
 
-KEYS = ("signature", "doc", "layer", "function", "reads", "inplace", "mutates", "impls", "tests")
+KEYS = (
+    "signature",
+    "doc",
+    "layer",
+    "function",
+    "reads",
+    "inplace",
+    "mutates",
+    "cache",
+    "impls",
+    "tests",
+)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -62,6 +73,8 @@ def read_op(
         else ()
     )
     check_mutates(r, what, schema, mutates, sig_node.line, inplace_entry)
+    cache_entry = f.pop("cache")
+    cache = read_cache(r, cache_entry, what, schema, mutates) if cache_entry else None
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
     impls = read_impls(r, impls_entry, what, backends, inplace)
     tests_entry = f.pop("tests")
@@ -101,6 +114,7 @@ def read_op(
         inplace,
         function,
         mutates,
+        cache=cache,
     )
     _check_reference(r, op, backends, sig_node.line, tests_entry)
     return op

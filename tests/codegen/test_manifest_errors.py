@@ -324,6 +324,36 @@ CASES = [
         "mutates: [factor]",
     ),
     (
+        "cache-written-without-slots",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    cache: {tensors: [dest]}\n",
+        "cache of op 'scale_into' has no 'slots' but the op writes into 'dest', expected slots: "
+        "the argument with each token's slot",
+        "    cache: {tensors: [dest]}",
+    ),
+    (
+        "cache-slots-of-an-unwritten-cache",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    cache: {tensors: [x], slots: dest}\n",
+        "cache of op 'scale_into' writes slots of 'x', which is not in 'mutates'",
+        "    cache: {tensors: [x], slots: dest}",
+    ),
+    (
+        "cache-slots-a-float",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    cache: {tensors: [dest], slots: factor}\n",
+        "slots of cache of op 'scale_into' is 'factor', expected a Tensor argument that is not a "
+        "cache: one of x",
+        "    cache: {tensors: [dest], slots: factor}",
+    ),
+    (
+        "cache-unknown-key",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    cache: {tensors: [dest], slot: x}\n",
+        "slot",
+        "    cache: {tensors: [dest], slot: x}",
+    ),
+    (
         "mutates-unknown-argument",
         "mutates: [dest]",
         "mutates: [dst]",

@@ -141,3 +141,51 @@ def test_settings_values(tmp_path):
     file.write_text("")
     with pytest.raises(ConfigError, match="is a file; expected a directory path"):
         load_config({"VLLM_FL_PLATFORM": "cpu", "VLLM_FL_VERIFY_REPORT": str(file)})
+
+
+BF16_UNIT = 2.0**-8
+
+
+def test_cancellation_in_the_reference_is_not_blamed_on_a_more_exact_kernel():
+    # the truth has a small element that the reference in bfloat16 loses to cancellation; the
+    # kernel, which keeps it, differs from that reference by far more than the parity tolerance
+    wide = torch.tensor([[1.0, 1e-3]])
+    in_dtype = torch.tensor([[1.0, 0.0]])
+    kernel = torch.tensor([[1.0, 1e-3 + 2.0**-14]])
+    parity_only = compare(kernel, in_dtype, atol=1e-5, rtol=1e-2)
+    assert parity_only.exceeded
+    d = compare(kernel, in_dtype, atol=1e-5, rtol=1e-2, wide=wide, unit=BF16_UNIT)
+    assert not d.exceeded and d.ratio < 0.1
+    assert math.isclose(d.max_abs, 2.0**-14, rel_tol=1e-3)
+
+
+def test_a_wrong_kernel_fails_both_rules():
+    wide = torch.tensor([[1.0, -2.0, 0.5]])
+    d = compare(wide + 0.05, wide.clone(), atol=0.01, rtol=0.016, wide=wide, unit=BF16_UNIT)
+    assert d.exceeded
+    # the rounding rule allows 4 units of rounding at the row's scale (2): 4 * 2^-8 * 2
+    assert math.isclose(
+        d.ratio, min(0.05 / (0.01 + 0.016 * 0.5), 0.05 / (4 * BF16_UNIT * 2)), rel_tol=1e-5
+    )
+
+
+def test_the_parity_tolerance_still_admits_a_coarser_arithmetic():
+    # float32 call, truth in float64: a TF32-like error of 1e-4 is far above float32's rounding
+    # but inside a parity tolerance of 1e-3
+    wide = torch.tensor([[0.3, 0.7]], dtype=torch.float64)
+    ref = wide.to(torch.float32)
+    d = compare(ref + 1e-4, ref, atol=1e-3, rtol=1e-3, wide=wide, unit=2.0**-24)
+    assert not d.exceeded
+
+
+def test_each_row_is_judged_at_its_own_scale():
+    # a token whose values are small is wrong by 10%: hidden at the scale of the whole tensor,
+    # not at its own
+    wide = torch.tensor([[100.0, 50.0], [0.01, 0.02]])
+    wrong = wide.clone()
+    wrong[1] *= 1.1
+    d = compare(wrong, wide.clone(), atol=0.01, rtol=0.016, wide=wide, unit=BF16_UNIT)
+    assert not d.exceeded  # inside the parity tolerance's atol...
+    d = compare(wrong, wide.clone(), atol=0.0, rtol=0.016, wide=wide, unit=BF16_UNIT)
+    assert d.exceeded  # ...and caught by both rules once atol does not cover it
+    assert d.ratio > 1.0

@@ -15,7 +15,7 @@ from vllm_fl.dispatch import BackendImplKind, OpImpl, OpManager, OpRegistry
 from vllm_fl.dispatch.backends.reference.impl import activation, moe
 from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
 from vllm_fl.verify import current, disable, enable
-from vllm_fl.verify.report import format_report, merge
+from vllm_fl.verify.report import format_report, merge, summary_line
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +103,7 @@ def test_every_kth_call_and_a_list_of_ops():
         "impl": "vendor.test",
         "calls": 7,
         "verified": 3,
+        "unverified": 0,
     }
     disable()
     verifier = enable(ops=frozenset({"rms_norm"}))
@@ -185,7 +186,7 @@ def test_an_impl_writing_into_an_input_is_noted():
     assert row.exceeded == 1 and "the impl wrote into its input 'gating_output'" in row.notes
 
 
-def test_a_failing_reference_is_a_note_and_the_call_still_returns():
+def test_a_failing_reference_is_not_verified_never_over_tolerance_and_the_call_returns():
     def broken_reference(self, x):
         raise RuntimeError("no kernel for this shape")
 
@@ -208,8 +209,13 @@ def test_a_failing_reference_is_a_note_and_the_call_still_returns():
     out = manager.binding("silu_and_mul").fn(types.SimpleNamespace(), torch.zeros(3, 8))
     torch.testing.assert_close(out, torch.full((3, 4), 0.25))
     (row,) = verifier.recorder.rows.values()
-    assert row.exceeded == 1
+    assert (row.exceeded, row.unverified) == (0, 1)
     assert row.notes == ["not verified: RuntimeError: no kernel for this shape"]
+    report = merge([verifier.recorder.to_json()])
+    assert report.culprits() == []
+    assert summary_line(report) == (
+        "0 call(s) verified, 0 over tolerance; 1 not verified (silu_and_mul)"
+    )
 
 
 class SharedNet(torch.nn.Module):
@@ -249,4 +255,68 @@ def test_a_shared_layer_is_named_under_the_block_running_it_and_steps_bound_the_
         "impl": "vendor.test",
         "calls": 4,
         "verified": 2,
+        "unverified": 0,
     }
+
+
+def _cache_manager(writer) -> tuple[OpManager, list]:
+    from vllm_fl.dispatch.backends.reference.impl import attention
+
+    seen: list = []
+
+    def reference(key, value, key_cache, value_cache, slot_mapping):
+        seen.append(tuple(key_cache.shape))
+        return attention.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
+
+    registry = OpRegistry()
+    registry.register_impl(
+        OpImpl("reshape_and_cache_flash", "reference.torch", BackendImplKind.REFERENCE, reference)
+    )
+    registry.register_impl(
+        OpImpl(
+            "reshape_and_cache_flash",
+            "vendor.test",
+            BackendImplKind.VENDOR,
+            writer,
+            vendor="test",
+            priority=100,
+        )
+    )
+    return OpManager(registry), seen
+
+
+def _cache_call(manager, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    key, value = torch.randn(5, 2, 8, dtype=dtype), torch.randn(5, 2, 8, dtype=dtype)
+    key_cache = torch.randn(64, 16, 2, 8, dtype=dtype)
+    value_cache = torch.randn(64, 16, 2, 8, dtype=dtype)
+    slots = torch.tensor([17, 0, -1, 1000, 3])  # slot 0 written by token 1, token 2 skipped
+    manager.binding("reshape_and_cache_flash").fn(key, value, key_cache, value_cache, slots)
+    return key_cache
+
+
+def test_a_cache_write_is_checked_on_its_slots_and_the_cache_is_never_copied():
+    from vllm_fl.dispatch.backends.reference.impl import attention
+
+    manager, seen = _cache_manager(attention.reshape_and_cache_flash)
+    verifier = enable(ops=True)
+    cache = _cache_call(manager)
+    (row,) = verifier.recorder.rows.values()
+    assert (row.calls, row.exceeded, row.unverified) == (1, 0, 0), row
+    # the references (in bfloat16 and in float32) wrote a cache of one slot per token
+    assert seen == [(5, 1, 2, 8), (5, 1, 2, 8)]
+    assert cache.shape == (64, 16, 2, 8)
+
+
+def test_a_kernel_writing_a_wrong_slot_is_named():
+    from vllm_fl.dispatch.backends.reference.impl import attention
+
+    def off_by_one(key, value, key_cache, value_cache, slot_mapping):
+        shifted = torch.where(slot_mapping >= 0, slot_mapping + 1, slot_mapping)
+        attention.reshape_and_cache_flash(key, value, key_cache, value_cache, shifted)
+
+    manager, _ = _cache_manager(off_by_one)
+    verifier = enable(ops=True)
+    _cache_call(manager)
+    (row,) = verifier.recorder.rows.values()
+    assert (row.op, row.calls, row.exceeded) == ("reshape_and_cache_flash", 1, 1)

@@ -7,8 +7,10 @@ One entry per op that has a reference impl: ``args`` (the signature's arguments,
 the calling layer where ``layer``), ``mutates`` (the arguments every impl writes into; compared
 after the call), ``inplace`` (those an eager variant may overwrite), ``dtype_from`` (the arguments
 whose dtype picks the tolerance; none: the result's), ``canonical`` (``module:function`` mapping a
-result to what is compared, where the op leaves order or padding open) and ``tolerances``
-(dtype -> (atol, rtol): the op's own, else ops.yaml's top-level ones).
+result to what is compared, where the op leaves order or padding open), ``cache`` (the paged
+KV-cache arguments, never copied), ``slots`` (for an op writing the cache, the argument holding
+each token's slot: only those slots are compared) and ``tolerances`` (dtype -> (atol, rtol): the
+op's own, else ops.yaml's top-level ones).
 """
 
 CHECKS: dict[str, dict] = {
@@ -19,6 +21,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -32,6 +36,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -45,6 +51,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -58,6 +66,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -71,6 +81,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -84,6 +96,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -97,6 +111,8 @@ CHECKS: dict[str, dict] = {
         "inplace": ("x", "residual"),
         "dtype_from": ("x", "residual"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -110,6 +126,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x", "residual"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -123,6 +141,8 @@ CHECKS: dict[str, dict] = {
         "inplace": ("query", "key"),
         "dtype_from": ("query", "key"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -136,6 +156,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": (),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -149,6 +171,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("key", "value", "key_cache", "value_cache"),
         "canonical": None,
+        "cache": ("key_cache", "value_cache"),
+        "slots": "slot_mapping",
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -177,6 +201,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("query", "key_cache", "value_cache", "output", "sinks"),
         "canonical": None,
+        "cache": ("key_cache", "value_cache"),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -190,6 +216,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("kv_c", "k_pe", "kv_cache"),
         "canonical": None,
+        "cache": ("kv_cache",),
+        "slots": "slot_mapping",
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -213,6 +241,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("src_cache", "dst"),
         "canonical": None,
+        "cache": ("src_cache",),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -235,6 +265,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("output", "prefix_output", "suffix_output"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -260,6 +292,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("q", "k", "v", "output"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -282,6 +316,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("q", "kv_cache", "output"),
         "canonical": None,
+        "cache": ("kv_cache",),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -303,6 +339,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("gating_output",),
         "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:topk_softmax_canonical",
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -325,6 +363,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": (),
         "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:moe_align_block_size_canonical",
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -338,6 +378,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("input", "output"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -360,6 +402,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("scores", "bias"),
         "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:grouped_topk_canonical",
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -383,6 +427,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("hidden_states", "w1", "w2"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.05, 0.05),
             "float16": (0.01, 0.01),
@@ -416,6 +462,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("hidden_states",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.2, 0.06),
             "float16": (0.001, 0.001),
@@ -429,6 +477,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (1.0, 0.0),
             "float16": (1.0, 0.0),
@@ -442,6 +492,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("bias",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),
@@ -455,6 +507,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x", "bias"),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.1, 0.02),
             "float16": (0.02, 0.01),
@@ -475,6 +529,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": "vllm_fl.dispatch.backends.reference.impl.quant:fp8_group_quant_canonical",
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.001, 0.13),
             "float16": (0.001, 0.13),
@@ -488,6 +544,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("x",),
         "canonical": "vllm_fl.dispatch.backends.reference.impl.quant:fp8_quant_canonical",
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.001, 0.13),
             "float16": (0.001, 0.13),
@@ -501,6 +559,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": (),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),
@@ -514,6 +574,8 @@ CHECKS: dict[str, dict] = {
         "inplace": (),
         "dtype_from": ("bias",),
         "canonical": None,
+        "cache": (),
+        "slots": None,
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),

@@ -1,7 +1,26 @@
-"""How far a selected impl's result is from the reference's: the largest absolute and relative
-error and the largest error over tolerance (``atol + rtol * |reference|``, the rule of
-``torch.testing.assert_close`` the parity tests use). Integer tensors (indices, counts) must be
-equal; non-finite values, shapes or dtypes that differ always exceed."""
+"""How far a selected impl's result is from the truth, and whether that is more than rounding.
+
+The truth is the reference impl computed in a wider dtype (float32 for a bfloat16 or float16
+call, float64 for a float32 one: ``WIDER``). A call's floating-point output is over tolerance
+when it fails both rules:
+
+- **rounding rule**: per row (the output's first dimension, a token), the impl's largest error
+  against the wide reference is more than ``K_REFERENCE`` times the largest error of the reference
+  computed in the call's dtype, plus ``C_ROUNDING`` units of rounding of that dtype at the row's
+  scale (its largest wide-reference magnitude): ``e_impl > K * e_ref + C * u * scale``;
+- **parity rule**: some element's difference from the reference in the call's dtype is over the
+  op's parity-test tolerance ``atol + rtol * |reference|`` (the rule of
+  ``torch.testing.assert_close``), which covers kernels allowed a coarser arithmetic (TF32).
+
+So a kernel is blamed only when its error is clearly larger than what computing in the call's
+dtype costs the reference itself. Without a wide reference (an op whose reference cannot run in
+the wider dtype) only the parity rule applies. Integer outputs must be equal; outputs of one byte
+(FP8 values) follow the parity rule; non-finite values where the reference differs, and shapes
+that differ, always exceed.
+
+The numbers stay on the device: ``measure`` returns a small tensor (``STATS``) per call, read back
+in one transfer for many calls (``resolve``), so verifying does not wait for the device per call.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +30,44 @@ from typing import Any
 
 import torch
 
-__all__ = ["Diff", "compare"]
+__all__ = [
+    "C_ROUNDING",
+    "Diff",
+    "K_REFERENCE",
+    "Measure",
+    "STATS",
+    "WIDER",
+    "compare",
+    "measure",
+    "resolve",
+    "unit_roundoff",
+]
+
+#: how many times the reference-in-dtype's own error an impl may err
+K_REFERENCE = 4.0
+#: units of rounding of the call's dtype, at a row's scale, an impl may err beyond that
+C_ROUNDING = 4.0
+#: the dtype the truth is computed in, per call dtype
+WIDER = {
+    torch.bfloat16: torch.float32,
+    torch.float16: torch.float32,
+    torch.float32: torch.float64,
+}
+#: the entries of a call's statistics tensor
+STATS = ("max_abs", "max_rel", "ratio", "non_finite")
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the distance from 1 to the next number of ``dtype`` (2^-8 for bfloat16)."""
+    return torch.finfo(dtype).eps / 2
 
 
 @dataclass
 class Diff:
-    """The distance of one call's result from the reference's. ``ratio``: the largest error over
-    its tolerance (above 1: the call exceeds); ``notes``: what no number says (a shape differs,
-    a value is NaN)."""
+    """The distance of one call's result from the truth. ``ratio``: the error over what the
+    rules allow (above 1: the call exceeds); ``max_rel``: the largest error over the largest
+    magnitude of the reference (a norm-wise relative error); ``notes``: what no number says (a
+    shape differs, a value is NaN)."""
 
     max_abs: float = 0.0
     max_rel: float = 0.0
@@ -29,68 +78,170 @@ class Diff:
     def exceeded(self) -> bool:
         return self.ratio > 1.0 or bool(self.notes)
 
-    def merge(self, other: Diff, where: str) -> None:
-        self.max_abs = max(self.max_abs, other.max_abs)
-        self.max_rel = max(self.max_rel, other.max_rel)
-        self.ratio = max(self.ratio, other.ratio)
-        self.notes.extend(f"{where}: {note}" for note in other.notes)
+
+@dataclass
+class Measure:
+    """One call's comparison before it is read back: ``stats`` (device, float64, ``STATS``
+    entries; None when nothing was numeric) and the notes known without the device. ``flags``
+    are device booleans whose note applies when true (an input the impl wrote into)."""
+
+    stats: torch.Tensor | None
+    notes: list[str] = field(default_factory=list)
+    flags: list[tuple[torch.Tensor, str]] = field(default_factory=list)
 
 
-def _tensor_diff(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> Diff:
+def _safe_ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """err / bound, with 0/0 = 0 and x/0 = inf."""
+    return torch.where(
+        bound > 0,
+        err / bound.clamp_min(1e-300),
+        torch.where(err > 0, math.inf, 0.0),
+    )
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1) if t.dim() >= 2 else t.reshape(1, -1)
+
+
+def _stats(*values: torch.Tensor | float) -> torch.Tensor:
+    device = next(v.device for v in values if isinstance(v, torch.Tensor))
+    return torch.stack(
+        [
+            v.to(torch.float64) if isinstance(v, torch.Tensor) else torch.tensor(v, device=device)
+            for v in values
+        ]
+    ).to(torch.float64)
+
+
+def _tensor(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    wide: torch.Tensor | None,
+    atol: float,
+    rtol: float,
+    unit: float,
+) -> Measure:
     if actual.shape != expected.shape:
-        return Diff(
-            math.inf,
-            math.inf,
-            math.inf,
-            [f"shape {tuple(actual.shape)}, reference " f"{tuple(expected.shape)}"],
-        )
+        return Measure(None, [f"shape {tuple(actual.shape)}, reference {tuple(expected.shape)}"])
     notes = []
     if actual.dtype != expected.dtype:
         notes.append(f"dtype {actual.dtype}, reference {expected.dtype}")
     if actual.numel() == 0:
-        return Diff(notes=notes)
+        return Measure(None, notes)
     if not expected.is_floating_point() and not actual.is_floating_point():
-        atol = rtol = 0.0  # indices and counts: exactly
-    a = actual.detach().to(torch.float64)
-    e = expected.detach().to(torch.float64)
+        # indices and counts: exactly
+        differs = (actual != expected).any()
+        err = (actual.to(torch.float64) - expected.to(torch.float64)).abs().max()
+        ratio = torch.where(differs, math.inf, 0.0)
+        return Measure(_stats(err, torch.where(differs, math.inf, 0.0), ratio, 0.0), notes)
+    if wide is not None and (actual.element_size() == 1 or wide.shape != actual.shape):
+        wide = None  # FP8 values: the parity rule
+    work = torch.float64 if unit < 2**-12 or wide is None else torch.float32
+    a = actual.detach().to(work)
+    e = expected.detach().to(work)
+    w = wide.detach().to(work) if wide is not None else None
     finite = torch.isfinite(a) & torch.isfinite(e)
     same_special = (a == e) | (torch.isnan(a) & torch.isnan(e))
-    if not bool(finite.all()):
-        bad = ~finite & ~same_special
-        if bool(bad.any()):
-            notes.append(f"{int(bad.sum())} non-finite value(s) where the reference differs")
-        if bool((torch.isnan(e)).any()):
-            notes.append("the reference has NaN")
-        a = torch.where(finite, a, torch.zeros_like(a))
-        e = torch.where(finite, e, torch.zeros_like(e))
-    err = (a - e).abs()
-    mag = e.abs()
-    max_abs = float(err.max())
-    rel = torch.where(mag > 0, err / mag.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0))
-    bound = atol + rtol * mag
-    over = torch.where(
-        bound > 0, err / bound.clamp_min(1e-300), torch.where(err > 0, math.inf, 0.0)
-    )
-    return Diff(max_abs, float(rel.max()), float(over.max()), notes)
+    non_finite = (~finite & ~same_special).sum()
+    a = torch.where(finite, a, 0.0)
+    e = torch.where(finite, e, 0.0)
+    parity = _safe_ratio((a - e).abs(), atol + rtol * e.abs()).max()
+    truth = e
+    ratio = parity
+    if w is not None:
+        w = torch.where(finite & torch.isfinite(w), w, 0.0)
+        e_impl = _rows((a - w).abs()).amax(1)
+        e_ref = _rows((e - w).abs()).amax(1)
+        scale = _rows(w.abs()).amax(1)
+        rounding = _safe_ratio(e_impl, K_REFERENCE * e_ref + C_ROUNDING * unit * scale).max()
+        ratio = torch.minimum(parity, rounding)
+        truth = w
+    err = (a - truth).abs().max()
+    mag = truth.abs().max()
+    rel = _safe_ratio(err, mag)
+    ratio = torch.where(non_finite > 0, math.inf, ratio)
+    return Measure(_stats(err, rel, ratio, non_finite), notes)
 
 
-def compare(actual: Any, expected: Any, atol: float, rtol: float) -> Diff:
-    """The distance of ``actual`` from ``expected``: tensors, tuples of them (output by output),
-    None or plain values (equal or not)."""
+def measure(
+    actual: Any, expected: Any, wide: Any, atol: float, rtol: float, unit: float
+) -> Measure:
+    """Compare ``actual`` with ``expected`` (the reference in the call's dtype) and ``wide`` (the
+    reference in the wider dtype, or None): tensors, tuples of them (output by output), None or
+    plain values (equal or not). ``unit``: the unit roundoff of the call's dtype."""
     if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
-        return _tensor_diff(actual, expected, atol, rtol)
+        w = wide if isinstance(wide, torch.Tensor) else None
+        return _tensor(actual, expected, w, atol, rtol, unit)
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
         if len(actual) != len(expected):
-            return Diff(notes=[f"{len(actual)} results, reference {len(expected)}"])
-        total = Diff()
-        for index, (a, e) in enumerate(zip(actual, expected)):
-            total.merge(compare(a, e, atol, rtol), f"output {index}")
-        return total
+            return Measure(None, [f"{len(actual)} results, reference {len(expected)}"])
+        wides = (
+            wide
+            if isinstance(wide, (tuple, list)) and len(wide) == len(expected)
+            else [None] * len(expected)
+        )
+        parts = [measure(a, e, w, atol, rtol, unit) for a, e, w in zip(actual, expected, wides)]
+        stats = [p.stats for p in parts if p.stats is not None]
+        notes = [f"output {i}: {n}" for i, p in enumerate(parts) for n in p.notes]
+        total = torch.stack(stats).amax(0) if stats else None
+        return Measure(total, notes)
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
-        return Diff(notes=[f"{_kind(actual)}, reference {_kind(expected)}"])
+        return Measure(None, [f"{_kind(actual)}, reference {_kind(expected)}"])
     if actual != expected:
-        return Diff(notes=[f"{actual!r}, reference {expected!r}"])
-    return Diff()
+        return Measure(None, [f"{actual!r}, reference {expected!r}"])
+    return Measure(None)
+
+
+def compare(
+    actual: Any,
+    expected: Any,
+    atol: float,
+    rtol: float,
+    wide: Any = None,
+    unit: float = 0.0,
+) -> Diff:
+    """``measure`` of one call, read back at once."""
+    return resolve([measure(actual, expected, wide, atol, rtol, unit)])[0]
+
+
+def resolve(measures: list[Measure]) -> list[Diff]:
+    """The ``Diff`` of each measure, reading every device number back in one transfer per
+    device."""
+    values: dict[int, list[float]] = {}
+    by_device: dict[torch.device, list[int]] = {}
+    for index, m in enumerate(measures):
+        tensors = ([m.stats] if m.stats is not None else []) + [f for f, _ in m.flags]
+        for t in tensors:
+            by_device.setdefault(t.device, []).append(index)
+    for device, indices in by_device.items():
+        flat = []
+        for index in dict.fromkeys(indices):
+            m = measures[index]
+            if m.stats is not None:
+                flat.append(m.stats.reshape(-1))
+            flat.extend(f.reshape(1).to(torch.float64) for f, _ in m.flags)
+        numbers = torch.cat(flat).tolist() if flat else []
+        cursor = 0
+        for index in dict.fromkeys(indices):
+            m = measures[index]
+            n = (len(STATS) if m.stats is not None else 0) + len(m.flags)
+            values[index] = numbers[cursor : cursor + n]
+            cursor += n
+    diffs = []
+    for index, m in enumerate(measures):
+        numbers = values.get(index, [])
+        notes = list(m.notes)
+        diff = Diff(notes=notes)
+        if m.stats is not None:
+            diff.max_abs, diff.max_rel, diff.ratio, non_finite = numbers[: len(STATS)]
+            if non_finite:
+                notes.append(f"{int(non_finite)} non-finite value(s) where the reference differs")
+            numbers = numbers[len(STATS) :]
+        for (_, note), flag in zip(m.flags, numbers):
+            if flag:
+                notes.append(note)
+        diffs.append(diff)
+    return diffs
 
 
 def _kind(value: Any) -> str:

@@ -68,6 +68,8 @@ def enable(
 
             if not torch.compiler.is_compiling():
                 verifier.step += 1
+                # the last step's numbers, read back while the device is idle between steps
+                verifier.recorder.flush()
 
         verifier.sites._hooks.append(model.register_forward_pre_hook(count_step))
     with _lock:

@@ -15,7 +15,16 @@ from typing import Any, Iterable
 
 from .record import Row, row_key, rows_from_json
 
-__all__ = ["Report", "merge", "read_dir", "write", "format_report", "worst_first", "FILE_PREFIX"]
+__all__ = [
+    "Report",
+    "merge",
+    "read_dir",
+    "write",
+    "format_report",
+    "summary_line",
+    "worst_first",
+    "FILE_PREFIX",
+]
 
 FILE_PREFIX = "verify-"
 
@@ -49,7 +58,9 @@ class Report:
 
 def worst_first(rows: Iterable[Row]) -> list[Row]:
     """Rows with calls over tolerance first, then by error over tolerance, largest first."""
-    return sorted(rows, key=lambda r: (r.exceeded == 0, -r.ratio, r.op, r.site, r.shapes))
+    return sorted(
+        rows, key=lambda r: (r.exceeded == 0, r.unverified == 0, -r.ratio, r.op, r.site, r.shapes)
+    )
 
 
 def merge(reports: Iterable[dict[str, Any]]) -> Report:
@@ -65,9 +76,11 @@ def merge(reports: Iterable[dict[str, Any]]) -> Report:
             else:
                 merged[key] = row
         for op, entry in data.get("ops", {}).items():
-            mine = out.ops.setdefault(op, {"impl": entry["impl"], "calls": 0, "verified": 0})
-            mine["calls"] += entry["calls"]
-            mine["verified"] += entry["verified"]
+            mine = out.ops.setdefault(
+                op, {"impl": entry["impl"], "calls": 0, "verified": 0, "unverified": 0}
+            )
+            for count in ("calls", "verified", "unverified"):
+                mine[count] += entry.get(count, 0)
     out.rows = list(merged.values())
     return out
 
@@ -113,6 +126,21 @@ def _table(header: list[str], lines: list[list[str]]) -> str:
     return "\n".join(line.rstrip() for line in out)
 
 
+def summary_line(report: Report) -> str:
+    """One line that keeps apart the calls over tolerance and those not verified."""
+    over = sum(r.exceeded for r in report.rows)
+    unverified = sum(r.unverified for r in report.rows)
+    verified = sum(e["verified"] for e in report.ops.values())
+    line = f"{verified} call(s) verified, {over} over tolerance"
+    if over:
+        line += f" ({', '.join(report.culprits())})"
+    line += f"; {unverified} not verified"
+    if unverified:
+        ops = dict.fromkeys(r.op for r in report.rows if r.unverified)
+        line += f" ({', '.join(ops)})"
+    return line
+
+
 def format_report(report: Report, limit: int = 40) -> str:
     """The summary per op, then up to ``limit`` rows, worst first."""
     if not report.rows and not report.ops:
@@ -122,7 +150,7 @@ def format_report(report: Report, limit: int = 40) -> str:
         by_op.setdefault(row.op, []).append(row)
     summary = []
     for op, entry in sorted(report.ops.items()):
-        rows = worst_first(by_op.get(op, []))
+        rows = worst_first(r for r in by_op.get(op, []) if r.calls)
         worst = rows[0] if rows else None
         over = [r for r in rows if r.first_exceeded is not None]
         first = min(over, key=lambda r: r.first_exceeded["call"]) if over else None
@@ -132,6 +160,7 @@ def format_report(report: Report, limit: int = 40) -> str:
                 entry["impl"],
                 str(entry["calls"]),
                 str(entry["verified"]),
+                str(entry.get("unverified", 0)),
                 str(sum(r.exceeded for r in rows)),
                 _num(worst.ratio) if worst else "-",
                 _num(max((r.max_abs for r in rows), default=0.0)),
@@ -140,7 +169,7 @@ def format_report(report: Report, limit: int = 40) -> str:
             ]
         )
     # calls over tolerance first, then by error over tolerance; ops not verified last
-    summary.sort(key=lambda line: (line[4] == "0", line[3] == "0", -_ratio(line[5]), line[0]))
+    summary.sort(key=lambda line: (line[5] == "0", line[3] == "0", -_ratio(line[6]), line[0]))
     parts = [
         "vllm_fl verify: selected impls against the reference, per op",
         _table(
@@ -149,6 +178,7 @@ def format_report(report: Report, limit: int = 40) -> str:
                 "impl",
                 "calls",
                 "verified",
+                "not verified",
                 "over tol",
                 "worst err/tol",
                 "max abs",
@@ -157,6 +187,7 @@ def format_report(report: Report, limit: int = 40) -> str:
             ],
             summary,
         ),
+        summary_line(report),
     ]
     rows = worst_first(report.rows)
     if rows:
@@ -168,6 +199,7 @@ def format_report(report: Report, limit: int = 40) -> str:
                 r.shapes,
                 r.dtype,
                 str(r.calls),
+                str(r.unverified),
                 str(r.exceeded),
                 _num(r.max_abs),
                 _num(r.max_rel),
@@ -187,6 +219,7 @@ def format_report(report: Report, limit: int = 40) -> str:
                     "shapes",
                     "dtype",
                     "calls",
+                    "not verified",
                     "over tol",
                     "max abs",
                     "max rel",
@@ -199,7 +232,7 @@ def format_report(report: Report, limit: int = 40) -> str:
         ]
         if len(rows) > limit:
             parts.append(f"... {len(rows) - limit} more row(s) in the JSON report")
-    notes = [f"{r.op} @ {r.site}: {n}" for r in rows if r.exceeded for n in r.notes]
+    notes = [f"{r.op} @ {r.site}: {n}" for r in rows if r.exceeded or r.unverified for n in r.notes]
     if notes:
         parts += ["", "notes:"] + [f"  {n}" for n in dict.fromkeys(notes)]
     return "\n".join(parts)

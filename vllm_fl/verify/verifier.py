@@ -4,17 +4,18 @@
 wrap_selections``): for an op it verifies whose selected impl is not the reference, it returns a
 function that, on a call due for verification,
 
-1. copies the call's tensor arguments (not the layer's nor the model's weights: no impl writes
-   those), since an impl may write into its ``mutates`` arguments or, in its eager variant, its
-   ``inplace`` ones;
+1. copies the call's arguments (``vllm_fl.verify.arguments``: never the weights nor the KV
+   cache; a cache-writing op's slots are gathered instead);
 2. calls the selected impl on the real arguments: its result is what the model gets, unchanged;
-3. calls the op's reference impl on the copies, maps both results to the op's canonical form
-   where it has one (``mutates`` ops: the arguments written), and records the difference with the
-   tolerance of the call's dtype (``vllm_fl.dispatch.checks``); an argument the impl must not
-   write that changed is noted too.
+3. calls the op's reference impl on the copies, in the call's dtype and in a wider one, maps the
+   results to what is compared (the arguments written, a cache's slots, the op's canonical form)
+   and measures the impl against both (``vllm_fl.verify.compare``: the rule that tells a wrong
+   kernel from rounding); an argument the impl must not write that changed is noted too. The
+   numbers stay on the device until the recorder reads many calls back at once.
 
-Anything that goes wrong while verifying (the reference raising, say) is recorded as a note and
-logged once; the call still returns the selected impl's result. Calls traced by torch.compile,
+A call that could not be verified (the reference raising, say) is counted as not verified, with
+its reason, and logged once; it never counts as over tolerance, and the call still returns the
+selected impl's result. Calls traced by torch.compile,
 calls while a CUDA graph is captured and calls made by a reference impl are not verified.
 """
 
@@ -32,7 +33,8 @@ from vllm_fl.dispatch.logger_manager import get_logger
 from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
 from vllm_fl.dispatch.types import BackendImplKind, OpImpl
 
-from .compare import Diff, compare
+from .arguments import CallCopy, named_arguments
+from .compare import WIDER, measure, unit_roundoff
 from .record import Recorder
 from .sites import Sites
 
@@ -52,6 +54,8 @@ class Check:
     dtype_from: tuple[str, ...]
     canonical: str | None
     tolerances: dict[str, tuple[float, float]]
+    cache: tuple[str, ...] = ()
+    slots: str | None = None
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         """The tolerance of ``dtype`` (float64, which ops.yaml does not list: float32's)."""
@@ -66,12 +70,6 @@ class Check:
 
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-        return value.clone()
-    return value
 
 
 def _shape(value: torch.Tensor) -> str:
@@ -166,78 +164,90 @@ class Verifier:
         args: tuple,
         kwargs: dict,
     ) -> Any:
-        copies_args = tuple(_copy(a) for a in args)
-        copies_kwargs = {k: _copy(v) for k, v in kwargs.items()}
+        try:
+            before = CallCopy.before(check, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - verification never breaks the call
+            self._not_verified(op, impl_id, check, args, exc)
+            return fn(*args, **kwargs)
         out = fn(*args, **kwargs)  # what the model gets, whatever happens below
         try:
-            self._compare(op, impl_id, ref_fn, check, args, kwargs, copies_args, copies_kwargs, out)
+            self._compare(op, impl_id, ref_fn, check, before, args, kwargs, out)
         except Exception as exc:  # noqa: BLE001 - verification never breaks the call
-            if op not in self._warned:
-                self._warned.add(op)
-                logger.warning("vllm_fl verify: op '%s' could not be verified", op, exc_info=True)
-            site = self._site(check, args)
-            diff = Diff(notes=[f"not verified: {type(exc).__name__}: {exc}"])
-            self.recorder.add(
-                op, impl_id, site, "?", "?", (0.0, 0.0), diff, self._calls.get(op, 0), self.step
-            )
+            self._not_verified(op, impl_id, check, args, exc)
         return out
 
-    def _named(self, check: Check, args: tuple, kwargs: dict) -> dict[str, Any]:
-        positional = args[1:] if check.layer else args
-        named = dict(zip(check.args, positional))
-        named.update(kwargs)
-        return named
+    def _not_verified(self, op, impl_id, check, args, exc: Exception) -> None:
+        if op not in self._warned:
+            self._warned.add(op)
+            logger.warning("vllm_fl verify: op '%s' could not be verified", op, exc_info=True)
+        self.recorder.not_verified(
+            op,
+            impl_id,
+            self._site(check, args),
+            f"{type(exc).__name__}: {exc}",
+            self._calls.get(op, 0),
+            self.step,
+        )
 
     def _site(self, check: Check, args: tuple) -> str:
         if check.layer and args:
             return self.sites.of_layer(args[0])
         return self.sites.current(args)
 
-    def _compare(self, op, impl_id, ref_fn, check, args, kwargs, copies_args, copies_kwargs, out):
+    def _compare(self, op, impl_id, ref_fn, check, before: CallCopy, args, kwargs, out):
+        real = named_arguments(check, args, kwargs)
+        dtype = self._dtype(check, real, out)
+        wide_dtype = WIDER.get(getattr(torch, dtype, None))
+        # the wide copies are made before the reference in dtype writes into its copies
+        wide = before.widened(wide_dtype) if wide_dtype is not None else None
         self._local.in_reference = True
         try:
-            expected = ref_fn(*copies_args, **copies_kwargs)
+            expected = ref_fn(*before.args, **before.kwargs)
+            wide_out = None
+            if wide is not None:
+                try:
+                    wide_out = ref_fn(*wide.args, **wide.kwargs)
+                except Exception:  # noqa: BLE001 - the parity rule alone then
+                    wide = None
         finally:
             self._local.in_reference = False
-        real = self._named(check, args, kwargs)
-        before = self._named(check, copies_args, copies_kwargs)
-        actual_form, expected_form = out, expected
-        if check.mutates:
-            actual_form = tuple(real[name] for name in check.mutates)
-            expected_form = tuple(before[name] for name in check.mutates)
-        canonical = check.canonical_fn()
-        if canonical is not None:
-            if check.mutates:
-                actual_form = canonical(**real)
-                expected_form = canonical(**before)
-            else:
-                actual_form = canonical(out, **real)
-                expected_form = canonical(expected, **before)
-        dtype = self._dtype(check, real, out)
+        actual_form = before.form(out, real, real=True)
+        expected_form = before.form(expected, before.named())
+        wide_form = wide.form(wide_out, wide.named()) if wide is not None else None
         atol, rtol = check.tolerance(dtype)
-        diff = compare(actual_form, expected_form, atol, rtol)
+        unit = unit_roundoff(getattr(torch, dtype)) if wide is not None else 0.0
+        result = measure(actual_form, expected_form, wide_form, atol, rtol, unit)
         # the reference wrote only into its copies of ``mutates``; any other copy still holds
         # the argument as it was before the call
-        written = set(check.mutates) | set(check.inplace)
+        # (and a cache writer's references got a renumbered slot mapping: no copy to compare)
+        written = set(check.mutates) | set(check.inplace) | set(check.cache) | {check.slots}
+        copies = before.named()
         for name, value in real.items():
             if name in written or not isinstance(value, torch.Tensor):
                 continue
-            was = before.get(name)
-            if isinstance(was, torch.Tensor) and was is not value and not torch.equal(was, value):
-                diff.notes.append(f"the impl wrote into its input '{name}'")
+            was = copies.get(name)
+            if (
+                isinstance(was, torch.Tensor)
+                and was is not value
+                and was.shape == value.shape
+                and was.dtype == value.dtype
+            ):
+                result.flags.append(
+                    ((was != value).any(), f"the impl wrote into its input '{name}'")
+                )
         shapes = " ".join(
             f"{name}={_shape(value)}"
             for name, value in real.items()
             if isinstance(value, torch.Tensor) and name not in check.mutates
         )
-        self.recorder.add(
+        self.recorder.pend(
             op,
             impl_id,
             self._site(check, args),
             shapes,
             dtype,
             (atol, rtol),
-            diff,
+            result,
             self._calls.get(op, 0),
             self.step,
         )
