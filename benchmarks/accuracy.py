@@ -1,0 +1,218 @@
+"""Accuracy on a real checkpoint: every policy against vanilla vLLM, per format and mode.
+
+    python -m benchmarks.accuracy --checkpoint DIR [--configs vanilla,plugin,...]
+        [--modes eager,compile] [--formats bf16,fp8] [--parallel N] [--gate 0.01] [--json OUT]
+
+Each configuration (`benchmarks.engines.CONFIGS`) runs `vllm_fl.testing.accuracy`'s task on the
+checkpoint (`vllm_fl.testing.checkpoint`) in an engine of its own, in vLLM's default process
+layout: greedy text of a few prompts, the perplexity of real passages and a cloze multiple-choice
+task. Formats: ``bf16`` (the checkpoint in bfloat16) and ``fp8`` (the same weights quantised to
+FP8 while loading, vLLM's ``quantization="fp8"``, the way that format's users make it from a
+16-bit checkpoint); ``f32`` for a CPU. Modes: ``eager`` and ``compile`` (vLLM's default,
+torch.compile and CUDA graphs). Each run is compared with vanilla's run of the same format and
+mode:
+
+- perplexity ratio over all passages (total negative log-likelihood over tokens, exponentiated);
+- greedy agreement: prompts whose greedy tokens are identical, and the tokens generated before
+  the first difference over the tokens vanilla generated;
+- cloze accuracy and whether it lies within the task's noise of vanilla's (two standard errors
+  of the difference).
+
+The gate: exit status 1 when a perplexity ratio is off by more than ``--gate`` (default 1%) or a
+run failed. ``--parallel`` engines run at once (a small model shares one GPU; each gets a fixed
+KV cache, ``--kv-cache-gib``, so that no engine sizes its cache from memory another is using).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.engines import CONFIGS
+from vllm_fl.testing import accuracy
+from vllm_fl.testing.engine import Workload
+from vllm_fl.testing.launch import launch, vllm_env
+
+FORMATS = {
+    "bf16": {"dtype": "bfloat16"},
+    "fp8": {"dtype": "bfloat16", "quantization": "fp8"},
+    "f32": {"dtype": "float32"},
+}
+TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Run:
+    config: str
+    format: str
+    mode: str
+
+
+def _llm_args(fmt: str, kv_cache_gib: float | None) -> dict:
+    args = {**accuracy.LLM_ARGS, **FORMATS[fmt]}
+    if kv_cache_gib is not None:
+        args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    return args
+
+
+def run_one(run: Run, checkpoint: Path, kv_cache_gib: float | None, extra_env: dict) -> dict:
+    """One engine: the accuracy task's result, or ``{"error": ...}`` with the output's tail."""
+    workload = Workload(
+        mode=run.mode,
+        llm_args=_llm_args(run.format, kv_cache_gib),
+        task=accuracy.TASK,
+    )
+    env = vllm_env({**CONFIGS[run.config], **extra_env})
+    done = launch(checkpoint, workload, env, timeout=TIMEOUT_S)
+    if not done.ok:
+        return {"error": f"rc={done.returncode}", "tail": done.tail(40), "wall_s": done.wall_s}
+    return {**done.result, "wall_s": done.wall_s}
+
+
+def _ppl(result: dict) -> float:
+    passages = result["perplexity"].values()
+    nll = sum(p["nll"] for p in passages)
+    tokens = sum(p["tokens"] for p in passages)
+    return math.exp(nll / tokens)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def compare(result: dict, vanilla: dict) -> dict:
+    """``result`` against vanilla's run of the same format and mode."""
+    mine, theirs = result["greedy"], vanilla["greedy"]
+    identical = sum(a["token_ids"] == b["token_ids"] for a, b in zip(mine, theirs))
+    prefix = sum(_common_prefix(a["token_ids"], b["token_ids"]) for a, b in zip(mine, theirs))
+    generated = sum(len(b["token_ids"]) for b in theirs)
+    acc, se = result["cloze"]["accuracy"], result["cloze"]["stderr"]
+    acc0, se0 = vanilla["cloze"]["accuracy"], vanilla["cloze"]["stderr"]
+    noise = 2 * math.sqrt(se**2 + se0**2)
+    return {
+        "ppl": _ppl(result),
+        "ppl_vanilla": _ppl(vanilla),
+        "ppl_ratio": _ppl(result) / _ppl(vanilla),
+        "identical": identical,
+        "prompts": len(theirs),
+        "prefix_tokens": prefix,
+        "generated_tokens": generated,
+        "cloze": acc,
+        "cloze_stderr": se,
+        "cloze_vanilla": acc0,
+        "cloze_within_noise": abs(acc - acc0) <= noise,
+        "impls": result.get("worker_used_impls", {}),
+    }
+
+
+def table(rows: list[tuple[Run, dict]]) -> str:
+    header = (
+        f"{'format':<6} {'mode':<8} {'config':<18} {'ppl':>8} {'ratio':>8} {'identical':>9} "
+        f"{'prefix tokens':>13}  {'cloze (vanilla)':<19} {'noise':<6}"
+    )
+    lines = [header, "-" * len(header)]
+    for run, row in rows:
+        if "error" in row:
+            lines.append(f"{run.format:<6} {run.mode:<8} {run.config:<18} FAILED {row['error']}")
+            continue
+        lines.append(
+            f"{run.format:<6} {run.mode:<8} {run.config:<18} {row['ppl']:>8.4f} "
+            f"{row['ppl_ratio']:>8.5f} {row['identical']:>4}/{row['prompts']:<4} "
+            f"{row['prefix_tokens']:>6}/{row['generated_tokens']:<6}  "
+            f"{row['cloze']:.3f} ({row['cloze_vanilla']:.3f})    "
+            f"{'within' if row['cloze_within_noise'] else 'OUTSIDE':<6}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__)
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--configs", default="vanilla,plugin,prefer=flagos,flagos-deny-cuda")
+    parser.add_argument("--modes", default="eager,compile")
+    parser.add_argument("--formats", default="bf16,fp8")
+    parser.add_argument("--parallel", type=int, default=1, help="engines at once")
+    parser.add_argument("--kv-cache-gib", type=float, default=None)
+    parser.add_argument("--gate", type=float, default=0.01, help="largest |ppl ratio - 1|")
+    parser.add_argument(
+        "--env", action="append", default=[], help="NAME=VALUE for every run (repeatable)"
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    configs = args.configs.split(",")
+    unknown = [c for c in configs if c not in CONFIGS]
+    unknown += [f for f in args.formats.split(",") if f not in FORMATS]
+    if unknown or "vanilla" not in configs:
+        parser.error(
+            f"unknown configs/formats {unknown}; configs need 'vanilla' (allowed configs: "
+            f"{', '.join(CONFIGS)}; formats: {', '.join(FORMATS)})"
+        )
+    extra_env = dict(item.split("=", 1) for item in args.env)
+    runs = [
+        Run(c, f, m)
+        for f in args.formats.split(",")
+        for m in args.modes.split(",")
+        for c in configs
+    ]
+    with ThreadPoolExecutor(max_workers=max(args.parallel, 1)) as pool:
+        futures = {
+            run: pool.submit(run_one, run, args.checkpoint, args.kv_cache_gib, extra_env)
+            for run in runs
+        }
+        results = {run: future.result() for run, future in futures.items()}
+    rows: list[tuple[Run, dict]] = []
+    failed = False
+    for run in runs:
+        if run.config == "vanilla":
+            continue
+        result = results[run]
+        vanilla = results[Run("vanilla", run.format, run.mode)]
+        if "error" in vanilla:
+            rows.append((run, {"error": f"vanilla failed ({vanilla['error']})"}))
+            failed = True
+        elif "error" in result:
+            rows.append((run, result))
+            failed = True
+        else:
+            row = compare(result, vanilla)
+            failed |= abs(row["ppl_ratio"] - 1) > args.gate
+            rows.append((run, row))
+    for run, result in results.items():
+        if "error" in result:
+            print(
+                f"{run}: {result['error']}\n" + "\n".join(result.get("tail", [])), file=sys.stderr
+            )
+    print(table(rows))
+    for run, result in results.items():
+        if "error" not in result and run.config == "vanilla":
+            texts = [g["text"] for g in result["greedy"]]
+            print(f"vanilla {run.format} {run.mode} greedy: {json.dumps(texts)[:400]}")
+    verdict = "FAIL" if failed else "pass"
+    print(f"gate (|perplexity ratio - 1| <= {args.gate:g}, every run ok): {verdict}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": [{**run.__dict__, **row} for run, row in rows],
+                    "runs": [{**run.__dict__, **res} for run, res in results.items()],
+                    "gate": args.gate,
+                    "passed": not failed,
+                },
+                indent=1,
+            )
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
