@@ -139,6 +139,8 @@ def cloze_items(text: str, count: int, seed: int = 0, window: int = 16) -> list[
                 distractors.append(word)
             if len(distractors) == CHOICES - 1:
                 break
+        if len(distractors) < CHOICES - 1:
+            raise ValueError(f"the text has too few distinct words for {CHOICES} choices")
         choices = [cores[i], *distractors]
         order = rng.sample(range(CHOICES), CHOICES)
         items.append(
