@@ -10,6 +10,7 @@ import pytest
 from vllm_fl.testing import texts
 from vllm_fl.testing.accuracy import (
     CHOICES,
+    DEFAULTS,
     ClozeItem,
     choice_logprob,
     cloze_items,
@@ -87,7 +88,9 @@ def test_cloze_refuses_more_items_than_blanks():
 
 def test_the_shipped_passages_give_the_default_cloze_task():
     for text in texts.passages().values():
-        items = cloze_items(text, 50, seed=0, window=16)
+        items = cloze_items(
+            text, DEFAULTS["cloze_per_passage"], seed=0, window=DEFAULTS["cloze_window"]
+        )
         assert len(items) == 50 and all(isinstance(i, ClozeItem) for i in items)
         # the answers are spread over the positions, not all first
         assert len({i.answer for i in items}) == CHOICES

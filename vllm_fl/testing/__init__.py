@@ -8,6 +8,10 @@ its backend end to end). Importing it imports neither vLLM nor torch.
   generate greedily or run a task, report tokens, timings and the dispatch's record;
 - `launch`: the parent side: a vLLM run in a fresh interpreter with a given environment;
 - `census`: an engine task counting which of vLLM's own kernels ran under the profiler;
+- `checkpoint`: a real checkpoint (SmolLM2-135M-Instruct) from the package registry, converted
+  once to an ordinary HF checkpoint;
+- `texts`: real text shipped with CPython (the Zen of Python, the PSF license);
+- `accuracy`: an engine task: greedy text, perplexity and a cloze task on a real checkpoint;
 - `quantize`: the quantisation schemes of the parity tests' quantized inputs (imports torch).
 - `inputs`: the quantized and derived test inputs of ops.yaml, built as the parity tests build
   them, for the compile and opcheck samples and the benchmarks (imports torch).

@@ -47,7 +47,7 @@ DEFAULTS = {
     "max_tokens": 16,
     "passages": None,  # None: every passage of vllm_fl.testing.texts
     "cloze_per_passage": 50,
-    "cloze_window": 16,  # words of context before the blank
+    "cloze_window": 8,  # words of context before the blank (16: nearly every answer right)
     "cloze_seed": 0,
 }
 #: words a cloze blank may be: letters only, at least this long (no "a", "of", numbers)
@@ -113,7 +113,7 @@ def _core(word: str) -> str:
     return word.strip(string.punctuation + "“”‘’")
 
 
-def cloze_items(text: str, count: int, seed: int = 0, window: int = 16) -> list[ClozeItem]:
+def cloze_items(text: str, count: int, seed: int = 0, window: int = 8) -> list[ClozeItem]:
     """`count` cloze questions from `text`, the same for the same arguments: blanks at words of
     letters only (`MIN_BLANK_LETTERS` or more) with at least `window` words before them, drawn
     with `seed`; the context is the `window` words before the blank (joined by spaces), the
