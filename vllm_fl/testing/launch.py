@@ -67,9 +67,10 @@ def vllm_env(env: dict[str, str]) -> dict[str, str]:
 def _child_env(env: dict[str, str], workload: Workload) -> dict[str, str]:
     """`env` with what the child needs besides: this checkout's vllm_fl findable, installed or
     not (last on PYTHONPATH: what `env` puts there comes first), and, for a workload that
-    watches the engine, vLLM's permission to send a function to its engine process (pickled)."""
+    watches the engine or runs a task (both use ``collective_rpc``), vLLM's permission to send a
+    function to its engine process (pickled)."""
     env = _with_package(env)
-    if workload.watch_engine:
+    if workload.watch_engine or workload.task is not None:
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     return env
 

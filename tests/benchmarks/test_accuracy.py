@@ -1,0 +1,61 @@
+"""benchmarks.accuracy without vLLM: the comparison with vanilla, the table and the gate, on
+results shaped like `vllm_fl.testing.accuracy`'s task (the engine runs are replaced)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import accuracy
+
+
+def _result(nll: float, tokens: list[list[int]], correct: int, items: int = 100) -> dict:
+    p = correct / items
+    return {
+        "greedy": [{"prompt": f"p{i}", "text": "", "token_ids": t} for i, t in enumerate(tokens)],
+        "perplexity": {"zen": {"tokens": 100, "nll": nll, "ppl": math.exp(nll / 100)}},
+        "cloze": {"accuracy": p, "stderr": math.sqrt(p * (1 - p) / items), "items": items},
+        "worker_used_impls": {"rms_norm": "default.flagos"},
+    }
+
+
+VANILLA = _result(200.0, [[1, 2, 3, 4], [5, 6, 7, 8]], 60)
+
+
+def test_compare_counts_identical_prompts_and_tokens_before_the_first_difference():
+    row = accuracy.compare(_result(201.0, [[1, 2, 3, 4], [5, 6, 9, 8]], 58), VANILLA)
+    assert (row["identical"], row["prompts"]) == (1, 2)
+    assert (row["prefix_tokens"], row["generated_tokens"]) == (6, 8)
+    assert math.isclose(row["ppl_ratio"], math.exp(0.01))
+    assert row["cloze_within_noise"]
+    far = accuracy.compare(_result(200.0, [[1, 2, 3, 4], [5, 6, 7, 8]], 20), VANILLA)
+    assert not far["cloze_within_noise"]
+
+
+@pytest.mark.parametrize(("nll", "status"), [(200.5, 0), (203.0, 1)])
+def test_the_gate_fails_a_perplexity_ratio_past_it(monkeypatch, tmp_path, capsys, nll, status):
+    def fake_run(run, checkpoint, kv_cache_gib, extra_env):
+        return VANILLA if run.config == "vanilla" else _result(nll, [[1, 2, 3, 4]] * 2, 60)
+
+    monkeypatch.setattr(accuracy, "run_one", fake_run)
+    out = tmp_path / "acc.json"
+    argv = ["--checkpoint", str(tmp_path), "--configs", "vanilla,plugin", "--modes", "eager"]
+    assert accuracy.main([*argv, "--formats", "bf16", "--json", str(out)]) == status
+    printed = capsys.readouterr().out
+    assert "bf16   eager    plugin" in printed
+    assert ("FAIL" in printed) == bool(status)
+    data = json.loads(out.read_text())
+    assert data["passed"] is not bool(status) and len(data["rows"]) == 1
+
+
+def test_a_failed_run_fails_the_gate_and_names_itself(monkeypatch, tmp_path, capsys):
+    def fake_run(run, checkpoint, kv_cache_gib, extra_env):
+        return VANILLA if run.config == "vanilla" else {"error": "rc=1", "tail": ["boom"]}
+
+    monkeypatch.setattr(accuracy, "run_one", fake_run)
+    argv = ["--checkpoint", str(tmp_path), "--configs", "vanilla,plugin", "--modes", "eager"]
+    assert accuracy.main([*argv, "--formats", "bf16"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED rc=1" in captured.out and "boom" in captured.err
