@@ -189,3 +189,48 @@ def test_each_row_is_judged_at_its_own_scale():
     d = compare(wrong, wide.clone(), atol=0.0, rtol=0.016, wide=wide, unit=BF16_UNIT)
     assert d.exceeded  # ...and caught by both rules once atol does not cover it
     assert d.ratio > 1.0
+
+
+def test_numbers_on_several_devices_of_one_call_are_read_back_apart(monkeypatch):
+    from vllm_fl.verify import compare as c
+
+    class Elsewhere(torch.Tensor):
+        """A CPU tensor that says it lives on another device."""
+
+        @property
+        def device(self):
+            return torch.device("meta")
+
+    e = torch.tensor([[1.0, 2.0]])
+    m = c.measure(e + 1.0, e, None, 0.1, 0.0, 0.0)
+    m.flags.append((torch.tensor(True).as_subclass(Elsewhere), "wrote into 'x'"))
+    m.flags.append((torch.tensor(False), "wrote into 'y'"))
+    (d,) = c.resolve([m])
+    assert d.exceeded and math.isclose(d.ratio, 10.0) and d.notes == ["wrote into 'x'"]
+
+
+def test_a_failed_read_back_counts_the_calls_as_not_verified(monkeypatch):
+    from vllm_fl.verify import record
+    from vllm_fl.verify.compare import measure
+
+    def broken(measures):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(record, "resolve", broken)
+    rec = Recorder()
+    e = torch.zeros(2)
+    rec.pend(
+        "silu_and_mul",
+        "vendor.x",
+        "site",
+        "x=2",
+        "float32",
+        (0.0, 0.0),
+        measure(e, e, None, 0.0, 0.0, 0.0),
+        1,
+        1,
+    )
+    (row,) = rec.rows.values()
+    assert (row.calls, row.unverified, row.exceeded) == (0, 1, 0)
+    assert rec.ops["silu_and_mul"]["verified"] == 0 and rec.ops["silu_and_mul"]["unverified"] == 1
+    assert row.notes == ["not verified: RuntimeError: device lost"]

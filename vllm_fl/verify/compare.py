@@ -207,38 +207,33 @@ def compare(
 def resolve(measures: list[Measure]) -> list[Diff]:
     """The ``Diff`` of each measure, reading every device number back in one transfer per
     device."""
-    values: dict[int, list[float]] = {}
-    by_device: dict[torch.device, list[int]] = {}
+    # each measure's tensors in order (stats, then flags), read back device by device
+    slots: dict[torch.device, list[tuple[int, int, torch.Tensor]]] = {}
     for index, m in enumerate(measures):
-        tensors = ([m.stats] if m.stats is not None else []) + [f for f, _ in m.flags]
-        for t in tensors:
-            by_device.setdefault(t.device, []).append(index)
-    for device, indices in by_device.items():
-        flat = []
-        for index in dict.fromkeys(indices):
-            m = measures[index]
-            if m.stats is not None:
-                flat.append(m.stats.reshape(-1))
-            flat.extend(f.reshape(1).to(torch.float64) for f, _ in m.flags)
-        numbers = torch.cat(flat).tolist() if flat else []
+        tensors = ([m.stats.reshape(-1)] if m.stats is not None else []) + [
+            f.reshape(1).to(torch.float64) for f, _ in m.flags
+        ]
+        for position, t in enumerate(tensors):
+            slots.setdefault(t.device, []).append((index, position, t))
+    parts: dict[tuple[int, int], list[float]] = {}
+    for entries in slots.values():
+        numbers = torch.cat([t for _, _, t in entries]).tolist()
         cursor = 0
-        for index in dict.fromkeys(indices):
-            m = measures[index]
-            n = (len(STATS) if m.stats is not None else 0) + len(m.flags)
-            values[index] = numbers[cursor : cursor + n]
-            cursor += n
+        for index, position, t in entries:
+            parts[(index, position)] = numbers[cursor : cursor + t.numel()]
+            cursor += t.numel()
     diffs = []
     for index, m in enumerate(measures):
-        numbers = values.get(index, [])
         notes = list(m.notes)
         diff = Diff(notes=notes)
+        position = 0
         if m.stats is not None:
-            diff.max_abs, diff.max_rel, diff.ratio, non_finite = numbers[: len(STATS)]
+            diff.max_abs, diff.max_rel, diff.ratio, non_finite = parts[(index, 0)]
             if non_finite:
                 notes.append(f"{int(non_finite)} non-finite value(s) where the reference differs")
-            numbers = numbers[len(STATS) :]
-        for (_, note), flag in zip(m.flags, numbers):
-            if flag:
+            position = 1
+        for offset, (_, note) in enumerate(m.flags):
+            if parts[(index, position + offset)][0]:
                 notes.append(note)
         diffs.append(diff)
     return diffs

@@ -163,7 +163,15 @@ class Recorder:
             pending, self._pending = self._pending, []
         if not pending:
             return
-        diffs = resolve([m for _, m, _, _ in pending])
+        try:
+            diffs = resolve([m for _, m, _, _ in pending])
+        except Exception as exc:  # noqa: BLE001 - reading back never breaks the model's step
+            with self._lock:
+                for row, _, _, _ in pending:
+                    row.not_verified(f"{type(exc).__name__}: {exc}")
+                    self.ops[row.op]["verified"] -= 1
+                    self.ops[row.op]["unverified"] += 1
+            return
         with self._lock:
             for (row, _, call, step), diff in zip(pending, diffs):
                 row.add(diff, call, step)
