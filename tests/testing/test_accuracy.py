@@ -94,3 +94,13 @@ def test_the_shipped_passages_give_the_default_cloze_task():
         assert len(items) == 50 and all(isinstance(i, ClozeItem) for i in items)
         # the answers are spread over the positions, not all first
         assert len({i.answer for i in items}) == CHOICES
+
+
+def test_token_windows_cover_the_passage_in_order():
+    from vllm_fl.testing.accuracy import token_windows
+
+    ids = list(range(10))
+    assert token_windows(ids, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert token_windows(ids, 10) == [ids]
+    with pytest.raises(ValueError, match="at least 2"):
+        token_windows(ids, 1)

@@ -33,3 +33,15 @@ def test_a_missing_license_file_says_where_it_looked(monkeypatch, tmp_path):
 def test_a_missing_passage_is_named():
     with pytest.raises(texts.TextUnavailable, match="from 'x' to 'y'"):
         texts.between("abc", "x", "y")
+
+
+def test_the_language_reference_chapters_are_long_prose():
+    docs = texts.passages()["python-docs"]
+    assert docs.startswith("Execution model")
+    assert "import system" in docs and len(docs.split()) > 4000
+
+
+def test_a_missing_reference_topic_is_named(monkeypatch):
+    monkeypatch.setattr(texts, "DOC_TOPICS", ("execmodel", "no-such-topic"))
+    with pytest.raises(texts.TextUnavailable, match="no topic no-such-topic"):
+        texts.language_reference()

@@ -7,8 +7,9 @@ In one engine it computes
 - ``greedy``: the greedy continuation (text and token ids, at most ``max_tokens``) of plain
   prompts and of chat prompts (the tokenizer's chat template);
 - ``perplexity``: per passage of `vllm_fl.testing.texts`, the model's perplexity on it through
-  ``prompt_logprobs``: every token after the first is scored given the ones before it; the
-  token count, the total negative log-likelihood (nats) and exp(mean);
+  ``prompt_logprobs``: every token after the first is scored given the ones before it (a
+  passage longer than ``window_tokens`` in windows, each scored on its own); the token count,
+  the total negative log-likelihood (nats) and exp(mean);
 - ``cloze``: a multiple-choice task built from the same passages (`cloze_items`): a context of
   words, the true next word and three other words of the passage; each choice scored the usual
   way (the summed log-probability of its tokens after the context), the best one picked;
@@ -49,6 +50,7 @@ DEFAULTS = {
     "cloze_per_passage": 50,
     "cloze_window": 8,  # words of context before the blank (16: nearly every answer right)
     "cloze_seed": 0,
+    "window_tokens": 960,  # longest stretch of a passage scored at once (< max_model_len)
 }
 #: words a cloze blank may be: letters only, at least this long (no "a", "of", numbers)
 MIN_BLANK_LETTERS = 3
@@ -111,6 +113,14 @@ def multiple_choice(scores: Sequence[Sequence[float]], answers: Sequence[int]) -
 def _core(word: str) -> str:
     """A word without the punctuation around it."""
     return word.strip(string.punctuation + "“”‘’")
+
+
+def token_windows(ids: Sequence[int], size: int) -> list[list[int]]:
+    """``ids`` cut into consecutive windows of at most ``size`` tokens (the last one shorter);
+    each window's first token is context only, so a cut costs one scored token."""
+    if size < 2:
+        raise ValueError(f"window of {size} token(s): at least 2 are needed to score one")
+    return [list(ids[k : k + size]) for k in range(0, len(ids), size)]
 
 
 def cloze_items(text: str, count: int, seed: int = 0, window: int = 8) -> list[ClozeItem]:
@@ -179,7 +189,15 @@ def accuracy_task(llm, workload) -> dict:
     greedy_s = time.perf_counter() - started
     found = texts.passages()
     names = options["passages"] or list(texts.NAMES)
-    passage_ids = [list(tokenizer(found[name]).input_ids) for name in names]
+    # a passage longer than the model's context is scored in windows, each on its own
+    windows = [
+        (name, window)
+        for name in names
+        for window in token_windows(
+            list(tokenizer(found[name]).input_ids), options["window_tokens"]
+        )
+    ]
+    passage_ids = [ids for _, ids in windows]
     items = [
         item
         for name in names
@@ -206,10 +224,12 @@ def accuracy_task(llm, workload) -> dict:
         [{"prompt_token_ids": ids} for ids in sequences], score_params, use_tqdm=False
     )
     scoring_s = time.perf_counter() - started
-    ppl = {}
-    for name, ids, output in zip(names, passage_ids, outputs):
-        logprobs = [_logprob(output.prompt_logprobs[i][ids[i]]) for i in range(1, len(ids))]
-        ppl[name] = perplexity(logprobs)
+    per_passage: dict[str, list[float]] = {name: [] for name in names}
+    for (name, ids), output in zip(windows, outputs):
+        per_passage[name] += [
+            _logprob(output.prompt_logprobs[i][ids[i]]) for i in range(1, len(ids))
+        ]
+    ppl = {name: perplexity(logprobs) for name, logprobs in per_passage.items()}
     choice_scores = [
         choice_logprob(output.prompt_logprobs, ids, start)
         for (ids, start), output in zip(scored, outputs[len(passage_ids) :])

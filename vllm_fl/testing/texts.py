@@ -9,6 +9,10 @@ model's perplexity on and to build a cloze task from.
   the software, and clauses 3 to 8 of the PSF License Agreement. Both are the same from one
   Python release to the next (clause 2 lists the copyright years, and the history goes on
   with a table of releases; neither is taken).
+- ``python-docs``: chapters of the Python language reference (the execution model, exceptions,
+  assignment, the import system) as ``pydoc_data.topics`` ships them for ``help()``: about 7000
+  tokens of prose, so that a perplexity has enough tokens to tell a 1% change from noise. Its
+  wording may differ between Python releases: compare runs of one Python only.
 
 A Python without its license file (Debian's python3 keeps it elsewhere) raises
 `TextUnavailable`, naming where it looked.
@@ -23,7 +27,9 @@ import sysconfig
 from pathlib import Path
 
 #: the passages' names, in the order `passages` returns them
-NAMES = ("zen", "history", "psf-license")
+NAMES = ("zen", "history", "psf-license", "python-docs")
+#: chapters of the Python language reference that CPython ships as pydoc's topics
+DOC_TOPICS = ("execmodel", "exceptions", "assignment", "import")
 
 
 class TextUnavailable(RuntimeError):
@@ -77,4 +83,18 @@ def passages() -> dict[str, str]:
         "zen": zen_of_python(),
         "history": between(license, "Python was created", "\n\n    Release"),
         "psf-license": between(license, "3. In the event Licensee", "\n\n\nBEOPEN.COM"),
+        "python-docs": language_reference(),
     }
+
+
+def language_reference() -> str:
+    """Chapters of the Python language reference (`DOC_TOPICS`), as CPython ships them for
+    ``help()`` in ``pydoc_data.topics``: several thousand tokens of English prose."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as exc:
+        raise TextUnavailable(f"the standard library's pydoc_data is missing ({exc})") from None
+    missing = [name for name in DOC_TOPICS if name not in topics]
+    if missing:
+        raise TextUnavailable(f"pydoc_data.topics has no topic {', '.join(missing)}")
+    return "\n\n".join(topics[name].strip() for name in DOC_TOPICS)
