@@ -18,6 +18,10 @@ mode:
 - cloze accuracy and whether it lies within the task's noise of vanilla's (two standard errors
   of the difference).
 
+With both modes, a control row per format compares vanilla compiled with vanilla eager: the same
+model on other kernels (Inductor's fusions against vLLM's CUDA kernels), which shows how far
+bfloat16 rounding alone moves these numbers.
+
 The gate: exit status 1 when a perplexity ratio is off by more than ``--gate`` (default 1%) or a
 run failed. ``--parallel`` engines run at once (a small model shares one GPU; each gets a fixed
 KV cache, ``--kv-cache-gib``, so that no engine sizes its cache from memory another is using).
@@ -115,6 +119,19 @@ def compare(result: dict, vanilla: dict) -> dict:
     }
 
 
+def _controls(results: dict[Run, dict]) -> list[tuple[Run, dict]]:
+    """Per format, vanilla compiled against vanilla eager: how far the same model moves when only
+    the kernels change (Inductor's against vLLM's), the scale a policy's ratio is read on."""
+    controls = []
+    for run, result in results.items():
+        eager = results.get(Run("vanilla", run.format, "eager"))
+        if run.config != "vanilla" or run.mode != "compile" or eager is None:
+            continue
+        if "error" not in result and "error" not in eager:
+            controls.append((Run("vanilla vs eager", run.format, run.mode), compare(result, eager)))
+    return controls
+
+
 def table(rows: list[tuple[Run, dict]]) -> str:
     header = (
         f"{'format':<6} {'mode':<8} {'config':<18} {'ppl':>8} {'ratio':>8} {'identical':>9} "
@@ -187,12 +204,18 @@ def main(argv: list[str] | None = None) -> int:
             row = compare(result, vanilla)
             failed |= abs(row["ppl_ratio"] - 1) > args.gate
             rows.append((run, row))
+    controls = _controls(results)
     for run, result in results.items():
         if "error" in result:
             print(
                 f"{run}: {result['error']}\n" + "\n".join(result.get("tail", [])), file=sys.stderr
             )
     print(table(rows))
+    if controls:
+        print(
+            "control, not gated: vanilla compiled against vanilla eager (other kernels, same model)"
+        )
+        print(table(controls))
     for run, result in results.items():
         if "error" not in result and run.config == "vanilla":
             texts = [g["text"] for g in result["greedy"]]
@@ -204,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "rows": [{**run.__dict__, **row} for run, row in rows],
+                    "controls": [{**run.__dict__, **row} for run, row in controls],
                     "runs": [{**run.__dict__, **res} for run, res in results.items()],
                     "gate": args.gate,
                     "passed": not failed,

@@ -231,7 +231,7 @@ moe-ab-steps)
 accuracy)
     checkpoint=$("$py" -m vllm_fl.testing.checkpoint)
     "$py" -m benchmarks.accuracy --checkpoint "$checkpoint" --parallel "${PARALLEL:-4}" \
-        --kv-cache-gib 4 --json "$out/h100_accuracy.json"
+        --kv-cache-gib 4 --env VLLM_USE_FLASHINFER_SAMPLER=0 --json "$out/h100_accuracy.json"
     ;;
 bringup)
     checkpoint=$("$py" -m vllm_fl.testing.checkpoint)

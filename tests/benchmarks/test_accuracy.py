@@ -59,3 +59,17 @@ def test_a_failed_run_fails_the_gate_and_names_itself(monkeypatch, tmp_path, cap
     assert accuracy.main([*argv, "--formats", "bf16"]) == 1
     captured = capsys.readouterr()
     assert "FAILED rc=1" in captured.out and "boom" in captured.err
+
+
+def test_with_both_modes_vanilla_compiled_is_compared_with_vanilla_eager(monkeypatch, capsys):
+    compiled = _result(202.0, [[1, 2, 3, 4], [5, 6, 7, 9]], 60)
+
+    def fake_run(run, checkpoint, kv_cache_gib, extra_env):
+        return compiled if run.mode == "compile" else VANILLA
+
+    monkeypatch.setattr(accuracy, "run_one", fake_run)
+    argv = ["--checkpoint", ".", "--configs", "vanilla,plugin", "--formats", "bf16"]
+    assert accuracy.main(argv) == 0  # the control is not gated
+    out = capsys.readouterr().out
+    control = out.split("control, not gated")[1]
+    assert "vanilla vs eager" in control and "1.02020" in control and "1/2" in control
