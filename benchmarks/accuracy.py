@@ -24,7 +24,8 @@ bfloat16 rounding alone moves these numbers.
 
 The gate: exit status 1 when a perplexity ratio is off by more than ``--gate`` (default 1%) or a
 run failed. ``--parallel`` engines run at once (a small model shares one GPU; each gets a fixed
-KV cache, ``--kv-cache-gib``, so that no engine sizes its cache from memory another is using).
+KV cache, ``--kv-cache-gib``, so that no engine sizes its cache from memory another is using); a
+run that fails beside the others is tried once more alone, and says so.
 """
 
 from __future__ import annotations
@@ -74,8 +75,31 @@ def run_one(run: Run, checkpoint: Path, kv_cache_gib: float | None, extra_env: d
     env = vllm_env({**CONFIGS[run.config], **extra_env})
     done = launch(checkpoint, workload, env, timeout=TIMEOUT_S)
     if not done.ok:
-        return {"error": f"rc={done.returncode}", "tail": done.tail(40), "wall_s": done.wall_s}
+        # the root cause is logged by vLLM's engine process well above the traceback's end
+        causes = [line for line in done.output.splitlines() if "Error" in line][-12:]
+        return {
+            "error": f"rc={done.returncode}",
+            "tail": causes + done.tail(20),
+            "wall_s": done.wall_s,
+        }
     return {**done.result, "wall_s": done.wall_s}
+
+
+def run_all(runs: list[Run], checkpoint: Path, parallel: int, kv_cache_gib, extra_env) -> dict:
+    """Every run, ``parallel`` at once; a run that failed beside others is tried once more alone
+    (``retried`` in its result), since engines starting together on one GPU can trip over each
+    other where one alone does not."""
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        futures = {
+            run: pool.submit(run_one, run, checkpoint, kv_cache_gib, extra_env) for run in runs
+        }
+        results = {run: future.result() for run, future in futures.items()}
+    if parallel > 1:
+        for run, result in results.items():
+            if "error" in result:
+                again = run_one(run, checkpoint, kv_cache_gib, extra_env)
+                results[run] = {**again, "retried": result}
+    return results
 
 
 def _ppl(result: dict) -> float:
@@ -181,12 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in args.modes.split(",")
         for c in configs
     ]
-    with ThreadPoolExecutor(max_workers=max(args.parallel, 1)) as pool:
-        futures = {
-            run: pool.submit(run_one, run, args.checkpoint, args.kv_cache_gib, extra_env)
-            for run in runs
-        }
-        results = {run: future.result() for run, future in futures.items()}
+    results = run_all(runs, args.checkpoint, args.parallel, args.kv_cache_gib, extra_env)
     rows: list[tuple[Run, dict]] = []
     failed = False
     for run in runs:
@@ -206,10 +225,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((run, row))
     controls = _controls(results)
     for run, result in results.items():
-        if "error" in result:
-            print(
-                f"{run}: {result['error']}\n" + "\n".join(result.get("tail", [])), file=sys.stderr
-            )
+        for attempt in (result, result.get("retried", {})):
+            if "error" in attempt:
+                print(f"{run}: {attempt['error']}\n" + "\n".join(attempt["tail"]), file=sys.stderr)
+        if "retried" in result and "error" not in result:
+            print(f"{run}: failed beside other engines, passed alone", file=sys.stderr)
     print(table(rows))
     if controls:
         print(

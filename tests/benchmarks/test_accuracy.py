@@ -73,3 +73,19 @@ def test_with_both_modes_vanilla_compiled_is_compared_with_vanilla_eager(monkeyp
     out = capsys.readouterr().out
     control = out.split("control, not gated")[1]
     assert "vanilla vs eager" in control and "1.02020" in control and "1/2" in control
+
+
+def test_a_run_failing_beside_others_is_tried_again_alone(monkeypatch, capsys):
+    tries: list[str] = []
+
+    def flaky_run(run, checkpoint, kv_cache_gib, extra_env):
+        tries.append(run.config)
+        if run.config == "plugin" and tries.count("plugin") == 1:
+            return {"error": "rc=1", "tail": ["RuntimeError: engine start"]}
+        return VANILLA
+
+    monkeypatch.setattr(accuracy, "run_one", flaky_run)
+    argv = ["--checkpoint", ".", "--configs", "vanilla,plugin", "--formats", "bf16"]
+    assert accuracy.main([*argv, "--modes", "eager", "--parallel", "2"]) == 0
+    assert tries.count("plugin") == 2
+    assert "failed beside other engines, passed alone" in capsys.readouterr().err
