@@ -219,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         elif "error" in result:
             rows.append((run, result))
             failed = True
+        elif "vllm_fl" not in str(result.get("platform")):
+            # a plugin configuration on vanilla's platform compares vanilla with itself
+            error = f"the plugin did not load (platform {result.get('platform')}): not installed?"
+            rows.append((run, {"error": error}))
+            failed = True
         else:
             row = compare(result, vanilla)
             failed |= abs(row["ppl_ratio"] - 1) > args.gate

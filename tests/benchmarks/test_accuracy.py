@@ -18,6 +18,7 @@ def _result(nll: float, tokens: list[list[int]], correct: int, items: int = 100)
         "perplexity": {"zen": {"tokens": 100, "nll": nll, "ppl": math.exp(nll / 100)}},
         "cloze": {"accuracy": p, "stderr": math.sqrt(p * (1 - p) / items), "items": items},
         "worker_used_impls": {"rms_norm": "default.flagos"},
+        "platform": "vllm_fl.platform.PlatformFL",
     }
 
 
@@ -89,3 +90,13 @@ def test_a_run_failing_beside_others_is_tried_again_alone(monkeypatch, capsys):
     assert accuracy.main([*argv, "--modes", "eager", "--parallel", "2"]) == 0
     assert tries.count("plugin") == 2
     assert "failed beside other engines, passed alone" in capsys.readouterr().err
+
+
+def test_a_plugin_configuration_that_ran_on_vanillas_platform_fails(monkeypatch, capsys):
+    def unplugged(run, checkpoint, kv_cache_gib, extra_env):
+        return {**VANILLA, "platform": "vllm.platforms.cuda.NvmlCudaPlatform"}
+
+    monkeypatch.setattr(accuracy, "run_one", unplugged)
+    argv = ["--checkpoint", ".", "--configs", "vanilla,plugin", "--formats", "bf16"]
+    assert accuracy.main([*argv, "--modes", "eager"]) == 1
+    assert "the plugin did not load (platform vllm.platforms.cuda" in capsys.readouterr().out
