@@ -11,7 +11,7 @@ import torch
 from vllm_fl.dispatch import ConfigError, load_config
 from vllm_fl.verify.bisect import find_culprits, first_divergence
 from vllm_fl.verify.compare import compare
-from vllm_fl.verify.record import Recorder
+from vllm_fl.verify.record import CallKey, Recorder
 from vllm_fl.verify.report import format_report, merge, read_dir, write
 
 
@@ -42,28 +42,10 @@ def test_reports_merge_over_processes_through_json_files(tmp_path):
     for pid, err in ((1, 0.5), (2, 2.0)):
         rec = Recorder()
         rec.seen("silu_and_mul", "vendor.x")
-        rec.add(
-            "silu_and_mul",
-            "vendor.x",
-            "model.layers.0.mlp.act_fn",
-            "x=4x8",
-            "float32",
-            (1.0, 0.0),
-            Diff(err, err, err),
-            1,
-            1,
-        )
-        rec.add(
-            "rms_norm",
-            "vendor.x",
-            "model.norm",
-            "x=4x8",
-            "float32",
-            (1.0, 0.0),
-            Diff(math.inf, math.inf, math.inf, ["shape"]),
-            1,
-            1,
-        )
+        act = CallKey("silu_and_mul", "vendor.x", "model.layers.0.mlp.act_fn", "x=4x8", "float32")
+        rec.add(act, Diff(err, err, err), 1, 1)
+        norm = CallKey("rms_norm", "vendor.x", "model.norm", "x=4x8", "float32")
+        rec.add(norm, Diff(math.inf, math.inf, math.inf, ["shape"]), 1, 1)
         path = tmp_path / f"verify-{pid}.json"
         path.write_text(json.dumps(rec.to_json(pid=pid)))
     report = read_dir(tmp_path)
@@ -219,17 +201,8 @@ def test_a_failed_read_back_counts_the_calls_as_not_verified(monkeypatch):
     monkeypatch.setattr(record, "resolve", broken)
     rec = Recorder()
     e = torch.zeros(2)
-    rec.pend(
-        "silu_and_mul",
-        "vendor.x",
-        "site",
-        "x=2",
-        "float32",
-        (0.0, 0.0),
-        measure(e, e, None, 0.0, 0.0, 0.0),
-        1,
-        1,
-    )
+    key = CallKey("silu_and_mul", "vendor.x", "site", "x=2", "float32")
+    rec.pend(key, measure(e, e, None, 0.0, 0.0, 0.0), 1, 1)
     (row,) = rec.rows.values()
     assert (row.calls, row.unverified, row.exceeded) == (0, 1, 0)
     assert rec.ops["silu_and_mul"]["verified"] == 0 and rec.ops["silu_and_mul"]["unverified"] == 1

@@ -13,7 +13,7 @@ from vllm_fl.dispatch import BackendImplKind, OpImpl, OpManager, OpRegistry
 from vllm_fl.dispatch.backends.reference.impl import activation
 from vllm_fl.verify import cli, disable, process
 from vllm_fl.verify.compare import Diff
-from vllm_fl.verify.record import Recorder
+from vllm_fl.verify.record import CallKey, Recorder
 from vllm_fl.verify.report import merge
 
 
@@ -109,7 +109,7 @@ def _report(exceeded: bool):
     rec = Recorder()
     rec.seen("rms_norm", "vendor.x")
     diff = Diff(1.0, 1.0, 5.0) if exceeded else Diff()
-    rec.add("rms_norm", "vendor.x", "model.norm", "x=4x8", "float32", (1e-5, 0.0), diff, 1, 1)
+    rec.add(CallKey("rms_norm", "vendor.x", "model.norm", "x=4x8", "float32", 1e-5), diff, 1, 1)
     return merge([rec.to_json(pid=1)])
 
 

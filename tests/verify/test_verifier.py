@@ -26,14 +26,20 @@ def verification_off(monkeypatch):
     disable()
 
 
+def _register(registry: OpRegistry, op: str, reference, impl) -> OpRegistry:
+    """``op`` with ``reference`` as its reference impl and ``impl`` as vendor ``test``'s."""
+    registry.register_impl(OpImpl(op, "reference.torch", BackendImplKind.REFERENCE, reference))
+    registry.register_impl(
+        OpImpl(op, "vendor.test", BackendImplKind.VENDOR, impl, vendor="test", priority=100)
+    )
+    return registry
+
+
 def _manager(**impls) -> OpManager:
     registry = OpRegistry()
     refs = {"silu_and_mul": activation.silu_and_mul, "topk_softmax": moe.topk_softmax}
     for op, fn in impls.items():
-        registry.register_impl(OpImpl(op, "reference.torch", BackendImplKind.REFERENCE, refs[op]))
-        registry.register_impl(
-            OpImpl(op, "vendor.test", BackendImplKind.VENDOR, fn, vendor="test", priority=100)
-        )
+        _register(registry, op, refs[op], fn)
     return OpManager(registry)
 
 
@@ -190,21 +196,7 @@ def test_a_failing_reference_is_not_verified_never_over_tolerance_and_the_call_r
     def broken_reference(self, x):
         raise RuntimeError("no kernel for this shape")
 
-    registry = OpRegistry()
-    registry.register_impl(
-        OpImpl("silu_and_mul", "reference.torch", BackendImplKind.REFERENCE, broken_reference)
-    )
-    registry.register_impl(
-        OpImpl(
-            "silu_and_mul",
-            "vendor.test",
-            BackendImplKind.VENDOR,
-            biased,
-            vendor="test",
-            priority=100,
-        )
-    )
-    manager = OpManager(registry)
+    manager = OpManager(_register(OpRegistry(), "silu_and_mul", broken_reference, biased))
     verifier = enable(ops=True)
     out = manager.binding("silu_and_mul").fn(types.SimpleNamespace(), torch.zeros(3, 8))
     torch.testing.assert_close(out, torch.full((3, 4), 0.25))
@@ -268,20 +260,7 @@ def _cache_manager(writer) -> tuple[OpManager, list]:
         seen.append(tuple(key_cache.shape))
         return attention.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
 
-    registry = OpRegistry()
-    registry.register_impl(
-        OpImpl("reshape_and_cache_flash", "reference.torch", BackendImplKind.REFERENCE, reference)
-    )
-    registry.register_impl(
-        OpImpl(
-            "reshape_and_cache_flash",
-            "vendor.test",
-            BackendImplKind.VENDOR,
-            writer,
-            vendor="test",
-            priority=100,
-        )
-    )
+    registry = _register(OpRegistry(), "reshape_and_cache_flash", reference, writer)
     return OpManager(registry), seen
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .compare import Diff, Measure, resolve
 
-__all__ = ["Row", "Recorder", "row_key", "rows_from_json"]
+__all__ = ["CallKey", "Row", "Recorder", "row_key", "rows_from_json"]
 
 MAX_NOTES = 5
 
@@ -96,6 +96,20 @@ def _in(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class CallKey:
+    """What a verified call is recorded under: its row (op x call site x shapes x dtype) and
+    the parity tolerance it was compared with."""
+
+    op: str
+    impl: str
+    site: str
+    shapes: str
+    dtype: str
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
 #: pending calls read back together at most (bounds the device memory they hold)
 MAX_PENDING = 512
 
@@ -128,31 +142,19 @@ class Recorder:
             entry["impl"] = impl
             entry["calls"] += 1
 
-    def _row(self, op, impl, site, shapes, dtype, tolerance) -> Row:
-        key = (op, impl, site, shapes, dtype)
-        row = self._rows.get(key)
+    def _row(self, key: CallKey) -> Row:
+        index = (key.op, key.impl, key.site, key.shapes, key.dtype)
+        row = self._rows.get(index)
         if row is None:
-            row = self._rows[key] = Row(op, impl, site, shapes, dtype, *tolerance)
+            row = self._rows[index] = Row(*index, key.atol, key.rtol)
         return row
 
-    def pend(
-        self,
-        op: str,
-        impl: str,
-        site: str,
-        shapes: str,
-        dtype: str,
-        tolerance: tuple[float, float],
-        measure: Measure,
-        call: int,
-        step: int,
-    ) -> None:
+    def pend(self, key: CallKey, measure: Measure, call: int, step: int) -> None:
         """A verified call whose numbers are still on the device; read back by ``flush`` (at
         the latest when ``MAX_PENDING`` calls wait)."""
         with self._lock:
-            row = self._row(op, impl, site, shapes, dtype, tolerance)
-            self._pending.append((row, measure, call, step))
-            self.ops.setdefault(op, _entry(impl))["verified"] += 1
+            self._pending.append((self._row(key), measure, call, step))
+            self.ops.setdefault(key.op, _entry(key.impl))["verified"] += 1
             full = len(self._pending) >= MAX_PENDING
         if full:
             self.flush()
@@ -181,24 +183,14 @@ class Recorder:
     ) -> None:
         """A call that could not be verified: counted apart, never as over tolerance."""
         with self._lock:
-            self._row(op, impl, site, "?", "?", (0.0, 0.0)).not_verified(reason)
+            self._row(CallKey(op, impl, site, "?", "?")).not_verified(reason)
             self.ops.setdefault(op, _entry(impl))["unverified"] += 1
 
-    def add(
-        self,
-        op: str,
-        impl: str,
-        site: str,
-        shapes: str,
-        dtype: str,
-        tolerance: tuple[float, float],
-        diff: Diff,
-        call: int,
-        step: int,
-    ) -> None:
+    def add(self, key: CallKey, diff: Diff, call: int, step: int) -> None:
+        """A verified call whose numbers are known."""
         with self._lock:
-            self._row(op, impl, site, shapes, dtype, tolerance).add(diff, call, step)
-            self.ops.setdefault(op, _entry(impl))["verified"] += 1
+            self._row(key).add(diff, call, step)
+            self.ops.setdefault(key.op, _entry(key.impl))["verified"] += 1
 
     def to_json(self, **extra: Any) -> dict[str, Any]:
         self.flush()

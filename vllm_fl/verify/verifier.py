@@ -35,7 +35,7 @@ from vllm_fl.dispatch.types import BackendImplKind, OpImpl
 
 from .arguments import CallCopy, named_arguments
 from .compare import WIDER, measure, unit_roundoff
-from .record import Recorder
+from .record import CallKey, Recorder
 from .sites import Sites
 
 __all__ = ["Check", "Verifier"]
@@ -240,17 +240,8 @@ class Verifier:
             for name, value in real.items()
             if isinstance(value, torch.Tensor) and name not in check.mutates
         )
-        self.recorder.pend(
-            op,
-            impl_id,
-            self._site(check, args),
-            shapes,
-            dtype,
-            (atol, rtol),
-            result,
-            self._calls.get(op, 0),
-            self.step,
-        )
+        key = CallKey(op, impl_id, self._site(check, args), shapes, dtype, atol, rtol)
+        self.recorder.pend(key, result, self._calls.get(op, 0), self.step)
 
     @staticmethod
     def _dtype(check: Check, named: dict[str, Any], out: Any) -> str:
