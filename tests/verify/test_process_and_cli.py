@@ -142,15 +142,23 @@ def test_bisect_command_prints_the_culprits(monkeypatch, capsys):
         "used_impls": {"silu_and_mul": "vendor.x", "rms_norm": "vendor.x"},
         "candidates": ["rms_norm", "silu_and_mul"],
         "divergence": [0, 3],
-        "culprits": [["silu_and_mul"]],
-        "culprit_divergence": {"silu_and_mul": [1, 4]},
+        "culprits": [["silu_and_mul"], ["rms_norm"]],
+        "culprit_divergence": {"silu_and_mul": [1, 4], "rms_norm": [2, 9]},
+        "verdicts": {
+            "silu_and_mul": {"verified": 10, "over_tolerance": 7},
+            "rms_norm": {"verified": 20, "over_tolerance": 0},
+        },
         "generations": 4,
     }
     monkeypatch.setattr(cli, "run_bisect", lambda model, **options: result)
     assert cli.main(["bisect", "MODEL"]) == 0
     out = capsys.readouterr().out
     assert "diverge from the all-reference run at prompt 0, token 3" in out
-    assert "culprit: silu_and_mul (vendor.x) (alone: prompt 1, token 4)" in out
+    assert (
+        "culprit: silu_and_mul (vendor.x) (alone: prompt 1, token 4): 7 of 10 calls over "
+        "tolerance" in out
+    )
+    assert "culprit: rms_norm (vendor.x) (alone: prompt 2, token 9): all 20 calls within" in out
 
 
 def test_bad_arguments_are_clear(capsys):

@@ -132,6 +132,10 @@ def test_bisection_names_the_ops_that_change_the_tokens(llama, qwen3_moe):
     culprits = [op for group in result["culprits"] for op in group]
     assert ["silu_and_mul"] in result["culprits"], result["tried"]
     assert "rms_norm" not in culprits and "rms_norm" in result["candidates"]
+    # the policy's own generation was verified: the culprit over tolerance, the correct op not
+    assert result["verdicts"]["silu_and_mul"]["over_tolerance"] > 0
+    assert result["verdicts"]["rms_norm"]["verified"] > 0
+    assert result["verdicts"]["rms_norm"]["over_tolerance"] == 0
     assert ["fused_experts"] in qwen3_moe["bisect"]["culprits"], qwen3_moe["bisect"]["tried"]
     assert ["topk_softmax"] not in qwen3_moe["bisect"]["culprits"]
 

@@ -164,6 +164,19 @@ def run_bisect(
     return _launch(model, workload, env, timeout).result
 
 
+def _verdict(result: Mapping[str, Any], op: str) -> str:
+    """What bring-up mode said of ``op``'s calls in the policy's own generation."""
+    verdict = result.get("verdicts", {}).get(op)
+    if not verdict or not verdict["verified"]:
+        return ""
+    if verdict["over_tolerance"]:
+        return f": {verdict['over_tolerance']} of {verdict['verified']} calls over tolerance"
+    return (
+        f": all {verdict['verified']} calls within tolerance (it rounds differently from the "
+        "reference, which can flip a near-tie token; not a wrong kernel by the report)"
+    )
+
+
 def format_bisection(result: Mapping[str, Any]) -> str:
     used = result["used_impls"]
     lines = [
@@ -185,7 +198,7 @@ def format_bisection(result: Mapping[str, Any]) -> str:
             op = group[0]
             where = result["culprit_divergence"].get(op)
             at = f" (alone: prompt {where[0]}, token {where[1]})" if where else ""
-            lines.append(f"culprit: {op} ({used[op]}){at}")
+            lines.append(f"culprit: {op} ({used[op]}){at}{_verdict(result, op)}")
         else:
             lines.append(
                 "culprits only together: " + ", ".join(f"{op} ({used[op]})" for op in group)

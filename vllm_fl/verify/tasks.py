@@ -4,8 +4,10 @@ they run in the engine's child once vLLM is built, and return what the command p
 - ``generate``: greedy tokens of the prompts with bring-up mode on (through the environment;
   each process that runs the model writes its report when it exits), then again with it paused:
   both generations timed, and their tokens, which must be equal, reported.
-- ``bisect``: one engine, several configurations: the ops' selection as the policy says (the
-  ops the model calls are counted meanwhile: only they are bisected), then all-reference, then groups of ops on their selected impls and the rest on the reference
+- ``bisect``: one engine, several configurations: the ops' selection as the policy says, with
+  bring-up mode on (the ops the model calls are counted meanwhile: only they are bisected; each
+  op's calls over tolerance tell a wrong kernel from one that only rounds differently), then
+  all-reference, then groups of ops on their selected impls and the rest on the reference
   (``vllm_fl.verify.bisect``). Each configuration is a per-op policy (what ``VLLM_FL_PER_OP``
   says: ``op=impl:<selected id>`` or ``op=reference``) set in every worker between two
   generations, so the model is built once; prefix caching is off, so no configuration reuses
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .bisect import find_culprits, first_divergence
+from .report import merge
 
 __all__ = ["generate", "bisect", "REFERENCE_ID"]
 
@@ -85,32 +88,16 @@ def worker_verification(worker=None, paused: bool | None = None) -> int:
     return verifier.step
 
 
-_CALLED: dict[str, int] = {}
+def worker_verify(worker=None, on: bool = True) -> dict[str, Any]:
+    """Bring-up mode on (every eager call of every op) in this worker, or off: then the JSON
+    report of what it verified, with every op's calls counted."""
+    from . import process
 
-
-def worker_count_calls(worker=None, on: bool = True) -> dict[str, int]:
-    """From now on (``on``) count the eager calls of each op in this worker, through the
-    dispatch's selection wrapper; with ``on`` False stop and return op -> calls."""
-    from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
-    from vllm_fl.dispatch.runtime.manager import wrap_selections
-
-    if not on:
-        wrap_selections(None)
-        return dict(_CALLED)
-    _CALLED.clear()
-
-    def counting(op, impl, registry):
-        fn = impl.fn
-
-        def counted(*args, **kwargs):
-            _CALLED[op] = _CALLED.get(op, 0) + 1
-            return fn(*args, **kwargs)
-
-        setattr(counted, IMPL_ATTR, fn)
-        return counted
-
-    wrap_selections(counting)
-    return {}
+    if on:
+        process.enable(worker.get_model() if worker is not None else None, ops=True, every=1)
+        return {}
+    verifier = process.disable()
+    return verifier.recorder.to_json() if verifier is not None else {}
 
 
 def worker_set_per_op(worker=None, per_op: dict[str, str] | None = None) -> None:
@@ -137,10 +124,20 @@ def _rpc(llm, fn, *args):
 def bisect(llm, workload) -> dict[str, Any]:
     prompts, max_tokens = _options(workload)
     detokenize = workload.detokenize
-    _rpc(llm, worker_count_calls, True)
-    selected_tokens = _generate(llm, prompts, max_tokens, detokenize)  # the policy's selection
-    called = _rpc(llm, worker_count_calls, False)
+    # the policy's selection, verified: which ops the model calls, and whether a culprit found
+    # below is also over tolerance (a wrong kernel) or only rounds differently
+    _rpc(llm, worker_verify, True)
+    selected_tokens = _generate(llm, prompts, max_tokens, detokenize)
+    report = merge(r for r in llm.collective_rpc(worker_verify, args=(False,)) if r)
+    called = {op: entry["calls"] for op, entry in report.ops.items()}
     used = {op: impl for op, impl in _rpc(llm, worker_used_impls).items() if called.get(op)}
+    verdicts = {
+        op: {
+            "verified": entry["verified"],
+            "over_tolerance": sum(r.exceeded for r in report.rows if r.op == op),
+        }
+        for op, entry in report.ops.items()
+    }
     candidates = sorted(op for op, impl in used.items() if impl != REFERENCE_ID)
     runs = 1
 
@@ -174,6 +171,7 @@ def bisect(llm, workload) -> dict[str, Any]:
         "divergence": divergence,
         "culprits": result.culprits if result else [],
         "culprit_divergence": divergences,
+        "verdicts": verdicts,
         "tried": [[list(g), changed] for g, changed in result.tried] if result else [],
         "generations": runs,
     }
