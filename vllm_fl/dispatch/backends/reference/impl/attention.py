@@ -49,6 +49,11 @@ def reshape_and_cache_flash(
     value_cache[blocks, offsets] = value[:tokens][stored].to(value_cache.dtype)
 
 
+#: float32 scores one batch of sequences may hold at most (the sequences are taken in batches so
+#: that decodes of a whole batch go at once while a long prefill still goes alone)
+SCORE_BUDGET = 1 << 25
+
+
 def paged_attention(
     query: torch.Tensor,
     key_cache: torch.Tensor,
@@ -65,60 +70,121 @@ def paged_attention(
     logits_soft_cap: float = 0.0,
     sinks: torch.Tensor | None = None,
 ) -> None:
-    """Each sequence's pages gathered in order, then masked softmax attention in float32."""
+    """Each sequence's pages gathered in order, then masked softmax attention in float32;
+    sequences go in batches, padded to the batch's longest query and context (padding masked,
+    never read into a result)."""
     num_heads, num_kv_heads = query.shape[1], key_cache.shape[2]
     if num_heads % num_kv_heads:
         raise ValueError(
             f"paged_attention: query has {num_heads} heads, not a multiple of the caches' "
             f"{num_kv_heads} kv heads"
         )
-    group = num_heads // num_kv_heads
-    block_size = key_cache.shape[1]
     starts = query_start_loc.tolist()
-    for seq, seq_len in enumerate(seq_lens.tolist()):
-        first, last = starts[seq], starts[seq + 1]
-        if last == first:
-            continue
-        pages = block_table[seq, : -(-seq_len // block_size)].to(torch.int64)
-        keys = _gathered(key_cache, pages, seq_len).repeat_interleave(group, dim=1)
-        values = _gathered(value_cache, pages, seq_len).repeat_interleave(group, dim=1)
-        q = query[first:last].to(torch.float32)
-        scores = torch.einsum("qhd,khd->hqk", q, keys) * softmax_scale
-        if logits_soft_cap > 0:
-            scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)
-        visible = _visible(last - first, seq_len, causal, window_left, query.device)
-        scores = scores.masked_fill(~visible, float("-inf"))
-        if sinks is not None:
-            sink = sinks.to(torch.float32).view(num_heads, 1, 1).expand(-1, last - first, 1)
-            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-        else:
-            probs = torch.softmax(scores, dim=-1)
-        # a query that sees no key (only possible with a window and no sink) attends to nothing
-        probs = torch.nan_to_num(probs, nan=0.0)
-        out = torch.einsum("hqk,khd->qhd", probs, values)
-        output[first:last] = out.to(output.dtype)
+    lens = seq_lens.tolist()
+    seqs = [s for s in range(len(lens)) if starts[s + 1] > starts[s]]
+    for batch in _batches(seqs, starts, lens, num_heads):
+        _attend(
+            query,
+            key_cache,
+            value_cache,
+            output,
+            block_table,
+            batch,
+            starts,
+            lens,
+            softmax_scale,
+            causal,
+            window_left,
+            logits_soft_cap,
+            sinks,
+        )
 
 
-def _gathered(cache: torch.Tensor, pages: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """The first seq_len tokens stored in ``pages`` of ``cache``: [seq_len, kv_heads, head_size]
-    in float32."""
-    tokens = cache[pages].reshape(-1, cache.shape[2], cache.shape[3])
-    return tokens[:seq_len].to(torch.float32)
+def _batches(seqs: list[int], starts: list[int], lens: list[int], heads: int) -> list[list[int]]:
+    """Consecutive sequences whose padded scores [batch, heads, query, context] stay within
+    ``SCORE_BUDGET`` (a sequence alone may exceed it)."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    longest_q = longest_k = 0
+    for s in seqs:
+        q, k = max(longest_q, starts[s + 1] - starts[s]), max(longest_k, lens[s])
+        if batch and (len(batch) + 1) * heads * q * k > SCORE_BUDGET:
+            batches.append(batch)
+            batch, q, k = [], starts[s + 1] - starts[s], lens[s]
+        batch.append(s)
+        longest_q, longest_k = q, k
+    if batch:
+        batches.append(batch)
+    return batches
 
 
-def _visible(
-    query_len: int, seq_len: int, causal: bool, window_left: int, device: torch.device
-) -> torch.Tensor:
-    """[query_len, seq_len]: which keys each query sees. The queries are the sequence's last
-    ``query_len`` positions."""
-    query_pos = torch.arange(seq_len - query_len, seq_len, device=device)[:, None]
-    key_pos = torch.arange(seq_len, device=device)[None, :]
-    distance = query_pos - key_pos
-    visible = torch.ones(query_len, seq_len, dtype=torch.bool, device=device)
+def _attend(
+    query,
+    key_cache,
+    value_cache,
+    output,
+    block_table,
+    batch: list[int],
+    starts: list[int],
+    lens: list[int],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    logits_soft_cap: float,
+    sinks,
+) -> None:
+    """Attention of the sequences ``batch``, written into their rows of ``output``."""
+    device = query.device
+    num_heads, head_size = query.shape[1], query.shape[2]
+    num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
+    group = num_heads // num_kv_heads
+    q_lens = torch.tensor([starts[s + 1] - starts[s] for s in batch], device=device)
+    k_lens = torch.tensor([lens[s] for s in batch], device=device)
+    longest_q, longest_k = int(q_lens.max()), int(k_lens.max())
+    size = len(batch)
+    # rows of the padded queries [batch, longest_q]; padding rows read the first row
+    j = torch.arange(longest_q, device=device)
+    q_valid = j[None, :] < q_lens[:, None]
+    first = torch.tensor([starts[s] for s in batch], device=device)
+    rows = torch.where(q_valid, first[:, None] + j[None, :], first[:, None])
+    q = query[rows].to(torch.float32).view(size, longest_q, num_kv_heads, group, head_size)
+    # each sequence's first longest_k cache entries; entries past its length are masked out
+    pages_used = -(-longest_k // block_size)
+    pages = block_table[batch, :pages_used].to(torch.int64).clamp(0, key_cache.shape[0] - 1)
+    t = torch.arange(longest_k, device=device)
+    k_valid = t[None, :] < k_lens[:, None]
+
+    def gathered(cache: torch.Tensor) -> torch.Tensor:
+        tokens = cache[pages].reshape(size, pages_used * block_size, num_kv_heads, head_size)
+        tokens = tokens[:, :longest_k].to(torch.float32)
+        # a cache entry past a sequence's length may hold anything, NaN included
+        return torch.where(k_valid[:, :, None, None], tokens, 0.0)
+
+    keys, values = gathered(key_cache), gathered(value_cache)
+    scores = torch.einsum("bqngd,btnd->bngqt", q, keys) * softmax_scale
+    scores = scores.reshape(size, num_heads, longest_q, longest_k)
+    if logits_soft_cap > 0:
+        scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)
+    # the queries are each sequence's last q_len positions
+    query_pos = (k_lens - q_lens)[:, None] + j[None, :]
+    distance = query_pos[:, :, None] - t[None, None, :]
+    visible = k_valid[:, None, :] & q_valid[:, :, None]
     if causal:
         visible &= distance >= 0
     if window_left >= 0:
         visible &= distance <= window_left
         if not causal:
             visible &= distance >= -window_left
-    return visible
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(torch.float32).view(1, num_heads, 1, 1).expand(size, -1, longest_q, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    # a query that sees no key (only possible with a window and no sink) attends to nothing
+    probs = torch.nan_to_num(probs, nan=0.0)
+    probs = probs.view(size, num_kv_heads, group, longest_q, longest_k)
+    out = torch.einsum("bngqt,btnd->bqngd", probs, values).reshape(
+        size, longest_q, num_heads, head_size
+    )
+    output[rows[q_valid]] = out[q_valid].to(output.dtype)
