@@ -159,7 +159,8 @@ def measure(
         parts = [measure(a, e, w, atol, rtol, unit) for a, e, w in zip(actual, expected, wides)]
         stats = [p.stats for p in parts if p.stats is not None]
         notes = [f"output {i}: {n}" for i, p in enumerate(parts) for n in p.notes]
-        total = torch.stack(stats).amax(0) if stats else None
+        # an op's outputs need not share a device: their numbers are read back from one
+        total = torch.stack([t.to(stats[0].device) for t in stats]).amax(0) if stats else None
         return Measure(total, notes)
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
         return Measure(None, [f"{_kind(actual)}, reference {_kind(expected)}"])
