@@ -13,6 +13,8 @@ from vllm_fl.testing.models import build_tiny_awq_llama, build_tiny_gptq_llama, 
 
 from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, vllm_available
 
+from tests.support.cpu_kernels import needs_avx512_kernels
+
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 # GPTQ's methods take 16-bit activations only. float16: in bfloat16, two correct kernels that
@@ -70,6 +72,9 @@ def _dispatched_through_wna16(
     assert run.lines("Op 'wna16_gemm' using 'reference.torch'")
 
 
+@needs_avx512_kernels(
+    "its AVX2 library has no cpu_gemm_wna16, so vanilla vLLM cannot run a W4A16 checkpoint"
+)
 def test_gptq_w4a16_generates_vanillas_tokens_through_the_dispatch(vllm_runs, gptq_w4_model):
     vanilla = vllm_runs("gptq w4a16, plugin off", PLUGIN_OFF, model=gptq_w4_model, dtype=DTYPE)
     plugin = vllm_runs(
@@ -136,6 +141,9 @@ def test_the_tiny_awq_checkpoint_unpacks_with_vllms_order_to_the_float_weights(
         assert ((weight - original).abs() <= scales / 2 * 1.01).all(), prefix
 
 
+@needs_avx512_kernels(
+    "its AVX2 library has no cpu_gemm_wna16, so vanilla vLLM cannot run a W4A16 checkpoint"
+)
 def test_awq_w4a16_generates_vanillas_tokens_through_the_dispatch(vllm_runs, awq_w4_model):
     vanilla = vllm_runs("awq w4a16, plugin off", PLUGIN_OFF, model=awq_w4_model, dtype=DTYPE)
     plugin = vllm_runs(
