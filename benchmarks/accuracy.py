@@ -127,10 +127,11 @@ def compare(result: dict, vanilla: dict) -> dict:
     acc, se = result["cloze"]["accuracy"], result["cloze"]["stderr"]
     acc0, se0 = vanilla["cloze"]["accuracy"], vanilla["cloze"]["stderr"]
     noise = 2 * math.sqrt(se**2 + se0**2)
+    ppl, ppl_vanilla = _ppl(result), _ppl(vanilla)
     return {
-        "ppl": _ppl(result),
-        "ppl_vanilla": _ppl(vanilla),
-        "ppl_ratio": _ppl(result) / _ppl(vanilla),
+        "ppl": ppl,
+        "ppl_vanilla": ppl_vanilla,
+        "ppl_ratio": ppl / ppl_vanilla,
         "identical": identical,
         "prompts": len(theirs),
         "prefix_tokens": prefix,

@@ -1,7 +1,8 @@
 """What verification found in one process: one row per op x call site x shapes x dtype, and per
-op how many calls were seen, verified and could not be verified. A verified call's numbers stay on
-the device until ``flush`` reads the pending calls back in one transfer. Rows travel as JSON (``to_json``/``rows_from_json``),
-with infinities written as the string ``"inf"`` so the files stay standard JSON."""
+op how many calls were seen, verified and could not be verified. A verified call's numbers stay
+on the device until ``flush`` reads the pending calls back in one transfer. Rows travel as JSON
+(``to_json``/``rows_from_json``), with infinities written as the string ``"inf"`` so the files
+stay standard JSON."""
 
 from __future__ import annotations
 
@@ -178,9 +179,7 @@ class Recorder:
             for (row, _, call, step), diff in zip(pending, diffs):
                 row.add(diff, call, step)
 
-    def not_verified(
-        self, op: str, impl: str, site: str, reason: str, call: int, step: int
-    ) -> None:
+    def not_verified(self, op: str, impl: str, site: str, reason: str) -> None:
         """A call that could not be verified: counted apart, never as over tolerance."""
         with self._lock:
             self._row(CallKey(op, impl, site, "?", "?")).not_verified(reason)

@@ -138,9 +138,12 @@ def _attend(
     num_heads, head_size = query.shape[1], query.shape[2]
     num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
     group = num_heads // num_kv_heads
-    q_lens = torch.tensor([starts[s + 1] - starts[s] for s in batch], device=device)
-    k_lens = torch.tensor([lens[s] for s in batch], device=device)
-    longest_q, longest_k = int(q_lens.max()), int(k_lens.max())
+    # the lengths are on the host already: no read-back from the device for the padding
+    query_lens = [starts[s + 1] - starts[s] for s in batch]
+    key_lens = [lens[s] for s in batch]
+    longest_q, longest_k = max(query_lens), max(key_lens)
+    q_lens = torch.tensor(query_lens, device=device)
+    k_lens = torch.tensor(key_lens, device=device)
     size = len(batch)
     # rows of the padded queries [batch, longest_q]; padding rows read the first row
     j = torch.arange(longest_q, device=device)
