@@ -327,7 +327,7 @@ def reference_output(x: Inputs) -> torch.Tensor:
     """The reference impl of ``paged_attention`` (float32 softmax) on `x`."""
     import torch
 
-    from vllm_fl.dispatch.backends.reference.impl.attention import paged_attention
+    from vllm_fl.backends.reference.impl.attention import paged_attention
 
     out = torch.empty_like(x.query)
     s = x.shape

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.timing import wall_us
-from vllm_fl.dispatch.backends.flaggems.impl import (  # noqa: E402
+from vllm_fl.backends.flaggems.impl import (  # noqa: E402
     activation,
     moe,
     normalization,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from . import model as m
-from .dest import backends_init, checks, docs, oot, parity, register_ops, spec
+from .dest import builtin_backends, checks, docs, oot, parity, register_ops, spec
 from .errors import ManifestError
 
 #: the package the generated runtime files live in; backends may always live inside it
@@ -23,7 +23,7 @@ HOME = "vllm_fl"
 FOREIGN = ("codegen", "tests")
 #: folders whose every file the generator writes: no backend package inside them
 GENERATED_DIRS = (oot.DIR, parity.DIR)
-FIXED = (spec.PATH, checks.PATH, backends_init.PATH, oot.INIT, docs.PATH)
+FIXED = (spec.PATH, checks.PATH, builtin_backends.PATH, oot.INIT, docs.PATH)
 #: files earlier versions of the generator wrote: a record may still list them, and the next run
 #: deletes them as stale (``vllm_fl/dispatch/ops.py`` held the backend contract before spec.py)
 RETIRED = ("vllm_fl/dispatch/ops.py",)
@@ -113,7 +113,7 @@ def _check_package(manifest: m.Manifest, backend: m.Backend, root: Path) -> None
     top = parts[0]
     where = f"package {backend.package!r} of backend {backend.name!r}"
     expected = (
-        f"a package inside {HOME} (like {HOME}.dispatch.backends.vendor.<name>) or inside a "
+        f"a package inside {HOME} (like {HOME}.backends.<name>) or inside a "
         f"top-level package that exists in the repository, other than {', '.join(FOREIGN)}"
     )
     if len(parts) < 2:

@@ -28,7 +28,7 @@ from .sources import read_text
 from .yamlnodes import Map, load
 
 #: where vendor packages go when ops.yaml has none yet (else next to the first vendor's package)
-VENDOR_ROOT = "vllm_fl.dispatch.backends.vendor"
+VENDOR_ROOT = "vllm_fl.backends"
 #: how the command line names the list of ops (``make vendor ... OPS=a,b``)
 OPS_LABEL = "OPS"
 

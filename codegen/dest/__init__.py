@@ -3,7 +3,7 @@
 
 - ``spec``: the backend contract ``FLBackendBase``;
 - ``checks``: how each op is checked against its reference at run time (tolerances, outputs);
-- ``backends_init``: the list of built-in backend packages;
+- ``builtin_backends``: the list of built-in backend packages;
 - ``register_ops``: every backend's table of registrations (impls, adapters, custom ops);
 - ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
 - ``parity``: the parity tests under ``tests/generated``;
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import model as m
-from . import backends_init, checks, docs, oot, parity, register_ops, spec
+from . import builtin_backends, checks, docs, oot, parity, register_ops, spec
 
 
 def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
@@ -27,7 +27,7 @@ def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     out.update(spec.emit(manifest))
     out.update(checks.emit(manifest))
-    out.update(backends_init.emit(manifest))
+    out.update(builtin_backends.emit(manifest))
     for backend in manifest.backends:
         out.update(register_ops.emit(manifest, backend))
     out.update(oot.emit(manifest))

@@ -15,9 +15,9 @@ import pytest
 
 from vllm_fl.attention import PLUGIN_BACKEND
 from vllm_fl.attention.mla import MLA_BACKEND
-from vllm_fl.dispatch.backends.flaggems.impl import attention as flagos
-from vllm_fl.dispatch.backends.reference.impl import attention as reference
-from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as cuda
+from vllm_fl.backends.flaggems.impl import attention as flagos
+from vllm_fl.backends.reference.impl import attention as reference
+from vllm_fl.backends.cuda.impl import attention as cuda
 
 
 def _defines(class_path: str) -> bool:

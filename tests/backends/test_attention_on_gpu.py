@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # layer_s
 from codegen.manifest import project_manifest  # noqa: E402
 from layer_samples import make_inputs  # noqa: E402
 
-from vllm_fl.dispatch.backends.flaggems.impl import attention as flagos  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import attention as reference  # noqa: E402
-from vllm_fl.dispatch.backends.vendor.cuda.impl import attention as cuda  # noqa: E402
+from vllm_fl.backends.flaggems.impl import attention as flagos  # noqa: E402
+from vllm_fl.backends.reference.impl import attention as reference  # noqa: E402
+from vllm_fl.backends.cuda.impl import attention as cuda  # noqa: E402
 
 DEVICE = "cuda"
 IMPLS = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import attention as reference
+from vllm_fl.backends.reference.impl import attention as reference
 from vllm_fl.kernels import attention
 
 pytestmark = pytest.mark.gpu("vllm", "flag_gems")

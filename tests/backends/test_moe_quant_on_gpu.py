@@ -17,7 +17,7 @@ import torch
 from tests.support import moe_quant
 from tests.support.ops_helpers import assert_fresh
 
-from vllm_fl.dispatch.backends.reference.impl.moe_quant import (
+from vllm_fl.backends.reference.impl.moe_quant import (
     fused_experts_quant as reference,
 )
 
@@ -37,9 +37,9 @@ WEIGHT_ONLY_TOLERANCE = 1e-2
 
 def _impl(backend: str):
     if backend == "flagos":
-        from vllm_fl.dispatch.backends.flaggems.impl.moe_quant import fused_experts_quant
+        from vllm_fl.backends.flaggems.impl.moe_quant import fused_experts_quant
     else:
-        from vllm_fl.dispatch.backends.vendor.cuda.impl.moe_quant import fused_experts_quant
+        from vllm_fl.backends.cuda.impl.moe_quant import fused_experts_quant
     return fused_experts_quant
 
 

@@ -175,7 +175,7 @@ def test_reference_check_fails_a_reference_touching_the_layer(parity, fn, messag
         _check_layer(parity, fn)
 
 
-REFERENCE_QUANT = "vllm_fl.dispatch.backends.reference.impl.quant"
+REFERENCE_QUANT = "vllm_fl.backends.reference.impl.quant"
 #: int8_scaled_mm's asymmetric case of ops.yaml: a per token with zero points, b per channel
 QUANTIZED_CASE = {
     "init": {},
@@ -246,7 +246,7 @@ def test_reference_check_accepts_a_float8_result(parity):
 
 
 def _round_trip(parity, fn):
-    from vllm_fl.dispatch.backends.reference.impl import quant
+    from vllm_fl.backends.reference.impl import quant
 
     parity.fn = fn or quant.int8_scaled_mm
     parity.check_round_trip(
@@ -266,7 +266,7 @@ def test_round_trip_passes_the_reference_gemm_of_quantized_inputs(parity):
 
 
 def test_round_trip_fails_a_gemm_that_drops_the_zero_points(parity):
-    from vllm_fl.dispatch.backends.reference.impl import quant
+    from vllm_fl.backends.reference.impl import quant
 
     def no_zero_points(a, b, scale_a, scale_b, out_dtype, bias=None, azp_adj=None, azp=None):
         return quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)

@@ -147,7 +147,7 @@ def _fresh_vendor_name(root: Path) -> str:
     taken = set()
     for backend in load_manifest((root / "ops.yaml").read_text()).backends:
         taken |= {backend.name, backend.vendor}
-    vendors = root / "vllm_fl/dispatch/backends/vendor"
+    vendors = root / "vllm_fl/backends"
     for n in range(1, 100):
         name = "metax" if n == 1 else f"metax{n}"
         if name not in taken and not (vendors / name).exists():
@@ -179,14 +179,14 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     done = run(*codegen, "vendor", name, "--ops", "silu_and_mul,rms_norm")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"created  vllm_fl/dispatch/backends/vendor/{name}/register_ops.py" in done.stdout
+    assert f"created  vllm_fl/backends/{name}/register_ops.py" in done.stdout
     manifest = (root / "ops.yaml").read_text().splitlines()
     original = (REPO / "ops.yaml").read_text().splitlines()
     block = [
         f"  {name}:",
         "    kind: vendor",
         f"    vendor: {name}",
-        f"    package: vllm_fl.dispatch.backends.vendor.{name}",
+        f"    package: vllm_fl.backends.{name}",
         "    priority: 100",
         f"    requires: [torch_{name}]",
         "    opaque: true",
@@ -205,13 +205,13 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
         "import vllm_fl, sys\n"
         f"assert vllm_fl.__file__.startswith({str(root)!r}), vllm_fl.__file__\n"
         "from vllm_fl.dispatch import OpRegistry\n"
-        f"from vllm_fl.dispatch.backends.vendor.{name} import register_ops\n"
+        f"from vllm_fl.backends.{name} import register_ops\n"
         "reg = OpRegistry()\n"
         "register_ops.register(reg)\n"
         f"impl = reg.get_impl('rms_norm', 'vendor.{name}')\n"
         "print(impl.kind.value, impl.vendor, impl.priority, impl.check_available())\n"
         f"print(sorted(op for op in reg.list_operators() if reg.get_impl(op, 'vendor.{name}')))\n"
-        "from vllm_fl.dispatch.backends import BUILTIN_BACKENDS\n"
+        "from vllm_fl.dispatch.builtin_backends import BUILTIN_BACKENDS\n"
         "print(BUILTIN_BACKENDS[-1])\n"
     )
     done = run(sys.executable, "-c", probe, cwd=tmp_path)
@@ -219,7 +219,7 @@ def test_vendor_in_a_copy_of_the_repository(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"vendor {name} 100 (False, \"module 'torch_{name}' not importable")
     assert lines[1] == "['rms_norm', 'silu_and_mul']"
-    assert lines[2] == f"vllm_fl.dispatch.backends.vendor.{name}"
+    assert lines[2] == f"vllm_fl.backends.{name}"
     # availability is edited in ops.yaml alone: regenerate, and the probe follows
     text = (root / "ops.yaml").read_text()
     (root / "ops.yaml").write_text(

@@ -300,7 +300,7 @@ def test_device_takes_any_torch_device_type(tmp_path):
     edit(out / "vendor.yaml", "    # device: mychip", "    device: musa")
     assert cli.generate(["--root", str(out), "-q"]) == 0
     assert 'device="musa"' in (out / PACKAGE / "register_ops.py").read_text()
-    from vllm_fl.dispatch.backends.availability import Probe
+    from vllm_fl.dispatch.availability import Probe
 
     probe = Probe(device="musa")
     assert not probe() and probe.reason == "no 'musa' device"

@@ -12,7 +12,7 @@ import pytest
 
 import vllm_fl.dispatch as d
 from vllm_fl.dispatch import OpImpl
-from vllm_fl.dispatch.backends import discovery
+from vllm_fl.dispatch import discovery
 from vllm_fl.dispatch.config import settings
 from vllm_fl.dispatch.policy import current as policy
 from vllm_fl.dispatch.logger_manager import LOGGER_NAME
@@ -53,9 +53,9 @@ def fake_builtins(monkeypatch):
         )
         return ["fake"]
 
-    monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
+    monkeypatch.setattr("vllm_fl.dispatch.builtin.register_builtins", register)
     monkeypatch.setattr(
-        "vllm_fl.dispatch.backends.discovery.metadata.entry_points", lambda group: []
+        "vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: []
     )
     d.reset_default_manager()
     yield

@@ -6,7 +6,7 @@ import pytest
 from dispatch_helpers import plugin_impl as _impl
 
 from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry, dispatch_method
-from vllm_fl.dispatch.backends.discovery import load_plugin_module
+from vllm_fl.dispatch.discovery import load_plugin_module
 
 
 def f(self, x):

@@ -24,7 +24,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 # the full-precision result the quantized op approximates, from the unquantised inputs
-ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.moe_quant:fused_experts_quant_round_trip"
+ROUND_TRIP = "vllm_fl.backends.reference.impl.moe_quant:fused_experts_quant_round_trip"
 ROUND_TRIP_TOLERANCES = {
     "bfloat16": {"atol": 1.0, "rtol": 0.1},
 }

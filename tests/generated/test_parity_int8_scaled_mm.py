@@ -24,7 +24,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 # the full-precision result the quantized op approximates, from the unquantised inputs
-ROUND_TRIP = "vllm_fl.dispatch.backends.reference.impl.quant:int8_scaled_mm_round_trip"
+ROUND_TRIP = "vllm_fl.backends.reference.impl.quant:int8_scaled_mm_round_trip"
 ROUND_TRIP_TOLERANCES = {
     "bfloat16": {"atol": 0.75, "rtol": 0.05},
 }
@@ -74,7 +74,7 @@ CASES = [
                 "out_dtype": {"value": "bfloat16"},
                 "bias": {"shape": (128,), "dtype": "$dtype"},
                 "azp_adj": {
-                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:int8_scaled_mm_azp_adj"
+                    "derive": "vllm_fl.backends.reference.impl.quant:int8_scaled_mm_azp_adj"
                 },
             },
         },

@@ -24,7 +24,7 @@ BACKENDS = [
 ]
 MUTATES = ["sorted_token_ids", "experts_ids", "num_tokens_post_pad"]
 # what is compared: the reference backend's canonical form of the outputs
-CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:moe_align_block_size_canonical"
+CANONICAL = "vllm_fl.backends.reference.impl.moe:moe_align_block_size_canonical"
 RETURNS = ["None"]
 DTYPES = ["float32"]
 TOLERANCES = {

@@ -22,7 +22,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 # what is compared: the reference backend's canonical form of the outputs
-CANONICAL = "vllm_fl.dispatch.backends.reference.impl.quant:fp8_group_quant_canonical"
+CANONICAL = "vllm_fl.backends.reference.impl.quant:fp8_group_quant_canonical"
 RETURNS = ["(Tensor, Tensor)"]
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {

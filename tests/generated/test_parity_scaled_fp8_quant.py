@@ -21,7 +21,7 @@ BACKENDS = [
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 # what is compared: the reference backend's canonical form of the outputs
-CANONICAL = "vllm_fl.dispatch.backends.reference.impl.quant:fp8_quant_canonical"
+CANONICAL = "vllm_fl.backends.reference.impl.quant:fp8_quant_canonical"
 RETURNS = ["(Tensor, Tensor)"]
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {
@@ -50,7 +50,7 @@ CASES = [
             "inputs": {
                 "x": {"shape": (33, 128), "dtype": "$dtype"},
                 "scale": {
-                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_fp8_quant_static_scale"
+                    "derive": "vllm_fl.backends.reference.impl.quant:scaled_fp8_quant_static_scale"
                 },
             },
         },

@@ -45,7 +45,7 @@ CASES = [
             "inputs": {
                 "x": {"shape": (33, 128), "dtype": "$dtype"},
                 "scale": {
-                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_scale"
+                    "derive": "vllm_fl.backends.reference.impl.quant:scaled_int8_quant_static_scale"
                 },
             },
         },
@@ -57,10 +57,10 @@ CASES = [
             "inputs": {
                 "x": {"shape": (33, 128), "dtype": "$dtype"},
                 "scale": {
-                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_scale"
+                    "derive": "vllm_fl.backends.reference.impl.quant:scaled_int8_quant_static_scale"
                 },
                 "azp": {
-                    "derive": "vllm_fl.dispatch.backends.reference.impl.quant:scaled_int8_quant_static_azp"
+                    "derive": "vllm_fl.backends.reference.impl.quant:scaled_int8_quant_static_azp"
                 },
                 "symmetric": {"value": False},
             },

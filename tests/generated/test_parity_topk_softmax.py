@@ -24,7 +24,7 @@ BACKENDS = [
 ]
 MUTATES = ["topk_weights", "topk_ids", "token_expert_indices"]
 # what is compared: the reference backend's canonical form of the outputs
-CANONICAL = "vllm_fl.dispatch.backends.reference.impl.moe:topk_softmax_canonical"
+CANONICAL = "vllm_fl.backends.reference.impl.moe:topk_softmax_canonical"
 RETURNS = ["None"]
 DTYPES = ["float32", "float16", "bfloat16"]
 TOLERANCES = {

@@ -38,8 +38,8 @@ torch.cuda.get_device_capability = lambda device=None: (9, 0)
 
 from interpreted_cases import run_cases  # noqa: E402
 
-from vllm_fl.dispatch.backends.flaggems.impl import attention as flagos  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import attention as reference  # noqa: E402
+from vllm_fl.backends.flaggems.impl import attention as flagos  # noqa: E402
+from vllm_fl.backends.reference.impl import attention as reference  # noqa: E402
 
 DTYPES = (torch.float32, torch.float16)
 

@@ -35,8 +35,8 @@ vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
 
 from interpreted_cases import AS_GIVEN, run_cases  # noqa: E402
 
-from vllm_fl.dispatch.backends.flaggems.impl import mla as flagos  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import mla as reference  # noqa: E402
+from vllm_fl.backends.flaggems.impl import mla as flagos  # noqa: E402
+from vllm_fl.backends.reference.impl import mla as reference  # noqa: E402
 
 #: the dtypes each op's kernels are checked in (the decode kernel is half precision only)
 DTYPES = {

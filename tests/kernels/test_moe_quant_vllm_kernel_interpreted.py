@@ -22,8 +22,8 @@ vllm_fused_moe = pytest.importorskip("vllm.model_executor.layers.fused_moe.fused
 
 from tests.support import moe_quant  # noqa: E402
 from triton_helpers import interpret  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl.moe import moe_align_block_size  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl.moe_quant import fused_experts_quant  # noqa: E402
+from vllm_fl.backends.reference.impl.moe import moe_align_block_size  # noqa: E402
+from vllm_fl.backends.reference.impl.moe_quant import fused_experts_quant  # noqa: E402
 
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 64
 

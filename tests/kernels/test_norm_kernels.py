@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 
 from triton_helpers import compile_for_h100, interpret, needs_nvidia_compiler  # noqa: E402
 from vllm_fl.kernels import norm_kernels  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm  # noqa: E402
+from vllm_fl.backends.reference.impl import normalization as ref_norm  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from triton_helpers import needs_interpreter_loops, interpret  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary  # noqa: E402
+from vllm_fl.backends.reference.impl import moe as ref_moe  # noqa: E402
+from vllm_fl.backends.reference.impl import rotary as ref_rotary  # noqa: E402
 from vllm_fl.kernels import launch, norm, rotary, routing  # noqa: E402
 
 
@@ -217,7 +217,7 @@ def test_fused_experts_sequence_on_the_gemm_kernel(own_kernels, tmp_path, tokens
     with FlagGems' launch arguments, activation and sum, against the reference."""
     pytest.importorskip("vllm.model_executor.layers.fused_moe.fused_moe")
     from vllm_fl.kernels.moe import experts
-    from vllm_fl.dispatch.backends.reference.impl import activation as ref_activation
+    from vllm_fl.backends.reference.impl import activation as ref_activation
 
     kernel = _fused_moe_kernel(tmp_path)
     gemm = _Interpreted(kernel)
@@ -275,7 +275,7 @@ def test_functional_norm_with_residual_is_one_launch(own_kernels, monkeypatch, o
     """Gemma's takes it where FlagGems has no gemma_rms_norm (5.0.2 has none)."""
     import sys
 
-    from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
+    from vllm_fl.backends.reference.impl import normalization as ref_norm
 
     monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
     hidden = shape[-1]
@@ -301,7 +301,7 @@ def test_per_head_norm_on_qkv_views_runs_the_rows_kernel(own_kernels, monkeypatc
     contiguous tensor without a copy first; the second call of the layout is the bound launch."""
     import sys
 
-    from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
+    from vllm_fl.backends.reference.impl import normalization as ref_norm
 
     monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
     layer = types.SimpleNamespace(

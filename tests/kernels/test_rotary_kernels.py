@@ -19,7 +19,7 @@ triton = pytest.importorskip("triton")
 
 from triton_helpers import compile_for_h100, interpret, needs_nvidia_compiler  # noqa: E402
 from vllm_fl.kernels import rotary_kernels  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl.rotary import rotary_embedding  # noqa: E402
+from vllm_fl.backends.reference.impl.rotary import rotary_embedding  # noqa: E402
 
 MAX_POSITIONS = 64
 #: (q_heads, k_heads or None, head_size, rotary_dim, is_neox_style)

@@ -17,7 +17,7 @@ from triton_helpers import (
     needs_nvidia_compiler,
 )  # noqa: E402
 from vllm_fl.kernels import routing_kernels as rk  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import moe as ref  # noqa: E402
+from vllm_fl.backends.reference.impl import moe as ref  # noqa: E402
 
 #: tokens, experts, groups, topk_group, topk, renormalize, scale, scoring_func, scores dtype
 GROUPED = [

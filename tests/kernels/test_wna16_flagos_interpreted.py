@@ -17,8 +17,8 @@ triton_w4a16 = pytest.importorskip(
 )
 
 from triton_helpers import interpret, needs_interpreter_loops  # noqa: E402
-from vllm_fl.dispatch.backends.flaggems.impl import wna16 as flagos  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import wna16 as reference  # noqa: E402
+from vllm_fl.backends.flaggems.impl import wna16 as flagos  # noqa: E402
+from vllm_fl.backends.reference.impl import wna16 as reference  # noqa: E402
 from vllm_fl.kernels import wna16 as packing  # noqa: E402
 
 

@@ -27,7 +27,7 @@ def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
 ''',
     "normalization.py": '''import torch
 
-from vllm_fl.dispatch.backends.reference.impl import normalization
+from vllm_fl.backends.reference.impl import normalization
 
 
 def rms_norm(self, x: torch.Tensor, residual: torch.Tensor | None = None):

@@ -10,7 +10,7 @@ import torch
 
 import vllm_fl.dispatch as d
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpManager, OpRegistry
-from vllm_fl.dispatch.backends.reference.impl import activation
+from vllm_fl.backends.reference.impl import activation
 from vllm_fl.verify import cli, disable, process
 from vllm_fl.verify.compare import Diff
 from vllm_fl.verify.record import CallKey, Recorder

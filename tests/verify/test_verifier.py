@@ -12,7 +12,7 @@ import torch
 
 import vllm_fl.dispatch as d
 from vllm_fl.dispatch import BackendImplKind, OpImpl, OpManager, OpRegistry
-from vllm_fl.dispatch.backends.reference.impl import activation, moe
+from vllm_fl.backends.reference.impl import activation, moe
 from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
 from vllm_fl.verify import current, disable, enable
 from vllm_fl.verify.report import format_report, merge, summary_line
@@ -252,7 +252,7 @@ def test_a_shared_layer_is_named_under_the_block_running_it_and_steps_bound_the_
 
 
 def _cache_manager(writer) -> tuple[OpManager, list]:
-    from vllm_fl.dispatch.backends.reference.impl import attention
+    from vllm_fl.backends.reference.impl import attention
 
     seen: list = []
 
@@ -275,7 +275,7 @@ def _cache_call(manager, dtype=torch.bfloat16):
 
 
 def test_a_cache_write_is_checked_on_its_slots_and_the_cache_is_never_copied():
-    from vllm_fl.dispatch.backends.reference.impl import attention
+    from vllm_fl.backends.reference.impl import attention
 
     manager, seen = _cache_manager(attention.reshape_and_cache_flash)
     verifier = enable(ops=True)
@@ -288,7 +288,7 @@ def test_a_cache_write_is_checked_on_its_slots_and_the_cache_is_never_copied():
 
 
 def test_a_kernel_writing_a_wrong_slot_is_named():
-    from vllm_fl.dispatch.backends.reference.impl import attention
+    from vllm_fl.backends.reference.impl import attention
 
     def off_by_one(key, value, key_cache, value_cache, slot_mapping):
         shifted = torch.where(slot_mapping >= 0, slot_mapping + 1, slot_mapping)

@@ -119,7 +119,7 @@ def _kv_cache(layout: str, dtype=torch.float32) -> torch.Tensor:
 def test_a_prefill_then_a_decode_through_the_dispatch(backend_module, layout):
     """Two steps of two sequences as vLLM runs them (cache write, then attention), on the
     dispatch's reference, equal the reference attention over the sequences' whole keys."""
-    from vllm_fl.dispatch.backends.reference.impl import attention as reference
+    from vllm_fl.backends.reference.impl import attention as reference
 
     generator = torch.Generator().manual_seed(0)
     sinks = torch.randn(HEADS, generator=generator)

@@ -17,7 +17,7 @@ pytest.importorskip("vllm")
 import torch  # noqa: E402
 from vllm_fl import functions  # noqa: E402
 from vllm_fl.dispatch.policy import current as dispatch_policy  # noqa: E402
-from vllm_fl.dispatch.backends.reference.impl import moe as reference_moe  # noqa: E402
+from vllm_fl.backends.reference.impl import moe as reference_moe  # noqa: E402
 
 import vllm._custom_ops as vllm_ops  # noqa: E402
 

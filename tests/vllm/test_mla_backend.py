@@ -19,7 +19,7 @@ import torch
 
 from vllm_fl import compat
 from vllm_fl.attention.mla import MLA_BACKEND
-from vllm_fl.dispatch.backends.reference.impl import mla as reference
+from vllm_fl.backends.reference.impl import mla as reference
 
 pytestmark = pytest.mark.skipif(not compat.vllm_version(), reason="vLLM is not installed")
 
@@ -227,7 +227,7 @@ def _prefill_backend():
 def test_new_tokens_and_a_context_chunk_merged_are_attention_over_the_sequence(api):
     """Two prefills with 20 and 9 cached tokens before their 5 and 7 new ones."""
     from vllm_fl.dispatch import policy_context
-    from vllm_fl.dispatch.backends.reference.impl.mla import merge_attn_states
+    from vllm_fl.backends.reference.impl.mla import merge_attn_states
 
     gen = _generator()
     context, new = [20, 9], [5, 7]

@@ -20,7 +20,7 @@ vllm = pytest.importorskip("vllm")
 def backend(monkeypatch):
     """A backend declaring a ``fused_experts`` warm-up (``package.warm_up_experts``) whose impl
     of fused_experts is selected; its calls are recorded."""
-    from vllm_fl.dispatch.backends.backend import Backend
+    from vllm_fl.dispatch.backend import Backend
 
     package = types.ModuleType("fake_moe_backend")
     calls = []

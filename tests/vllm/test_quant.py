@@ -120,7 +120,7 @@ def test_the_int8_kernel_computes_what_the_dequantised_matmul_does(quant):
 def test_a_scale_of_the_wrong_shape_is_named(quant):
     import torch
 
-    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+    from vllm_fl.backends.reference.impl import quant as ref
 
     a = torch.ones(4, 32, dtype=torch.int8)
     b = torch.ones(32, 16, dtype=torch.int8)

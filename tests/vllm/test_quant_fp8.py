@@ -205,7 +205,7 @@ def test_the_reference_quantisers_match_vllms_native_code(vllm_config):
     from vllm.model_executor.layers.quantization.input_quant_fp8 import QuantFP8
     from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
-    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+    from vllm_fl.backends.reference.impl import quant as ref
 
     torch.manual_seed(2)
     x = torch.randn(11, 256).to(torch.bfloat16) * 3
@@ -226,7 +226,7 @@ def test_the_reference_fp8_quantiser_traces_whole_with_a_dynamic_token_count(cas
     """Under torch.compile the shipped CUDA policy runs ``scaled_fp8_quant`` from its reference
     (for Inductor to fuse it, as vanilla's native QuantFP8): Dynamo must trace it without a graph
     break over a symbolic token count, and the traced graph compute what eager does."""
-    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+    from vllm_fl.backends.reference.impl import quant as ref
 
     torch.manual_seed(3)
     static = case == "static"
@@ -247,7 +247,7 @@ def test_the_reference_fp8_quantiser_traces_whole_with_a_dynamic_token_count(cas
 
 
 def test_scale_layout_flags_change_strides_not_values():
-    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+    from vllm_fl.backends.reference.impl import quant as ref
 
     x = torch.randn(7, 512)
     q, rows = ref.per_token_group_quant_fp8(x, 128)
@@ -309,7 +309,7 @@ def test_scale_layout_flags_change_strides_not_values():
     ids=["group-size", "weight-scales", "activation-scales", "channel-scales", "static-scale"],
 )
 def test_scales_and_group_sizes_of_the_wrong_shape_are_named(call, message):
-    from vllm_fl.dispatch.backends.reference.impl import quant as ref
+    from vllm_fl.backends.reference.impl import quant as ref
 
     with pytest.raises(ValueError, match=message):
         call(ref)

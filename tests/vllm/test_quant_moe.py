@@ -146,7 +146,7 @@ def test_in_vllms_modular_kernel_the_experts_compute_the_op(moe, moe_config):
     import torch
     from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
 
-    from vllm_fl.dispatch.backends.reference.impl.moe_quant import fused_experts_quant
+    from vllm_fl.backends.reference.impl.moe_quant import fused_experts_quant
 
     gen = torch.Generator().manual_seed(0)
     q1, s1, _ = _fp8_blocks(torch.randn(E, 2 * INTER, HIDDEN, generator=gen) * 0.05)
@@ -169,7 +169,7 @@ def test_a_router_weight_on_the_input_is_applied_once(moe, moe_config):
     import torch
     from vllm.model_executor.layers.fused_moe.config import int8_w8a8_moe_quant_config
 
-    from vllm_fl.dispatch.backends.reference.impl.moe import fused_experts
+    from vllm_fl.backends.reference.impl.moe import fused_experts
 
     gen = torch.Generator().manual_seed(1)
     w1 = torch.randn(E, 2 * INTER, HIDDEN, generator=gen) * 0.05

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from vllm_fl.dispatch import BackendImplKind, OpImpl
-from vllm_fl.dispatch.backends.reference.impl import activation, moe, normalization, rotary
+from vllm_fl.backends.reference.impl import activation, moe, normalization, rotary
 
 VENDOR = "verifytest"
 BIAS = 0.5

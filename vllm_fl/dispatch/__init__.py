@@ -14,8 +14,10 @@ Its parts, one job each, lower layers first:
 - ``sync``: the one lock of every dispatch state change, the generation counter, fork safety;
 - ``runtime/``: trampolines, bindings, failures, ``OpManager``, the default manager, and
   ``registration`` (a generated ``register_ops`` table into ``OpImpl``s and custom ops);
-- ``backends/``: the ``Backend`` object (declared hooks), availability probes (``Probe``),
-  built-in backend registration, plugin discovery, and the backend packages themselves;
+- ``backend``: the ``Backend`` object (declared hooks); ``availability``: probes (``Probe``);
+  ``builtin``: registration of the built-in backends, loaded by name from the generated
+  ``builtin_backends`` (the packages themselves live in ``vllm_fl.backends``, above the
+  dispatch); ``discovery``: plugins (entry points, ``VLLM_FL_PLUGIN_MODULES``);
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
   ``stubs``: recognising scaffolded impl stubs for it;
 - ``spec``: the generated contract of every op; ``checks``: the generated table bring-up mode
@@ -23,7 +25,7 @@ Its parts, one job each, lower layers first:
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 """
 
-from .backends.availability import Probe
+from .availability import Probe
 from .config.loader import DispatchConfig, load_config
 from .policy.current import (
     get_config,

@@ -338,7 +338,7 @@ CHECKS: dict[str, dict] = {
         "mutates": ("topk_weights", "topk_ids", "token_expert_indices"),
         "inplace": (),
         "dtype_from": ("gating_output",),
-        "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:topk_softmax_canonical",
+        "canonical": "vllm_fl.backends.reference.impl.moe:topk_softmax_canonical",
         "cache": (),
         "slots": None,
         "tolerances": {
@@ -362,7 +362,7 @@ CHECKS: dict[str, dict] = {
         "mutates": ("sorted_token_ids", "experts_ids", "num_tokens_post_pad"),
         "inplace": (),
         "dtype_from": (),
-        "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:moe_align_block_size_canonical",
+        "canonical": "vllm_fl.backends.reference.impl.moe:moe_align_block_size_canonical",
         "cache": (),
         "slots": None,
         "tolerances": {
@@ -401,7 +401,7 @@ CHECKS: dict[str, dict] = {
         "mutates": (),
         "inplace": (),
         "dtype_from": ("scores", "bias"),
-        "canonical": "vllm_fl.dispatch.backends.reference.impl.moe:grouped_topk_canonical",
+        "canonical": "vllm_fl.backends.reference.impl.moe:grouped_topk_canonical",
         "cache": (),
         "slots": None,
         "tolerances": {
@@ -528,7 +528,7 @@ CHECKS: dict[str, dict] = {
         "mutates": (),
         "inplace": (),
         "dtype_from": ("x",),
-        "canonical": "vllm_fl.dispatch.backends.reference.impl.quant:fp8_group_quant_canonical",
+        "canonical": "vllm_fl.backends.reference.impl.quant:fp8_group_quant_canonical",
         "cache": (),
         "slots": None,
         "tolerances": {
@@ -543,7 +543,7 @@ CHECKS: dict[str, dict] = {
         "mutates": (),
         "inplace": (),
         "dtype_from": ("x",),
-        "canonical": "vllm_fl.dispatch.backends.reference.impl.quant:fp8_quant_canonical",
+        "canonical": "vllm_fl.backends.reference.impl.quant:fp8_quant_canonical",
         "cache": (),
         "slots": None,
         "tolerances": {

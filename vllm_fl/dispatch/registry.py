@@ -11,7 +11,7 @@ from . import sync
 from .types import OpImpl
 
 if TYPE_CHECKING:
-    from .backends.backend import Backend
+    from .backend import Backend
 
 __all__ = ["OpRegistry", "BUILT_IN", "DIRECT"]
 

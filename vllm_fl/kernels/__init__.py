@@ -1,6 +1,6 @@
 """The plugin's kernel library: Triton kernels of its own, FlagGems' kernels launched through
 launch plans, and the host code around them. It imports nothing of ``vllm_fl.dispatch``; the
-flagos backend (``vllm_fl.dispatch.backends.flaggems``) maps vLLM's ops onto these functions.
+flagos backend (``vllm_fl.backends.flaggems``) maps vLLM's ops onto these functions.
 
 Importing the package, or any host module below, imports torch only: Triton and ``flag_gems``
 are imported on first use (``flag_gems`` probes the GPU when imported), so the front-end

@@ -16,7 +16,7 @@ import torch
 from vllm_fl.testing.quantize import quantize
 
 #: the package whose modules hold the functions of a derived input
-REFERENCE_IMPL = "vllm_fl.dispatch.backends.reference.impl"
+REFERENCE_IMPL = "vllm_fl.backends.reference.impl"
 
 
 def quantized_input(

@@ -19,12 +19,11 @@ So no verification allocates more than a small multiple of the call's own inputs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .verifier import Check
+from .check import Check
 
 __all__ = ["CallCopy", "named_arguments"]
 

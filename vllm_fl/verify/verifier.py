@@ -21,9 +21,7 @@ calls while a CUDA graph is captured and calls made by a reference impl are not 
 
 from __future__ import annotations
 
-import importlib
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -34,6 +32,7 @@ from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
 from vllm_fl.dispatch.types import BackendImplKind, OpImpl
 
 from .arguments import CallCopy, named_arguments
+from .check import Check
 from .compare import WIDER, measure, unit_roundoff
 from .record import CallKey, Recorder
 from .sites import Sites
@@ -41,31 +40,6 @@ from .sites import Sites
 __all__ = ["Check", "Verifier"]
 
 logger = get_logger()
-
-
-@dataclass(frozen=True)
-class Check:
-    """One op's entry of ``vllm_fl.dispatch.checks.CHECKS``."""
-
-    args: tuple[str, ...]
-    layer: bool
-    mutates: tuple[str, ...]
-    inplace: tuple[str, ...]
-    dtype_from: tuple[str, ...]
-    canonical: str | None
-    tolerances: dict[str, tuple[float, float]]
-    cache: tuple[str, ...] = ()
-    slots: str | None = None
-
-    def tolerance(self, dtype: str) -> tuple[float, float]:
-        """The tolerance of ``dtype`` (float64, which ops.yaml does not list: float32's)."""
-        return self.tolerances.get(dtype) or self.tolerances.get("float32") or (0.0, 0.0)
-
-    def canonical_fn(self) -> Callable[..., Any] | None:
-        if self.canonical is None:
-            return None
-        module, _, function = self.canonical.partition(":")
-        return getattr(importlib.import_module(module), function)
 
 
 def _capturing() -> bool:

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from tests.support.ops_helpers import DTYPES, cos_sin_cache, TOLERANCES, assert_fresh, unchanged
 
-from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
-from vllm_fl.dispatch.backends.vendor.ascend.impl import activation, attention, normalization
-from vllm_fl.dispatch.backends.vendor.ascend.impl import rotary
+from vllm_fl.backends.reference.impl import activation as ref_act
+from vllm_fl.backends.reference.impl import normalization as ref_norm
+from vllm_fl.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.backends.ascend.impl import activation, attention, normalization
+from vllm_fl.backends.ascend.impl import rotary
 
 
 class Layer:

@@ -12,10 +12,10 @@ import pytest
 import torch
 from tests.support.ops_helpers import DTYPES, TOLERANCES, assert_fresh, unchanged
 
-from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
-from vllm_fl.dispatch.backends.vendor.cuda.impl import activation, normalization, rotary
+from vllm_fl.backends.reference.impl import activation as ref_act
+from vllm_fl.backends.reference.impl import normalization as ref_norm
+from vllm_fl.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.backends.cuda.impl import activation, normalization, rotary
 
 KERNEL = {
     "silu_and_mul": "silu_and_mul",
@@ -169,7 +169,7 @@ def test_rotary_embedding_inplace(vllm_config, dtype, is_neox, rotary_dim, with_
 def test_adapters_run_the_eager_variants_outside_a_trace():
     """The generated adapters of backend cuda call the in-place variants in eager mode."""
     _needs("fused_add_rms_norm")
-    from vllm_fl.dispatch.backends.vendor.cuda import register_ops
+    from vllm_fl.backends.cuda import register_ops
 
     assert register_ops.rms_norm.eager is normalization.rms_norm_inplace
     assert register_ops.rms_norm.functional is normalization.rms_norm

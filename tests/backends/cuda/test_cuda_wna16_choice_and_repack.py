@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from vllm_fl.dispatch.backends.reference.impl import wna16 as reference  # noqa: E402
-from vllm_fl.dispatch.backends.vendor.cuda.impl import wna16 as cuda  # noqa: E402
+from vllm_fl.backends.reference.impl import wna16 as reference  # noqa: E402
+from vllm_fl.backends.cuda.impl import wna16 as cuda  # noqa: E402
 from vllm_fl.kernels import wna16 as packing  # noqa: E402
 
 H100, A100, T4 = (9, 0), (8, 0), (7, 5)
@@ -159,7 +159,7 @@ def test_machete_prepacks_once_and_takes_scaled_zero_points(monkeypatch):
 
 @pytest.mark.parametrize("fallback", ["reference", "flagos"])
 def test_a_layers_weight_is_held_once_and_other_backends_still_read_it(marlin, fallback):
-    from vllm_fl.dispatch.backends.flaggems.impl import wna16 as flagos
+    from vllm_fl.backends.flaggems.impl import wna16 as flagos
     from vllm_fl.kernels import resident
 
     # 8 bits: the flagos impl dequantises them in PyTorch, which runs here

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.flaggems.impl import wna16 as flagos
-from vllm_fl.dispatch.backends.reference.impl import wna16 as reference
-from vllm_fl.dispatch.backends.vendor.cuda.impl import wna16 as cuda
+from vllm_fl.backends.flaggems.impl import wna16 as flagos
+from vllm_fl.backends.reference.impl import wna16 as reference
+from vllm_fl.backends.cuda.impl import wna16 as cuda
 from vllm_fl.kernels import wna16 as packing
 
 pytestmark = pytest.mark.gpu("vllm")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import quant as ref
+from vllm_fl.backends.reference.impl import quant as ref
 from vllm_fl.testing.quantize import fp8_block
 
 pytestmark = pytest.mark.gpu("vllm")
@@ -27,9 +27,9 @@ TOLERANCE = {"atol": 5e-2, "rtol": 2e-2}
 def _backend(name: str):
     if name == "flagos":
         pytest.importorskip("flag_gems")
-        from vllm_fl.dispatch.backends.flaggems.impl import quant
+        from vllm_fl.backends.flaggems.impl import quant
     else:
-        from vllm_fl.dispatch.backends.vendor.cuda.impl import quant
+        from vllm_fl.backends.cuda.impl import quant
     return quant
 
 

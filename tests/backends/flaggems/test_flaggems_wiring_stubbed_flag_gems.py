@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from tests.support.ops_helpers import DTYPES, cos_sin_cache, TOLERANCES, assert_fresh, unchanged
 
-from vllm_fl.dispatch.backends.flaggems.impl import activation, attention, normalization, rotary
-from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
-from vllm_fl.dispatch.backends.reference.impl import attention as ref_attention
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.backends.flaggems.impl import activation, attention, normalization, rotary
+from vllm_fl.backends.reference.impl import activation as ref_act
+from vllm_fl.backends.reference.impl import attention as ref_attention
+from vllm_fl.backends.reference.impl import normalization as ref_norm
+from vllm_fl.backends.reference.impl import rotary as ref_rotary
 from vllm_fl.kernels import attention as kernels_attention
 
 
@@ -441,7 +441,7 @@ def test_flag_gems_cache_write_only_where_its_addressing_fits():
 
 
 def test_adapters_carry_the_eager_variants():
-    from vllm_fl.dispatch.backends.flaggems import register_ops
+    from vllm_fl.backends.flaggems import register_ops
 
     assert register_ops.rms_norm.eager is normalization.rms_norm_inplace
     assert register_ops.rms_norm.functional is normalization.rms_norm

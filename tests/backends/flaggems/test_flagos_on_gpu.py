@@ -15,12 +15,12 @@ import pytest
 import torch
 from tests.support.ops_helpers import DTYPES, TOLERANCES, assert_fresh, cos_sin_cache, unchanged
 
-from vllm_fl.dispatch.backends.flaggems.impl import activation as flagos_act
-from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
-from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary
-from vllm_fl.dispatch.backends.reference.impl import activation as ref_act
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.backends.flaggems.impl import activation as flagos_act
+from vllm_fl.backends.flaggems.impl import normalization as flagos_norm
+from vllm_fl.backends.flaggems.impl import rotary as flagos_rotary
+from vllm_fl.backends.reference.impl import activation as ref_act
+from vllm_fl.backends.reference.impl import normalization as ref_norm
+from vllm_fl.backends.reference.impl import rotary as ref_rotary
 
 pytestmark = pytest.mark.gpu("flag_gems")
 

@@ -17,12 +17,12 @@ import pytest
 import torch
 from tests.support.ops_helpers import cos_sin_cache, op_tolerance
 
-from vllm_fl.dispatch.backends.flaggems.impl import moe as flagos_moe
-from vllm_fl.dispatch.backends.flaggems.impl import normalization as flagos_norm
-from vllm_fl.dispatch.backends.flaggems.impl import rotary as flagos_rotary
-from vllm_fl.dispatch.backends.reference.impl import moe as ref_moe
-from vllm_fl.dispatch.backends.reference.impl import normalization as ref_norm
-from vllm_fl.dispatch.backends.reference.impl import rotary as ref_rotary
+from vllm_fl.backends.flaggems.impl import moe as flagos_moe
+from vllm_fl.backends.flaggems.impl import normalization as flagos_norm
+from vllm_fl.backends.flaggems.impl import rotary as flagos_rotary
+from vllm_fl.backends.reference.impl import moe as ref_moe
+from vllm_fl.backends.reference.impl import normalization as ref_norm
+from vllm_fl.backends.reference.impl import rotary as ref_rotary
 from vllm_fl.kernels import launch, routing_kernels
 
 pytestmark = pytest.mark.gpu("flag_gems")

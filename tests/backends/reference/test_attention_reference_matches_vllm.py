@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import attention as reference
+from vllm_fl.backends.reference.impl import attention as reference
 
 BLOCK_SIZE = 32
 

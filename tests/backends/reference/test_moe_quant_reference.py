@@ -12,8 +12,8 @@ import pytest
 import torch
 from tests.support.moe_quant import fp8_blocks, groups, int8_channels, relative_error, routing
 
-from vllm_fl.dispatch.backends.reference.impl.moe import fused_experts
-from vllm_fl.dispatch.backends.reference.impl.moe_quant import (
+from vllm_fl.backends.reference.impl.moe import fused_experts
+from vllm_fl.backends.reference.impl.moe_quant import (
     fused_experts_quant,
     fused_experts_quant_round_trip,
 )

@@ -9,7 +9,7 @@ each token's experts are compared sorted by expert index.
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import moe
+from vllm_fl.backends.reference.impl import moe
 
 cpu_router = pytest.importorskip("vllm.model_executor.layers.fused_moe.router.cpu_router")
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import attention
+from vllm_fl.backends.reference.impl import attention
 
 
 def _one_by_one(

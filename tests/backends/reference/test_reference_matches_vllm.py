@@ -11,7 +11,7 @@ import pytest
 import torch
 from tests.support.ops_helpers import DTYPES
 
-from vllm_fl.dispatch.backends.reference.impl import activation, rotary
+from vllm_fl.backends.reference.impl import activation, rotary
 
 
 def _exact(actual, expected):

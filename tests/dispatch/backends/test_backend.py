@@ -2,8 +2,9 @@
 explicitly (prepare before availability, warm-up looked up by op, selection listeners)."""
 
 from vllm_fl.dispatch import OpImpl, OpManager, OpRegistry
-from vllm_fl.dispatch.backends import builtin, flaggems
-from vllm_fl.dispatch.backends.backend import Backend
+from vllm_fl.backends import flaggems
+from vllm_fl.dispatch import builtin
+from vllm_fl.dispatch.backend import Backend
 
 
 def fn(x):
@@ -70,14 +71,14 @@ def test_warm_up_hooks_are_declared_per_op():
 
 def test_builtin_backends_register_for_the_backend_their_package_declares():
     reg = OpRegistry()
-    done = builtin.register_builtins(reg, packages=("vllm_fl.dispatch.backends.flaggems",))
-    assert done == ["vllm_fl.dispatch.backends.flaggems"]
+    done = builtin.register_builtins(reg, packages=("vllm_fl.backends.flaggems",))
+    assert done == ["vllm_fl.backends.flaggems"]
     impls = [i for op in reg.list_operators() for i in reg.get_implementations(op)]
     assert impls and {reg.backend_of(i) for i in impls} == {flaggems.BACKEND}
     assert flaggems.BACKEND.warm_up_hook("fused_experts") is flaggems.warm_up_experts
 
 
 def test_a_package_without_backend_gets_one_without_hooks():
-    backend = builtin.builtin_backend("vllm_fl.dispatch.backends.reference")
+    backend = builtin.builtin_backend("vllm_fl.backends.reference")
     assert backend.name == "reference" and backend.prepare is None
     assert not backend.warm_up and not backend.selection_listeners

@@ -31,7 +31,7 @@ def test_default_manager_registers_builtins(monkeypatch, no_entry_points, fresh_
         raise ImportError("torch_npu")
 
     monkeypatch.setattr(
-        "vllm_fl.dispatch.backends.builtin.BUILTIN_BACKENDS",
+        "vllm_fl.dispatch.builtin.BUILTIN_BACKENDS",
         ("fake_gems", "fake_broken", "fake_ref"),
     )
     monkeypatch.setitem(

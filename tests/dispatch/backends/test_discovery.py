@@ -9,8 +9,8 @@ from dispatch_helpers import module, plugin_impl as _impl
 
 import vllm_fl.dispatch as d
 from vllm_fl.dispatch import OpImpl, OpRegistry
-from vllm_fl.dispatch.backends import discovery
-from vllm_fl.dispatch.backends.discovery import load_plugin_module, load_plugins
+from vllm_fl.dispatch import discovery
+from vllm_fl.dispatch.discovery import load_plugin_module, load_plugins
 
 
 def fn(self, x):

@@ -8,7 +8,7 @@ import pytest
 from dispatch_helpers import build_default as build
 
 import vllm_fl.dispatch as d
-from vllm_fl.dispatch.backends import flaggems
+from vllm_fl.backends import flaggems
 from vllm_fl.dispatch import OpImpl
 
 
@@ -27,7 +27,7 @@ def flaggems_builtins(monkeypatch, no_entry_points, fresh_default):
             )
         return ["flaggems"]
 
-    monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
+    monkeypatch.setattr("vllm_fl.dispatch.builtin.register_builtins", register)
 
 
 def test_flaggems_oplist_written_for_default_manager(

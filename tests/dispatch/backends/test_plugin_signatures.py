@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_fl.dispatch import OpImpl, OpRegistry
-from vllm_fl.dispatch.backends.discovery import load_plugin_module
+from vllm_fl.dispatch.discovery import load_plugin_module
 from vllm_fl.dispatch.policy.current import with_strict_mode
 from vllm_fl.dispatch.signatures import ImplSignatureError, mismatch
 

@@ -6,7 +6,7 @@ from dispatch_helpers import norm_layer as setup
 
 import vllm_fl.dispatch as d
 from vllm_fl.dispatch import OpImpl
-from vllm_fl.dispatch.backends.backend import Backend
+from vllm_fl.dispatch.backend import Backend
 
 
 def test_dispatch_method_binds_self_and_passes_args():
@@ -41,9 +41,9 @@ def listener(monkeypatch):
             )
         return ["fake"]
 
-    monkeypatch.setattr("vllm_fl.dispatch.backends.builtin.register_builtins", register)
+    monkeypatch.setattr("vllm_fl.dispatch.builtin.register_builtins", register)
     monkeypatch.setattr(
-        "vllm_fl.dispatch.backends.discovery.metadata.entry_points", lambda group: []
+        "vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: []
     )
     d.reset_default_manager()
     yield seen

@@ -7,7 +7,7 @@ import pytest
 from dispatch_helpers import fn, impl, manager, norm_layer as setup, order
 
 import vllm_fl.dispatch as d
-from vllm_fl.dispatch.backends.backend import Backend
+from vllm_fl.dispatch.backend import Backend
 from vllm_fl.dispatch import (
     DispatchError,
     OpImpl,

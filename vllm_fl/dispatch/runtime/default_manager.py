@@ -59,8 +59,8 @@ def _build_default_manager() -> OpManager:
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            from ..backends.builtin import register_builtins
-            from ..backends.discovery import load_plugins
+            from ..builtin import register_builtins
+            from ..discovery import load_plugins
 
             cfg = get_config()
             registry = OpRegistry()

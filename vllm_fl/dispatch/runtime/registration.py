@@ -2,7 +2,7 @@
 
 A generated ``register_ops.py`` holds one :class:`DeclaredBackend` (the backend as ops.yaml
 declares it: ids, kind, default priority, what makes it available; its run-time hooks are the
-package's ``BACKEND``, :class:`vllm_fl.dispatch.backends.backend.Backend`) and one :class:`Impl`
+package's ``BACKEND``, :class:`vllm_fl.dispatch.backend.Backend`) and one :class:`Impl`
 row per op the backend implements in ops.yaml;
 :class:`Registrations` builds from them what its ``register(registry)`` registers:
 

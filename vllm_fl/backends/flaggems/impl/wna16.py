@@ -5,7 +5,7 @@ dequantised in PyTorch and multiplied in x's dtype."""
 
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl.wna16 import check_wna16_args
+from vllm_fl.backends.reference.impl.wna16 import check_wna16_args
 from vllm_fl.kernels import wna16 as packing
 from vllm_fl.kernels.resident import resident
 

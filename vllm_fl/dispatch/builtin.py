@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..logger_manager import get_logger
-from ..registry import BUILT_IN, OpRegistry
-from . import BUILTIN_BACKENDS
+from .logger_manager import get_logger
+from .registry import BUILT_IN, OpRegistry
+from .builtin_backends import BUILTIN_BACKENDS
 from .backend import Backend
 
 __all__ = ["register_builtins", "builtin_backend"]

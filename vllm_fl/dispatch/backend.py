@@ -1,7 +1,7 @@
 """``Backend``: what the dispatch calls on a backend besides its implementations, declared by the
 backend's package as ``BACKEND`` and called explicitly.
 
-A built-in backend's package (``vllm_fl.dispatch.backends.BUILTIN_BACKENDS``) defines
+A built-in backend's package (``vllm_fl.dispatch.builtin_backends.BUILTIN_BACKENDS``) defines
 ``BACKEND = Backend(...)``; ``builtin.register_builtins`` registers the package's implementations
 on behalf of that object, so the registry knows which backend each implementation belongs to
 (``OpRegistry.backend_of``). Plugins keep their contract (``register(registry)``): their
@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..types import OpImpl
+from .types import OpImpl
 
 __all__ = ["Backend", "SelectionListener", "PreparedCheck"]
 

@@ -13,7 +13,7 @@ op's eager variant) calls it in place as vLLM does: 4 passes, 1 launch.
 
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl import normalization as _reference
+from vllm_fl.backends.reference.impl import normalization as _reference
 
 _custom_ops = None
 

@@ -1,6 +1,6 @@
 import threading
 
-from vllm_fl.dispatch.backends.availability import Probe
+from vllm_fl.dispatch.availability import Probe
 
 
 def test_probe_available_and_missing_module():

@@ -5,7 +5,7 @@ by a served step would stall that step for the compilation."""
 
 import torch
 
-from vllm_fl.dispatch.backends.flaggems.impl import moe
+from vllm_fl.backends.flaggems.impl import moe
 from vllm_fl.kernels import launch, routing
 from vllm_fl.kernels.moe import experts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import threading
 
-from .. import sync
+from . import sync
 
 __all__ = ["Probe"]
 

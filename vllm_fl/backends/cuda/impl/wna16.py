@@ -21,7 +21,7 @@ import functools
 import torch
 
 from vllm_fl import compat
-from vllm_fl.dispatch.backends.reference.impl.wna16 import check_wna16_args
+from vllm_fl.backends.reference.impl.wna16 import check_wna16_args
 from vllm_fl.kernels import wna16 as packing
 from vllm_fl.kernels.memo import TensorMemo
 from vllm_fl.kernels.resident import release, resident

@@ -15,9 +15,9 @@ import weakref
 from importlib import metadata
 from typing import Any, Sequence
 
-from ..logger_manager import get_logger
-from ..registry import OpRegistry
-from ..signatures import ImplSignatureError
+from .logger_manager import get_logger
+from .registry import OpRegistry
+from .signatures import ImplSignatureError
 
 __all__ = ["ENTRY_POINT_GROUP", "load_plugins", "load_plugin_module", "load_entry_points"]
 

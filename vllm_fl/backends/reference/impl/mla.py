@@ -9,7 +9,7 @@ the host (``tolist``): the reference favours plain code over avoiding synchronis
 
 import torch
 
-from vllm_fl.dispatch.backends.reference.impl.attention import cache_slots
+from vllm_fl.backends.reference.impl.attention import cache_slots
 
 #: the one cache format the reference stores and reads: the inputs' own values
 AUTO = "auto"

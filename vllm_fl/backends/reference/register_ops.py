@@ -8,15 +8,15 @@ implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them fr
 
 from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime.registration import DeclaredBackend, Impl, Registrations
-from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
-from vllm_fl.dispatch.backends.reference.impl import attention as _reference_attention
-from vllm_fl.dispatch.backends.reference.impl import mla as _reference_mla
-from vllm_fl.dispatch.backends.reference.impl import moe as _reference_moe
-from vllm_fl.dispatch.backends.reference.impl import moe_quant as _reference_moe_quant
-from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
-from vllm_fl.dispatch.backends.reference.impl import quant as _reference_quant
-from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
-from vllm_fl.dispatch.backends.reference.impl import wna16 as _reference_wna16
+from vllm_fl.backends.reference.impl import activation as _reference_activation
+from vllm_fl.backends.reference.impl import attention as _reference_attention
+from vllm_fl.backends.reference.impl import mla as _reference_mla
+from vllm_fl.backends.reference.impl import moe as _reference_moe
+from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
+from vllm_fl.backends.reference.impl import normalization as _reference_normalization
+from vllm_fl.backends.reference.impl import quant as _reference_quant
+from vllm_fl.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend("reference", "reference.torch", BackendImplKind.REFERENCE, priority=50)
 

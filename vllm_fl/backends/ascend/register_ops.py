@@ -22,13 +22,13 @@ from vllm_fl.dispatch.runtime.registration import (
     Impl,
     Registrations,
 )
-from vllm_fl.dispatch.backends.vendor.ascend.impl import activation as _ascend_activation
-from vllm_fl.dispatch.backends.vendor.ascend.impl import attention as _ascend_attention
-from vllm_fl.dispatch.backends.vendor.ascend.impl import normalization as _ascend_normalization
-from vllm_fl.dispatch.backends.vendor.ascend.impl import rotary as _ascend_rotary
-from vllm_fl.dispatch.backends.reference.impl import activation as _reference_activation
-from vllm_fl.dispatch.backends.reference.impl import normalization as _reference_normalization
-from vllm_fl.dispatch.backends.reference.impl import rotary as _reference_rotary
+from vllm_fl.backends.ascend.impl import activation as _ascend_activation
+from vllm_fl.backends.ascend.impl import attention as _ascend_attention
+from vllm_fl.backends.ascend.impl import normalization as _ascend_normalization
+from vllm_fl.backends.ascend.impl import rotary as _ascend_rotary
+from vllm_fl.backends.reference.impl import activation as _reference_activation
+from vllm_fl.backends.reference.impl import normalization as _reference_normalization
+from vllm_fl.backends.reference.impl import rotary as _reference_rotary
 
 DECLARED = DeclaredBackend(
     "ascend",

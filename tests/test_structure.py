@@ -1,0 +1,127 @@
+"""The package's import graph: no circle between its modules, and no import from a lower layer
+to a higher one (imports inside functions count; imports only for type checking do not).
+
+The layers, lowest first: a module may import its own layer and those below it. The dispatch
+is a runtime that imports no backend and no model-level module; backends sit above the
+model-level pieces they use (attention, functions); the vLLM integration above those.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import vllm_fl
+
+ROOT = Path(vllm_fl.__file__).parent
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("vllm_fl.compat", "vllm_fl.kernels"),
+    ("vllm_fl.dispatch",),
+    ("vllm_fl.ops", "vllm_fl.reload"),
+    ("vllm_fl.functions",),
+    ("vllm_fl.attention",),
+    ("vllm_fl.backends",),
+    ("vllm_fl.platform", "vllm_fl.moe"),
+    ("vllm_fl.quant",),
+    ("vllm_fl.registration",),
+    ("vllm_fl.testing",),
+    ("vllm_fl.verify",),
+    ("vllm_fl.worker", "vllm_fl.cli"),
+    ("vllm_fl",),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = ["vllm_fl", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):  # `if TYPE_CHECKING:` blocks
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        out |= {t for t in targets if t in known and t != name}
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    known = set(paths)
+    graph = {name: _imports(path, name, known) for name, path in paths.items()}
+    # Importing a module imports its packages first: an edge to an enclosing package (a
+    # re-export, `from vllm_fl import compat`) is not a dependency of the module on it.
+    return {name: {t for t in deps if not name.startswith(t + ".")} for name, deps in graph.items()}
+
+
+def _layer(module: str) -> int:
+    best, layer = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, layer = len(prefix), index
+    return layer
+
+
+def test_no_import_circle_in_the_package():
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circle = stack[stack.index(nxt) :] + [nxt]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in sorted(_graph()) if _layer(name) < 0] == []
+
+
+def test_no_import_runs_up_a_layer():
+    upward = sorted(
+        f"{name} -> {dep}"
+        for name, deps in _graph().items()
+        for dep in deps
+        if _layer(dep) > _layer(name)
+    )
+    assert upward == [], "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+def test_the_dispatch_imports_nothing_of_the_plugin_outside_it():
+    outside = sorted(
+        f"{name} -> {dep}"
+        for name, deps in _graph().items()
+        if name.startswith("vllm_fl.dispatch")
+        for dep in deps
+        if not dep.startswith("vllm_fl.dispatch")
+    )
+    assert outside == []

@@ -1,1 +1,0 @@
-"""Vendor backends: a chip vendor's own kernels, one subpackage per vendor."""
