@@ -50,6 +50,8 @@ GENERATED_NAMES = frozenset(
         "len",
     }
 )
+#: private names every register_ops.py may import
+REGISTER_OPS_HELPERS = ("_is_compiling", "_attrs", "_flatten", "_backend_probe")
 #: a layer class is imported next to this name in its out-of-tree module
 OOT_MODULE_NAMES = frozenset({"dispatch_method"})
 
@@ -220,7 +222,7 @@ class _Checker:
     def module_names(self, path: str) -> None:
         """Every name ``register_ops.py`` binds at module level is bound once (a vendor
         package's file registers its backend and the reference impls of its own ops)."""
-        bound: dict[str, str] = {}
+        bound = {name: "a helper the generated code imports" for name in REGISTER_OPS_HELPERS}
         for backend in self.manifest.backends:
             if backend.path != path:
                 continue
@@ -243,7 +245,13 @@ class _Checker:
                     impl.line,
                     f"the import of module {module} of backend {backend.name!r}",
                 )
-            if backend.opaque and op.opaque_ok:
+            custom_op = backend.opaque and op.opaque_ok
+            if custom_op or impl.eager is not None:
+                yield op.name, impl.line, f"the adapter of op {op.name!r} of backend {backend.name!r}"
+            if custom_op:
+                for name, role in ((f"_{op.name}_kernel", "kernel"), (f"_{op.name}_fake", "fake")):
+                    yield name, impl.line, f"the custom op {role} of op {op.name!r} of backend {backend.name!r}"
+            if custom_op:
                 reference = self.manifest.reference_of(op)
                 ref_impl = self.manifest.reference_impl(op)
                 if reference is not None and ref_impl is not None:

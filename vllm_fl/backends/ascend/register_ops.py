@@ -4,23 +4,28 @@
 
 ``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
 implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
-The backend is opaque: a row with a ``custom_op`` registers an adapter that calls the impl
-directly in eager mode and, under Dynamo, the ``torch.library`` custom op
-``vllm_fl::ascend_<op>`` (defined once per process on first registration), which takes
-the layer attributes the impl reads as explicit arguments and whose fake runs the reference impl.
+The backend is opaque: a row with a ``custom_op`` registers its adapter (below), which calls the
+impl directly in eager mode and, under Dynamo, the ``torch.library`` custom op
+``vllm_fl::ascend_<op>`` (defined once per process on first registration); the custom
+op runs ``_<op>_kernel``, which takes the layer attributes the impl reads as explicit arguments,
+and its fake ``_<op>_fake`` runs the reference impl.
 
-``register_ops.<op>`` is the adapter of a row that has one; it carries the impl it calls as
-``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and ``explain`` reach
-the hand-written functions.
+``register_ops.<op>`` is the adapter of a row that has one; registering it gives it the impl it
+calls as ``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and
+``explain`` reach the hand-written functions.
 """
+
+import torch
+from torch.compiler import is_compiling as _is_compiling
 
 from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime.registration import (
-    Arg,
     CustomOp,
     DeclaredBackend,
     Impl,
     Registrations,
+    attrs as _attrs,
+    flatten as _flatten,
 )
 from vllm_fl.backends.ascend.impl import activation as _ascend_activation
 from vllm_fl.backends.ascend.impl import attention as _ascend_attention
@@ -40,47 +45,163 @@ DECLARED = DeclaredBackend(
     device="npu",
 )
 
+
+def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_silu_and_mul`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _ascend_activation.silu_and_mul(self, x)
+    return torch.ops.vllm_fl.ascend_silu_and_mul(x)
+
+
+def _silu_and_mul_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _ascend_activation.silu_and_mul(_attrs(), x)
+
+
+def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.silu_and_mul(_attrs(), x)
+
+
+def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::ascend_gelu_and_mul`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _ascend_activation.gelu_and_mul(self, x)
+    return torch.ops.vllm_fl.ascend_gelu_and_mul(x, self.approximate)
+
+
+def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return _ascend_activation.gelu_and_mul(_attrs(approximate=approximate), x)
+
+
+def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return _reference_activation.gelu_and_mul(_attrs(approximate=approximate), x)
+
+
+def rms_norm(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``rms_norm``: a direct call, or custom op ``vllm_fl::ascend_rms_norm`` under Dynamo."""
+    if not _is_compiling():
+        return _ascend_normalization.rms_norm(self, x, residual)
+    out = torch.ops.vllm_fl.ascend_rms_norm(x, residual, self.weight, self.variance_epsilon)
+    return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+def _rms_norm_kernel(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _ascend_normalization.rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def _rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_normalization.rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def rotary_embedding(
+    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``rotary_embedding``: a direct call, or custom op ``vllm_fl::ascend_rotary_embedding``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _ascend_rotary.rotary_embedding(self, positions, query, key)
+    out = torch.ops.vllm_fl.ascend_rotary_embedding(
+        positions,
+        query,
+        key,
+        self.cos_sin_cache,
+        self.head_size,
+        self.rotary_dim,
+        self.is_neox_style,
+    )
+    return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+def _rotary_embedding_kernel(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox_style: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _ascend_rotary.rotary_embedding(
+            _attrs(
+                cos_sin_cache=cos_sin_cache,
+                head_size=head_size,
+                rotary_dim=rotary_dim,
+                is_neox_style=is_neox_style,
+            ),
+            positions,
+            query,
+            key,
+        )
+    )
+
+
+def _rotary_embedding_fake(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox_style: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_rotary.rotary_embedding(
+            _attrs(
+                cos_sin_cache=cos_sin_cache,
+                head_size=head_size,
+                rotary_dim=rotary_dim,
+                is_neox_style=is_neox_style,
+            ),
+            positions,
+            query,
+            key,
+        )
+    )
+
+
 IMPLS = (
     Impl(
         "silu_and_mul",
         _ascend_activation.silu_and_mul,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.silu_and_mul),
+        adapter=silu_and_mul,
+        custom_op=CustomOp(_silu_and_mul_kernel, _silu_and_mul_fake),
     ),
     Impl(
         "gelu_and_mul",
         _ascend_activation.gelu_and_mul,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.gelu_and_mul, reads=(Arg("approximate", "str"),)),
+        adapter=gelu_and_mul,
+        custom_op=CustomOp(_gelu_and_mul_kernel, _gelu_and_mul_fake),
     ),
     Impl(
         "rms_norm",
         _ascend_normalization.rms_norm,
-        layer=True,
-        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
-        returns=("Tensor", "(Tensor, Tensor)"),
-        custom_op=CustomOp(
-            _reference_normalization.rms_norm,
-            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
-        ),
+        adapter=rms_norm,
+        custom_op=CustomOp(_rms_norm_kernel, _rms_norm_fake),
     ),
     Impl(
         "rotary_embedding",
         _ascend_rotary.rotary_embedding,
-        layer=True,
-        args=(Arg("positions", "Tensor"), Arg("query", "Tensor"), Arg("key", "Tensor?", None)),
-        returns=("(Tensor, Tensor?)",),
-        custom_op=CustomOp(
-            _reference_rotary.rotary_embedding,
-            reads=(
-                Arg("cos_sin_cache", "Tensor"),
-                Arg("head_size", "int"),
-                Arg("rotary_dim", "int"),
-                Arg("is_neox_style", "bool"),
-            ),
-        ),
+        adapter=rotary_embedding,
+        custom_op=CustomOp(_rotary_embedding_kernel, _rotary_embedding_fake),
     ),
     Impl("attention_backend", _ascend_attention.attention_backend),
 )
@@ -91,8 +212,3 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 def register(registry: OpRegistry) -> None:
     """Register the 5 implementation(s) of backend ``ascend``."""
     REGISTRATIONS.register(registry)
-
-
-def __getattr__(name: str) -> object:
-    """``register_ops.<op>``: the adapter registered for op ``<op>``."""
-    return REGISTRATIONS.adapter(name)

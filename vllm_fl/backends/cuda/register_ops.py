@@ -4,26 +4,31 @@
 
 ``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
 implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
-The backend is opaque: a row with a ``custom_op`` registers an adapter that calls the impl
-directly in eager mode and, under Dynamo, the ``torch.library`` custom op
-``vllm_fl::cuda_<op>`` (defined once per process on first registration), which takes
-the layer attributes the impl reads as explicit arguments and whose fake runs the reference impl.
+The backend is opaque: a row with a ``custom_op`` registers its adapter (below), which calls the
+impl directly in eager mode and, under Dynamo, the ``torch.library`` custom op
+``vllm_fl::cuda_<op>`` (defined once per process on first registration); the custom
+op runs ``_<op>_kernel``, which takes the layer attributes the impl reads as explicit arguments,
+and its fake ``_<op>_fake`` runs the reference impl.
 
 Outside a torch.compile trace, a row with an ``eager`` variant runs that variant, which may
 overwrite the op's ``inplace`` arguments and return them; under a trace the functional impl runs.
 
-``register_ops.<op>`` is the adapter of a row that has one; it carries the impl it calls as
-``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and ``explain`` reach
-the hand-written functions.
+``register_ops.<op>`` is the adapter of a row that has one; registering it gives it the impl it
+calls as ``.functional`` (and the in-place variant, if any, as ``.eager``), so tests and
+``explain`` reach the hand-written functions.
 """
+
+import torch
+from torch.compiler import is_compiling as _is_compiling
 
 from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime.registration import (
-    Arg,
     CustomOp,
     DeclaredBackend,
     Impl,
     Registrations,
+    attrs as _attrs,
+    flatten as _flatten,
 )
 from vllm_fl.backends.cuda.impl import activation as _cuda_activation
 from vllm_fl.backends.cuda.impl import attention as _cuda_attention
@@ -52,88 +57,893 @@ DECLARED = DeclaredBackend(
     device="cuda",
 )
 
+
+def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``silu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_silu_and_mul`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.silu_and_mul(self, x)
+    return torch.ops.vllm_fl.cuda_silu_and_mul(x)
+
+
+def _silu_and_mul_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _cuda_activation.silu_and_mul(_attrs(), x)
+
+
+def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.silu_and_mul(_attrs(), x)
+
+
+def mul_and_silu(self, x: torch.Tensor) -> torch.Tensor:
+    """``mul_and_silu``: a direct call, or custom op ``vllm_fl::cuda_mul_and_silu`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.mul_and_silu(self, x)
+    return torch.ops.vllm_fl.cuda_mul_and_silu(x)
+
+
+def _mul_and_silu_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _cuda_activation.mul_and_silu(_attrs(), x)
+
+
+def _mul_and_silu_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.mul_and_silu(_attrs(), x)
+
+
+def gelu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu_and_mul``: a direct call, or custom op ``vllm_fl::cuda_gelu_and_mul`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.gelu_and_mul(self, x)
+    return torch.ops.vllm_fl.cuda_gelu_and_mul(x, self.approximate)
+
+
+def _gelu_and_mul_kernel(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return _cuda_activation.gelu_and_mul(_attrs(approximate=approximate), x)
+
+
+def _gelu_and_mul_fake(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return _reference_activation.gelu_and_mul(_attrs(approximate=approximate), x)
+
+
+def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu_new``: a direct call, or custom op ``vllm_fl::cuda_gelu_new`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.gelu_new(self, x)
+    return torch.ops.vllm_fl.cuda_gelu_new(x)
+
+
+def _gelu_new_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _cuda_activation.gelu_new(_attrs(), x)
+
+
+def _gelu_new_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.gelu_new(_attrs(), x)
+
+
+def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu_fast``: a direct call, or custom op ``vllm_fl::cuda_gelu_fast`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.gelu_fast(self, x)
+    return torch.ops.vllm_fl.cuda_gelu_fast(x)
+
+
+def _gelu_fast_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _cuda_activation.gelu_fast(_attrs(), x)
+
+
+def _gelu_fast_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.gelu_fast(_attrs(), x)
+
+
+def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
+    """``quick_gelu``: a direct call, or custom op ``vllm_fl::cuda_quick_gelu`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_activation.quick_gelu(self, x)
+    return torch.ops.vllm_fl.cuda_quick_gelu(x)
+
+
+def _quick_gelu_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _cuda_activation.quick_gelu(_attrs(), x)
+
+
+def _quick_gelu_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.quick_gelu(_attrs(), x)
+
+
+def rms_norm(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``rms_norm``: the in-place eager variant, or custom op ``vllm_fl::cuda_rms_norm`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_normalization.rms_norm_inplace(self, x, residual)
+    out = torch.ops.vllm_fl.cuda_rms_norm(x, residual, self.weight, self.variance_epsilon)
+    return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+def _rms_norm_kernel(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_normalization.rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def _rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_normalization.rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def gemma_rms_norm(
+    self, x: torch.Tensor, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``gemma_rms_norm``: a direct call, or custom op ``vllm_fl::cuda_gemma_rms_norm`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_normalization.gemma_rms_norm(self, x, residual)
+    out = torch.ops.vllm_fl.cuda_gemma_rms_norm(x, residual, self.weight, self.variance_epsilon)
+    return out[0] if len(out) == 1 else (out[0], out[1])
+
+
+def _gemma_rms_norm_kernel(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_normalization.gemma_rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def _gemma_rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, variance_epsilon: float
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_normalization.gemma_rms_norm(
+            _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
+        )
+    )
+
+
+def rotary_embedding(
+    self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``rotary_embedding``: the in-place eager variant, or custom op
+    ``vllm_fl::cuda_rotary_embedding`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_rotary.rotary_embedding_inplace(self, positions, query, key)
+    out = torch.ops.vllm_fl.cuda_rotary_embedding(
+        positions,
+        query,
+        key,
+        self.cos_sin_cache,
+        self.head_size,
+        self.rotary_dim,
+        self.is_neox_style,
+    )
+    return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+def _rotary_embedding_kernel(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox_style: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_rotary.rotary_embedding(
+            _attrs(
+                cos_sin_cache=cos_sin_cache,
+                head_size=head_size,
+                rotary_dim=rotary_dim,
+                is_neox_style=is_neox_style,
+            ),
+            positions,
+            query,
+            key,
+        )
+    )
+
+
+def _rotary_embedding_fake(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox_style: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_rotary.rotary_embedding(
+            _attrs(
+                cos_sin_cache=cos_sin_cache,
+                head_size=head_size,
+                rotary_dim=rotary_dim,
+                is_neox_style=is_neox_style,
+            ),
+            positions,
+            query,
+            key,
+        )
+    )
+
+
+def grouped_topk(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grouped_topk``: a direct call, or custom op ``vllm_fl::cuda_grouped_topk`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    out = torch.ops.vllm_fl.cuda_grouped_topk(
+        scores,
+        num_expert_group,
+        topk_group,
+        topk,
+        renormalize,
+        routed_scaling_factor,
+        bias,
+        scoring_func,
+    )
+    return (out[0], out[1])
+
+
+def _grouped_topk_kernel(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def _grouped_topk_fake(
+    scores: torch.Tensor,
+    num_expert_group: int,
+    topk_group: int,
+    topk: int,
+    renormalize: bool,
+    routed_scaling_factor: float,
+    bias: torch.Tensor,
+    scoring_func: int,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_moe.grouped_topk(
+            scores,
+            num_expert_group,
+            topk_group,
+            topk,
+            renormalize,
+            routed_scaling_factor,
+            bias,
+            scoring_func,
+        )
+    )
+
+
+def fused_experts(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``fused_experts``: a direct call, or custom op ``vllm_fl::cuda_fused_experts`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_moe.fused_experts(
+            hidden_states,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            activation,
+            apply_router_weight_on_input,
+            global_num_experts,
+            expert_map,
+        )
+    return torch.ops.vllm_fl.cuda_fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def _fused_experts_kernel(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_moe.fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def _fused_experts_fake(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_moe.fused_experts(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def fused_experts_quant(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quant_type: str,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    a1_scale: torch.Tensor | None = None,
+    a2_scale: torch.Tensor | None = None,
+    w1_zp: torch.Tensor | None = None,
+    w2_zp: torch.Tensor | None = None,
+    block_n: int = 0,
+    block_k: int = 0,
+    per_act_token: bool = False,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``fused_experts_quant``: a direct call, or custom op ``vllm_fl::cuda_fused_experts_quant``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_moe_quant.fused_experts_quant(
+            hidden_states,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            quant_type,
+            w1_scale,
+            w2_scale,
+            a1_scale,
+            a2_scale,
+            w1_zp,
+            w2_zp,
+            block_n,
+            block_k,
+            per_act_token,
+            activation,
+            apply_router_weight_on_input,
+            global_num_experts,
+            expert_map,
+        )
+    return torch.ops.vllm_fl.cuda_fused_experts_quant(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        quant_type,
+        w1_scale,
+        w2_scale,
+        a1_scale,
+        a2_scale,
+        w1_zp,
+        w2_zp,
+        block_n,
+        block_k,
+        per_act_token,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def _fused_experts_quant_kernel(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quant_type: str,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    a1_scale: torch.Tensor | None,
+    a2_scale: torch.Tensor | None,
+    w1_zp: torch.Tensor | None,
+    w2_zp: torch.Tensor | None,
+    block_n: int,
+    block_k: int,
+    per_act_token: bool,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_moe_quant.fused_experts_quant(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        quant_type,
+        w1_scale,
+        w2_scale,
+        a1_scale,
+        a2_scale,
+        w1_zp,
+        w2_zp,
+        block_n,
+        block_k,
+        per_act_token,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def _fused_experts_quant_fake(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quant_type: str,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    a1_scale: torch.Tensor | None,
+    a2_scale: torch.Tensor | None,
+    w1_zp: torch.Tensor | None,
+    w2_zp: torch.Tensor | None,
+    block_n: int,
+    block_k: int,
+    per_act_token: bool,
+    activation: str,
+    apply_router_weight_on_input: bool,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_moe_quant.fused_experts_quant(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        quant_type,
+        w1_scale,
+        w2_scale,
+        a1_scale,
+        a2_scale,
+        w1_zp,
+        w2_zp,
+        block_n,
+        block_k,
+        per_act_token,
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        expert_map,
+    )
+
+
+def scaled_int8_quant(
+    x: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    azp: torch.Tensor | None = None,
+    symmetric: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``scaled_int8_quant``: a direct call, or custom op ``vllm_fl::cuda_scaled_int8_quant``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.scaled_int8_quant(x, scale, azp, symmetric)
+    out = torch.ops.vllm_fl.cuda_scaled_int8_quant(x, scale, azp, symmetric)
+    return (out[0], out[1], None) if len(out) == 2 else (out[0], out[1], out[2])
+
+
+def _scaled_int8_quant_kernel(
+    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
+) -> list[torch.Tensor]:
+    return _flatten(_cuda_quant.scaled_int8_quant(x, scale, azp, symmetric))
+
+
+def _scaled_int8_quant_fake(
+    x: torch.Tensor, scale: torch.Tensor | None, azp: torch.Tensor | None, symmetric: bool
+) -> list[torch.Tensor]:
+    return _flatten(_reference_quant.scaled_int8_quant(x, scale, azp, symmetric))
+
+
+def int8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None = None,
+    azp_adj: torch.Tensor | None = None,
+    azp: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``int8_scaled_mm``: a direct call, or custom op ``vllm_fl::cuda_int8_scaled_mm`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+    return torch.ops.vllm_fl.cuda_int8_scaled_mm(
+        a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp
+    )
+
+
+def _int8_scaled_mm_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def _int8_scaled_mm_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+    azp_adj: torch.Tensor | None,
+    azp: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_quant.int8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, azp_adj, azp)
+
+
+def wna16_gemm(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    bits: int,
+    group_size: int,
+    qzeros: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``wna16_gemm``: a direct call, or custom op ``vllm_fl::cuda_wna16_gemm`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_wna16.wna16_gemm(x, qweight, scales, bits, group_size, qzeros, bias)
+    return torch.ops.vllm_fl.cuda_wna16_gemm(x, qweight, scales, bits, group_size, qzeros, bias)
+
+
+def _wna16_gemm_kernel(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    bits: int,
+    group_size: int,
+    qzeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_wna16.wna16_gemm(x, qweight, scales, bits, group_size, qzeros, bias)
+
+
+def _wna16_gemm_fake(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    bits: int,
+    group_size: int,
+    qzeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_wna16.wna16_gemm(x, qweight, scales, bits, group_size, qzeros, bias)
+
+
+def per_token_group_quant_fp8(
+    x: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-10,
+    column_major_scales: bool = False,
+    tma_aligned_scales: bool = False,
+    use_ue8m0: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_group_quant_fp8``: a direct call, or custom op
+    ``vllm_fl::cuda_per_token_group_quant_fp8`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.per_token_group_quant_fp8(
+            x, group_size, eps, column_major_scales, tma_aligned_scales, use_ue8m0
+        )
+    out = torch.ops.vllm_fl.cuda_per_token_group_quant_fp8(
+        x, group_size, eps, column_major_scales, tma_aligned_scales, use_ue8m0
+    )
+    return (out[0], out[1])
+
+
+def _per_token_group_quant_fp8_kernel(
+    x: torch.Tensor,
+    group_size: int,
+    eps: float,
+    column_major_scales: bool,
+    tma_aligned_scales: bool,
+    use_ue8m0: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_quant.per_token_group_quant_fp8(
+            x, group_size, eps, column_major_scales, tma_aligned_scales, use_ue8m0
+        )
+    )
+
+
+def _per_token_group_quant_fp8_fake(
+    x: torch.Tensor,
+    group_size: int,
+    eps: float,
+    column_major_scales: bool,
+    tma_aligned_scales: bool,
+    use_ue8m0: bool,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_quant.per_token_group_quant_fp8(
+            x, group_size, eps, column_major_scales, tma_aligned_scales, use_ue8m0
+        )
+    )
+
+
+def scaled_fp8_quant(
+    x: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    use_per_token_if_dynamic: bool = False,
+    scale_ub: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``scaled_fp8_quant``: a direct call, or custom op ``vllm_fl::cuda_scaled_fp8_quant`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.scaled_fp8_quant(x, scale, use_per_token_if_dynamic, scale_ub)
+    out = torch.ops.vllm_fl.cuda_scaled_fp8_quant(x, scale, use_per_token_if_dynamic, scale_ub)
+    return (out[0], out[1])
+
+
+def _scaled_fp8_quant_kernel(
+    x: torch.Tensor,
+    scale: torch.Tensor | None,
+    use_per_token_if_dynamic: bool,
+    scale_ub: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    return _flatten(_cuda_quant.scaled_fp8_quant(x, scale, use_per_token_if_dynamic, scale_ub))
+
+
+def _scaled_fp8_quant_fake(
+    x: torch.Tensor,
+    scale: torch.Tensor | None,
+    use_per_token_if_dynamic: bool,
+    scale_ub: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    return _flatten(_reference_quant.scaled_fp8_quant(x, scale, use_per_token_if_dynamic, scale_ub))
+
+
+def w8a8_block_fp8_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    out_dtype: str,
+) -> torch.Tensor:
+    """``w8a8_block_fp8_matmul``: a direct call, or custom op
+    ``vllm_fl::cuda_w8a8_block_fp8_matmul`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.w8a8_block_fp8_matmul(
+            a, b, scale_a, scale_b, block_n, block_k, out_dtype
+        )
+    return torch.ops.vllm_fl.cuda_w8a8_block_fp8_matmul(
+        a, b, scale_a, scale_b, block_n, block_k, out_dtype
+    )
+
+
+def _w8a8_block_fp8_matmul_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    out_dtype: str,
+) -> torch.Tensor:
+    return _cuda_quant.w8a8_block_fp8_matmul(a, b, scale_a, scale_b, block_n, block_k, out_dtype)
+
+
+def _w8a8_block_fp8_matmul_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    block_n: int,
+    block_k: int,
+    out_dtype: str,
+) -> torch.Tensor:
+    return _reference_quant.w8a8_block_fp8_matmul(
+        a, b, scale_a, scale_b, block_n, block_k, out_dtype
+    )
+
+
+def fp8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``fp8_scaled_mm``: a direct call, or custom op ``vllm_fl::cuda_fp8_scaled_mm`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_quant.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    return torch.ops.vllm_fl.cuda_fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def _fp8_scaled_mm_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    return _cuda_quant.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def _fp8_scaled_mm_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: str,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    return _reference_quant.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 IMPLS = (
     Impl(
         "silu_and_mul",
         _cuda_activation.silu_and_mul,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.silu_and_mul),
+        adapter=silu_and_mul,
+        custom_op=CustomOp(_silu_and_mul_kernel, _silu_and_mul_fake),
     ),
     Impl(
         "mul_and_silu",
         _cuda_activation.mul_and_silu,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.mul_and_silu),
+        adapter=mul_and_silu,
+        custom_op=CustomOp(_mul_and_silu_kernel, _mul_and_silu_fake),
     ),
     Impl(
         "gelu_and_mul",
         _cuda_activation.gelu_and_mul,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.gelu_and_mul, reads=(Arg("approximate", "str"),)),
+        adapter=gelu_and_mul,
+        custom_op=CustomOp(_gelu_and_mul_kernel, _gelu_and_mul_fake),
     ),
     Impl(
         "gelu_new",
         _cuda_activation.gelu_new,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.gelu_new),
+        adapter=gelu_new,
+        custom_op=CustomOp(_gelu_new_kernel, _gelu_new_fake),
     ),
     Impl(
         "gelu_fast",
         _cuda_activation.gelu_fast,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.gelu_fast),
+        adapter=gelu_fast,
+        custom_op=CustomOp(_gelu_fast_kernel, _gelu_fast_fake),
     ),
     Impl(
         "quick_gelu",
         _cuda_activation.quick_gelu,
-        layer=True,
-        args=(Arg("x", "Tensor"),),
-        custom_op=CustomOp(_reference_activation.quick_gelu),
+        adapter=quick_gelu,
+        custom_op=CustomOp(_quick_gelu_kernel, _quick_gelu_fake),
     ),
     Impl(
         "rms_norm",
         _cuda_normalization.rms_norm,
-        layer=True,
-        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
-        returns=("Tensor", "(Tensor, Tensor)"),
         eager=_cuda_normalization.rms_norm_inplace,
-        custom_op=CustomOp(
-            _reference_normalization.rms_norm,
-            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
-        ),
+        adapter=rms_norm,
+        custom_op=CustomOp(_rms_norm_kernel, _rms_norm_fake),
     ),
     Impl(
         "gemma_rms_norm",
         _cuda_normalization.gemma_rms_norm,
-        layer=True,
-        args=(Arg("x", "Tensor"), Arg("residual", "Tensor?", None)),
-        returns=("Tensor", "(Tensor, Tensor)"),
-        custom_op=CustomOp(
-            _reference_normalization.gemma_rms_norm,
-            reads=(Arg("weight", "Tensor"), Arg("variance_epsilon", "float")),
-        ),
+        adapter=gemma_rms_norm,
+        custom_op=CustomOp(_gemma_rms_norm_kernel, _gemma_rms_norm_fake),
     ),
     Impl(
         "rotary_embedding",
         _cuda_rotary.rotary_embedding,
-        layer=True,
-        args=(Arg("positions", "Tensor"), Arg("query", "Tensor"), Arg("key", "Tensor?", None)),
-        returns=("(Tensor, Tensor?)",),
         eager=_cuda_rotary.rotary_embedding_inplace,
-        custom_op=CustomOp(
-            _reference_rotary.rotary_embedding,
-            reads=(
-                Arg("cos_sin_cache", "Tensor"),
-                Arg("head_size", "int"),
-                Arg("rotary_dim", "int"),
-                Arg("is_neox_style", "bool"),
-            ),
-        ),
+        adapter=rotary_embedding,
+        custom_op=CustomOp(_rotary_embedding_kernel, _rotary_embedding_fake),
     ),
     Impl("attention_backend", _cuda_attention.attention_backend),
     Impl("reshape_and_cache_flash", _cuda_attention.reshape_and_cache_flash),
@@ -148,154 +958,62 @@ IMPLS = (
     Impl(
         "grouped_topk",
         _cuda_moe.grouped_topk,
-        args=(
-            Arg("scores", "Tensor"),
-            Arg("num_expert_group", "int"),
-            Arg("topk_group", "int"),
-            Arg("topk", "int"),
-            Arg("renormalize", "bool"),
-            Arg("routed_scaling_factor", "float"),
-            Arg("bias", "Tensor"),
-            Arg("scoring_func", "int", 0),
-        ),
-        returns=("(Tensor, Tensor)",),
-        custom_op=CustomOp(_reference_moe.grouped_topk),
+        adapter=grouped_topk,
+        custom_op=CustomOp(_grouped_topk_kernel, _grouped_topk_fake),
     ),
     Impl(
         "fused_experts",
         _cuda_moe.fused_experts,
-        args=(
-            Arg("hidden_states", "Tensor"),
-            Arg("w1", "Tensor"),
-            Arg("w2", "Tensor"),
-            Arg("topk_weights", "Tensor"),
-            Arg("topk_ids", "Tensor"),
-            Arg("activation", "str", "silu"),
-            Arg("apply_router_weight_on_input", "bool", False),
-            Arg("global_num_experts", "int", -1),
-            Arg("expert_map", "Tensor?", None),
-        ),
-        custom_op=CustomOp(_reference_moe.fused_experts),
+        adapter=fused_experts,
+        custom_op=CustomOp(_fused_experts_kernel, _fused_experts_fake),
     ),
     Impl(
         "fused_experts_quant",
         _cuda_moe_quant.fused_experts_quant,
-        args=(
-            Arg("hidden_states", "Tensor"),
-            Arg("w1", "Tensor"),
-            Arg("w2", "Tensor"),
-            Arg("topk_weights", "Tensor"),
-            Arg("topk_ids", "Tensor"),
-            Arg("quant_type", "str"),
-            Arg("w1_scale", "Tensor"),
-            Arg("w2_scale", "Tensor"),
-            Arg("a1_scale", "Tensor?", None),
-            Arg("a2_scale", "Tensor?", None),
-            Arg("w1_zp", "Tensor?", None),
-            Arg("w2_zp", "Tensor?", None),
-            Arg("block_n", "int", 0),
-            Arg("block_k", "int", 0),
-            Arg("per_act_token", "bool", False),
-            Arg("activation", "str", "silu"),
-            Arg("apply_router_weight_on_input", "bool", False),
-            Arg("global_num_experts", "int", -1),
-            Arg("expert_map", "Tensor?", None),
-        ),
-        custom_op=CustomOp(_reference_moe_quant.fused_experts_quant),
+        adapter=fused_experts_quant,
+        custom_op=CustomOp(_fused_experts_quant_kernel, _fused_experts_quant_fake),
     ),
     Impl(
         "scaled_int8_quant",
         _cuda_quant.scaled_int8_quant,
-        args=(
-            Arg("x", "Tensor"),
-            Arg("scale", "Tensor?", None),
-            Arg("azp", "Tensor?", None),
-            Arg("symmetric", "bool", True),
-        ),
-        returns=("(Tensor, Tensor, Tensor?)",),
-        custom_op=CustomOp(_reference_quant.scaled_int8_quant),
+        adapter=scaled_int8_quant,
+        custom_op=CustomOp(_scaled_int8_quant_kernel, _scaled_int8_quant_fake),
     ),
     Impl(
         "int8_scaled_mm",
         _cuda_quant.int8_scaled_mm,
-        args=(
-            Arg("a", "Tensor"),
-            Arg("b", "Tensor"),
-            Arg("scale_a", "Tensor"),
-            Arg("scale_b", "Tensor"),
-            Arg("out_dtype", "str"),
-            Arg("bias", "Tensor?", None),
-            Arg("azp_adj", "Tensor?", None),
-            Arg("azp", "Tensor?", None),
-        ),
-        custom_op=CustomOp(_reference_quant.int8_scaled_mm),
+        adapter=int8_scaled_mm,
+        custom_op=CustomOp(_int8_scaled_mm_kernel, _int8_scaled_mm_fake),
     ),
     Impl(
         "wna16_gemm",
         _cuda_wna16.wna16_gemm,
-        args=(
-            Arg("x", "Tensor"),
-            Arg("qweight", "Tensor"),
-            Arg("scales", "Tensor"),
-            Arg("bits", "int"),
-            Arg("group_size", "int"),
-            Arg("qzeros", "Tensor?", None),
-            Arg("bias", "Tensor?", None),
-        ),
-        custom_op=CustomOp(_reference_wna16.wna16_gemm),
+        adapter=wna16_gemm,
+        custom_op=CustomOp(_wna16_gemm_kernel, _wna16_gemm_fake),
     ),
     Impl(
         "per_token_group_quant_fp8",
         _cuda_quant.per_token_group_quant_fp8,
-        args=(
-            Arg("x", "Tensor"),
-            Arg("group_size", "int"),
-            Arg("eps", "float", 1e-10),
-            Arg("column_major_scales", "bool", False),
-            Arg("tma_aligned_scales", "bool", False),
-            Arg("use_ue8m0", "bool", False),
-        ),
-        returns=("(Tensor, Tensor)",),
-        custom_op=CustomOp(_reference_quant.per_token_group_quant_fp8),
+        adapter=per_token_group_quant_fp8,
+        custom_op=CustomOp(_per_token_group_quant_fp8_kernel, _per_token_group_quant_fp8_fake),
     ),
     Impl(
         "scaled_fp8_quant",
         _cuda_quant.scaled_fp8_quant,
-        args=(
-            Arg("x", "Tensor"),
-            Arg("scale", "Tensor?", None),
-            Arg("use_per_token_if_dynamic", "bool", False),
-            Arg("scale_ub", "Tensor?", None),
-        ),
-        returns=("(Tensor, Tensor)",),
-        custom_op=CustomOp(_reference_quant.scaled_fp8_quant),
+        adapter=scaled_fp8_quant,
+        custom_op=CustomOp(_scaled_fp8_quant_kernel, _scaled_fp8_quant_fake),
     ),
     Impl(
         "w8a8_block_fp8_matmul",
         _cuda_quant.w8a8_block_fp8_matmul,
-        args=(
-            Arg("a", "Tensor"),
-            Arg("b", "Tensor"),
-            Arg("scale_a", "Tensor"),
-            Arg("scale_b", "Tensor"),
-            Arg("block_n", "int"),
-            Arg("block_k", "int"),
-            Arg("out_dtype", "str"),
-        ),
-        custom_op=CustomOp(_reference_quant.w8a8_block_fp8_matmul),
+        adapter=w8a8_block_fp8_matmul,
+        custom_op=CustomOp(_w8a8_block_fp8_matmul_kernel, _w8a8_block_fp8_matmul_fake),
     ),
     Impl(
         "fp8_scaled_mm",
         _cuda_quant.fp8_scaled_mm,
-        args=(
-            Arg("a", "Tensor"),
-            Arg("b", "Tensor"),
-            Arg("scale_a", "Tensor"),
-            Arg("scale_b", "Tensor"),
-            Arg("out_dtype", "str"),
-            Arg("bias", "Tensor?", None),
-        ),
-        custom_op=CustomOp(_reference_quant.fp8_scaled_mm),
+        adapter=fp8_scaled_mm,
+        custom_op=CustomOp(_fp8_scaled_mm_kernel, _fp8_scaled_mm_fake),
     ),
 )
 
@@ -305,8 +1023,3 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 def register(registry: OpRegistry) -> None:
     """Register the 29 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)
-
-
-def __getattr__(name: str) -> object:
-    """``register_ops.<op>``: the adapter registered for op ``<op>``."""
-    return REGISTRATIONS.adapter(name)

@@ -20,6 +20,7 @@ from vllm_fl.backends.reference.impl import wna16 as _reference_wna16
 
 DECLARED = DeclaredBackend("reference", "reference.torch", BackendImplKind.REFERENCE, priority=50)
 
+
 IMPLS = (
     Impl("silu_and_mul", _reference_activation.silu_and_mul),
     Impl("mul_and_silu", _reference_activation.mul_and_silu),
