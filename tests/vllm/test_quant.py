@@ -144,7 +144,7 @@ def test_unreplaced_custom_ops_take_the_cuda_path_unless_cuda_is_denied(
     from vllm.model_executor.custom_op import CustomOp
 
     from vllm_fl import platform
-    from vllm_fl.dispatch.policy.selection import SelectionPolicy
+    from vllm_fl.dispatch.config.selection import SelectionPolicy
 
     monkeypatch.setattr(CustomOp, "forward_oot", CustomOp.forward_oot)
     monkeypatch.setattr(CustomOp, platform._FORWARD_OOT_ATTR, False, raising=False)

@@ -7,10 +7,12 @@ Its parts, one job each, lower layers first:
 - ``types``: ``OpImpl`` (one implementation of one op), its kinds and priorities, the errors;
 - ``registry``: ``OpRegistry``, op -> implementations, the backend each belongs to and where it
   came from; ``signatures``: the one rule an impl's signature follows, checked at registration;
-- ``config/``: the settings table, value parsers, the hardened YAML/JSON reader, the loader,
-  the generated docs, the platform YAMLs;
-- ``policy/``: ``SelectionPolicy`` (a plain value), the list rules, the process-wide current
-  policy and its context managers;
+- ``config/``: everything settings are: the settings table (the one reader of the
+  environment), value parsers, the hardened YAML/JSON reader, the loader, the typed values
+  ``DispatchConfig`` and ``SelectionPolicy`` (with the list rules), the generated docs, the
+  platform YAMLs;
+- ``policy/``: the policy in force: the process-wide configuration and policy, its context
+  managers, and the names in a policy that the registry does not know;
 - ``sync``: the one lock of every dispatch state change, the generation counter, fork safety;
 - ``runtime/``: trampolines, bindings, failures, ``OpManager``, the default manager, and
   ``registration`` (a generated ``register_ops`` table into ``OpImpl``s and custom ops);
@@ -27,6 +29,7 @@ Its parts, one job each, lower layers first:
 
 from .availability import Probe
 from .config.loader import DispatchConfig, load_config
+from .config.selection import SelectionPolicy
 from .policy.current import (
     get_config,
     get_policy,
@@ -39,7 +42,6 @@ from .policy.current import (
     with_preference,
     with_strict_mode,
 )
-from .policy.selection import SelectionPolicy
 from .registry import OpRegistry
 from .runtime.default_manager import (
     call_method_op,

@@ -4,10 +4,10 @@ explain``). Pure: it neither installs selections nor logs them."""
 from __future__ import annotations
 
 from .config.loader import DispatchConfig
+from .config.selection import POLICY_FIELDS, SelectionPolicy
 from .config.settings import PROCESS_SETTINGS
 from .policy.current import get_config, get_policy
 from .policy.name_checks import unknown_names
-from .policy.selection import POLICY_FIELDS, SelectionPolicy
 from .registry import BUILT_IN, DIRECT
 from .runtime.default_manager import get_default_manager
 from .runtime.manager import OpManager

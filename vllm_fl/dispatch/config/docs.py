@@ -87,9 +87,10 @@ The YAML and JSON files are read with limits that make hostile input fail fast w
 beyond YAML's plain types, nesting at most {limits.max_depth} levels, scalars at most
 {limits.max_scalar} characters, no duplicate keys.
 
-Adding a setting: one row in `vllm_fl/dispatch/config/settings.py` (a selection setting also
-needs the `SelectionPolicy` field that acts on it); `DispatchConfig`, `explain` and this page
-follow from the row. Then run `python -m vllm_fl.dispatch docs`.
+Adding a setting: one row in `vllm_fl/dispatch/config/settings.py` and its typed field, in
+`SelectionPolicy` (`config/selection.py`) for a selection setting, in `DispatchConfig`
+(`config/loader.py`) for a process setting; each refuses to import while it and the table
+differ. `explain` and this page follow from the row. Then run `python -m vllm_fl.dispatch docs`.
 """
 
 

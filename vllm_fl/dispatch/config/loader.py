@@ -4,8 +4,11 @@ Precedence (highest first): the ``VLLM_FL_CONFIG`` file (a complete override of 
 setting; a missing, empty or invalid file is an error) > individual environment variables > the
 platform YAML (``config/<platform>.yaml``) > built-in defaults. Process settings come from the
 environment only. An environment list replaces the list below it, it never merges; a whitelist
-and the blacklist of its family count as one setting (``policy.lists``), so a whitelist from the
+and the blacklist of its family count as one setting (``lists``), so a whitelist from the
 environment also replaces a blacklist from the platform file.
+
+Every value is parsed once, by its row's parser (``settings``), where it is read; the
+``SelectionPolicy`` and the ``DispatchConfig`` built from them take them as they are.
 """
 
 from __future__ import annotations
@@ -13,16 +16,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ..logger_manager import get_logger
-from ..policy import lists
-from ..policy.selection import POLICY_FIELDS, SelectionPolicy
 from ..types import ConfigError
-from . import values
+from . import lists, values
 from .files import read_yaml_mapping
+from .selection import POLICY_FIELDS, SelectionPolicy
 from .settings import (
     BY_FILE_KEY,
     FILE_KEYS,
@@ -38,29 +41,42 @@ __all__ = ["DispatchConfig", "load_config", "detect_platform"]
 logger = get_logger()
 
 
-class _ConfigBase:
+@dataclass(frozen=True)
+class DispatchConfig:
     """Everything the environment and config files say, resolved and validated: ``policy`` (the
-    selection settings), one field per process setting of ``settings.PROCESS_SETTINGS``
-    (``platform``, ``log_level``, ...), and ``platform_file``, ``op_config_file`` (the files
-    read), ``sources`` (setting -> where its value came from) and ``overridden_env`` (the
-    variables a ``VLLM_FL_CONFIG`` file overrode)."""
+    selection settings), one field per process setting of ``settings.PROCESS_SETTINGS``, in
+    table order (the module refuses to import when they differ), and ``platform_file``,
+    ``op_config_file`` (the files read), ``sources`` (setting -> where its value came from) and
+    ``overridden_env`` (the variables a ``VLLM_FL_CONFIG`` file overrode)."""
+
+    policy: SelectionPolicy
+    # -- process settings ------------------------------------------------------------------------
+    config_file: str | None
+    platform: str  # auto-detected when unset or `auto`
+    log_level: int  # INFO, or DEBUG with `debug`, when unset
+    debug: bool
+    plugin_modules: tuple[str, ...]
+    flaggems_enable_oplist_path: str
+    flagcx_path: str | None
+    moe_warm_up: bool
+    verify: bool | frozenset[str]
+    verify_steps: int
+    verify_every: int
+    verify_report: str | None
+    # -- where they came from ----------------------------------------------------------------------
+    platform_file: str | None
+    op_config_file: str | None
+    sources: Mapping[str, str]
+    overridden_env: tuple[str, ...] = ()
 
 
-# Derived from the settings table: a new process setting is a new field, with nothing to edit here.
-DispatchConfig = dataclasses.make_dataclass(
-    "DispatchConfig",
-    [
-        ("policy", SelectionPolicy),
-        *((s.name, Any) for s in PROCESS_SETTINGS),
-        ("platform_file", "str | None"),
-        ("op_config_file", "str | None"),
-        ("sources", Mapping[str, str]),
-        ("overridden_env", tuple[str, ...], dataclasses.field(default=())),
-    ],
-    bases=(_ConfigBase,),
-    frozen=True,
-    namespace={"__module__": __name__, "__doc__": _ConfigBase.__doc__},
-)
+_FIELDS = [f.name for f in dataclasses.fields(DispatchConfig)]
+_PROCESS_FIELDS = _FIELDS[_FIELDS.index("policy") + 1 : _FIELDS.index("platform_file")]
+if _PROCESS_FIELDS != [s.name for s in PROCESS_SETTINGS]:
+    raise AssertionError(
+        f"DispatchConfig fields {_PROCESS_FIELDS} and the settings table's process settings "
+        f"{[s.name for s in PROCESS_SETTINGS]} differ"
+    )
 
 
 def detect_platform() -> str:
@@ -172,7 +188,7 @@ def _process_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str,
     return out, sources
 
 
-def load_config(environ: Mapping[str, str] | None = None) -> "DispatchConfig":
+def load_config(environ: Mapping[str, str] | None = None) -> DispatchConfig:
     """Read the environment and config files; raise ``ConfigError`` on any invalid value."""
     env = os.environ if environ is None else environ
     proc, proc_sources = _process_settings(env)

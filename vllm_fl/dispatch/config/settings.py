@@ -1,34 +1,34 @@
-"""Every dispatch setting, one row each: its environment variable(s), its key in the config
-files, its parser, its default, its scope and its documentation (like vLLM's ``envs.py``).
-``DispatchConfig`` (``loader``), ``explain`` and the configuration table of the docs
-(``docs``) are derived from these rows: adding a setting is adding a row (and, for a selection
-setting, the ``SelectionPolicy`` field that acts on it).
+"""Every setting of the plugin, one row each: its environment variable(s), its key in the
+config files, its parser, its default, its scope and its documentation (like vLLM's ``envs.py``).
+``explain`` and the configuration table of the docs (``docs``) are derived from these rows; the
+two typed objects that hold the values, ``SelectionPolicy`` (``selection``) and
+``DispatchConfig`` (``loader``), are written out, one field per row, and refuse to import when
+they and the table differ. Adding a setting is adding a row and its field.
 
 Scopes:
 
 - ``selection``: the environment, the ``VLLM_FL_CONFIG`` file and the platform YAML set it (the
-  file overrides every such variable); it is a ``SelectionPolicy`` field, whose parser and
-  default the row takes.
+  file overrides every such variable); it is a ``SelectionPolicy`` field.
 - ``process``: the environment only; it belongs to the process (a ``DispatchConfig`` field),
-  except ``enabled`` which the policy carries too, so that ``explain`` and the OOT registration
-  read one object.
+  except ``enabled`` (``policy=True``) which the policy carries instead, so that ``explain``
+  and the OOT registration read one object.
 
-Every source of a value goes through its row's parser: ``parse_env`` for the environment (the
-configuration loader and ``read_env``), the file keys for the YAML files, the policy fields for
-``SelectionPolicy``. ``vllm_fl/__init__.py`` reads ``VLLM_FL_PREFER_ENABLED`` and
-``VLLM_FL_PLATFORM`` through ``read_env`` before vLLM has chosen a platform: this module imports
-neither torch nor vLLM.
+This module is the one reader of the environment: ``parse_env`` turns a variable's text into its
+value through the row's parser, once; the configuration loader, ``read_env`` and ``env_text``
+(the text as written, for a message that quotes it) all go through it, and the code outside the
+dispatch reads its variables with ``read_env`` too (``vllm_fl/__init__.py`` reads
+``VLLM_FL_PREFER_ENABLED`` and ``VLLM_FL_PLATFORM`` before vLLM has chosen a platform). It
+imports neither torch nor vLLM.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from ..policy.selection import POLICY_FIELDS
 from ..types import ConfigError
 from . import values as v
 
@@ -42,9 +42,11 @@ __all__ = [
     "FILE_KEYS",
     "ENV_VARS",
     "SELECTION_ENV",
+    "POLICY_SETTINGS",
     "PROCESS_SETTINGS",
     "DEFAULT_OPLIST_PATH",
     "env_value",
+    "env_text",
     "parse_env",
     "read_env",
 ]
@@ -52,7 +54,6 @@ __all__ = [
 DEFAULT_OPLIST_PATH = "/tmp/flaggems_enable_oplist.txt"
 Parser = Callable[[Any, str], Any]
 SELECTION, PROCESS = "selection", "process"
-_FROM_POLICY: Any = object()  # a policy setting's parser and default come from its field
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,13 @@ class EnvVar:
 class Setting:
     """One setting.
 
-    ``doc``: what it means (the docs' table); ``default_doc``: how the docs spell the default
-    when the value alone does not say it; ``show``: how ``explain`` prints the value;
-    ``reserved``: accepted and validated for compatibility, but nothing reads it. A setting of
-    the policy (``SelectionPolicy`` field of the same name) takes its ``parse`` and ``default``
-    from the field.
+    ``doc``: what it means (the docs' table); ``parse``: its parser (``values``), which every
+    source goes through; ``default``: its value when no source sets it; ``holds``: for a setting
+    of the policy, whether a value already is what ``parse`` returns (``values.is_*``);
+    ``policy``: a process setting that ``SelectionPolicy`` carries (``enabled``);
+    ``default_doc``: how the docs spell the default when the value alone does not say it;
+    ``show``: how ``explain`` prints the value; ``reserved``: accepted and validated for
+    compatibility, but nothing reads it.
     """
 
     name: str
@@ -87,8 +90,11 @@ class Setting:
     doc: str
     env: tuple[EnvVar, ...] = ()
     file_key: str | None = None
-    parse: Parser = _FROM_POLICY
-    default: Any = _FROM_POLICY
+    _: KW_ONLY
+    parse: Parser
+    default: Any
+    holds: Callable[[Any], bool] | None = None
+    policy: bool = False
     default_doc: str | None = None
     show: Callable[[Any], str] = str
     reserved: bool = False
@@ -96,24 +102,13 @@ class Setting:
     def __post_init__(self) -> None:
         if self.scope not in (SELECTION, PROCESS):
             raise ValueError(f"setting {self.name}: invalid scope {self.scope!r}")
-        policy_field = POLICY_FIELDS.get(self.name)
-        if self.scope == SELECTION and policy_field is None:
-            raise ValueError(f"selection setting {self.name}: SelectionPolicy has no such field")
-        if policy_field is not None:
-            if self.parse is not _FROM_POLICY or self.default is not _FROM_POLICY:
-                raise ValueError(f"setting {self.name}: parser and default are the policy's")
-            default = policy_field.default
-            if default is dataclasses.MISSING:
-                default = policy_field.default_factory()  # type: ignore[misc]
-            object.__setattr__(self, "parse", policy_field.metadata["parse"])
-            object.__setattr__(self, "default", default)
-        elif self.parse is _FROM_POLICY or self.default is _FROM_POLICY:
-            raise ValueError(f"process setting {self.name}: give its parser and default")
+        if self.in_policy and self.holds is None:
+            raise ValueError(f"setting {self.name}: a policy setting needs its check, holds")
 
     @property
     def in_policy(self) -> bool:
-        """Whether ``SelectionPolicy`` carries it."""
-        return self.name in POLICY_FIELDS
+        """Whether ``SelectionPolicy`` carries it: every selection setting, and ``policy``."""
+        return self.scope == SELECTION or self.policy
 
 
 def _read_op_config(raw: str, source: str) -> Any:
@@ -160,7 +155,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("enabled", PROCESS,
             "global switch; `false` leaves FlagGems impls out, registers no OOT class and no "
             "vLLM platform",
-            (EnvVar("VLLM_FL_PREFER_ENABLED"),)),
+            (EnvVar("VLLM_FL_PREFER_ENABLED"),),
+            parse=v.parse_bool, holds=v.is_bool, default=True, policy=True),
     Setting("config_file", PROCESS, "YAML file, complete override of every file key",
             (EnvVar("VLLM_FL_CONFIG"),), parse=v.parse_input_file, default=None),
     Setting("platform", PROCESS,
@@ -170,46 +166,58 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="`auto`"),
     # -- selection: environment, VLLM_FL_CONFIG file, platform YAML -----------------------------
     Setting("prefer", SELECTION, "`flagos`, `vendor` or `reference`: the default order",
-            (EnvVar("VLLM_FL_PREFER"),), "prefer"),
+            (EnvVar("VLLM_FL_PREFER"),), "prefer",
+            parse=v.parse_prefer, holds=v.is_prefer, default="flagos"),
     Setting("compile_prefer", SELECTION,
             "preference for ops traced by `torch.compile`; the CUDA platform file sets "
             "`reference`, as vLLM lets Inductor compile these ops",
             (EnvVar("VLLM_FL_COMPILE_PREFER"),), "compile_prefer",
+            parse=v.parse_optional_prefer, holds=v.is_optional_prefer, default=None,
             default_doc="unset: as `prefer`"),
     Setting("strict", SELECTION,
             "on: the first failure raises the original exception; off: log it once (WARNING, "
             "traceback) and try the next candidate",
-            (EnvVar("VLLM_FL_STRICT"),), "strict"),
+            (EnvVar("VLLM_FL_STRICT"),), "strict",
+            parse=v.parse_bool, holds=v.is_bool, default=False),
     # VLLM_FL_PER_OP comes first: it wins over VLLM_FL_OP_CONFIG.
     Setting("per_op_order", SELECTION,
             "per-op token lists, `rms_norm=vendor|flagos;silu_and_mul=flagos` (file: op -> "
             "list); a listed op may use only the listed backends",
-            (EnvVar("VLLM_FL_PER_OP", v.parse_per_op_string),
+            (EnvVar("VLLM_FL_PER_OP", v.split_per_op_string),
              EnvVar("VLLM_FL_OP_CONFIG", _read_op_config, names_file=True,
                     doc="JSON file `{\"op_backends\": {op: [tokens]}}`; `VLLM_FL_PER_OP` wins "
                         "over it")), "op_backends",
+            parse=v.parse_op_backends, holds=v.is_op_backends, default=MappingProxyType({}),
             default_doc="unset: every op takes the default order"),
     Setting("allow_vendors", SELECTION, "vendor whitelist, comma-separated",
             (EnvVar("VLLM_FL_ALLOW_VENDORS"),), "allow_vendors",
-            default_doc="unset: every vendor"),
+            parse=v.name_set_parser("vendor", optional=True), holds=v.is_optional_name_set,
+            default=None, default_doc="unset: every vendor"),
     Setting("deny_vendors", SELECTION, "vendor blacklist, comma-separated",
-            (EnvVar("VLLM_FL_DENY_VENDORS"),), "deny_vendors"),
+            (EnvVar("VLLM_FL_DENY_VENDORS"),), "deny_vendors",
+            parse=v.name_set_parser("vendor"), holds=v.is_name_set, default=frozenset()),
     Setting("use_flaggems", SELECTION, "`false` leaves every FlagGems impl out",
-            (EnvVar("USE_FLAGGEMS"),), "use_flaggems"),
+            (EnvVar("USE_FLAGGEMS"),), "use_flaggems",
+            parse=v.parse_bool, holds=v.is_bool, default=True),
     Setting("flagos_whitelist", SELECTION, "ops that may use FlagGems",
             (EnvVar("VLLM_FL_FLAGOS_WHITELIST"),), "flagos_whitelist",
-            default_doc="unset: every op"),
+            parse=v.name_set_parser("op", optional=True), holds=v.is_optional_name_set,
+            default=None, default_doc="unset: every op"),
     Setting("flagos_blacklist", SELECTION, "ops that must not use FlagGems",
-            (EnvVar("VLLM_FL_FLAGOS_BLACKLIST"),), "flagos_blacklist"),
+            (EnvVar("VLLM_FL_FLAGOS_BLACKLIST"),), "flagos_blacklist",
+            parse=v.name_set_parser("op"), holds=v.is_name_set, default=frozenset()),
     Setting("oot_enabled", SELECTION, "register the OOT classes over vLLM's",
-            (EnvVar("VLLM_FL_OOT_ENABLED"),), "oot_enabled"),
+            (EnvVar("VLLM_FL_OOT_ENABLED"),), "oot_enabled",
+            parse=v.parse_bool, holds=v.is_bool, default=True),
     Setting("oot_whitelist", SELECTION,
             "in-tree class names, or vLLM's or ops.yaml's op names, to replace",
             (EnvVar("VLLM_FL_OOT_WHITELIST"),), "oot_whitelist",
-            default_doc="unset: every class"),
+            parse=v.name_set_parser("op", optional=True), holds=v.is_optional_name_set,
+            default=None, default_doc="unset: every class"),
     Setting("oot_blacklist", SELECTION,
             "in-tree class names, or vLLM's or ops.yaml's op names, to leave alone",
-            (EnvVar("VLLM_FL_OOT_BLACKLIST"),), "oot_blacklist"),
+            (EnvVar("VLLM_FL_OOT_BLACKLIST"),), "oot_blacklist",
+            parse=v.name_set_parser("op"), holds=v.is_name_set, default=frozenset()),
     # -- process, continued ----------------------------------------------------------------------
     Setting("log_level", PROCESS,
             "`DEBUG`, `INFO`, `WARNING` (`WARN`), `ERROR`, `CRITICAL`",
@@ -267,12 +275,10 @@ FILE_KEYS: tuple[str, ...] = tuple(BY_FILE_KEY)
 ENV_VARS: Mapping[str, str] = {name: s.name for name, (s, _) in BY_ENV.items()}
 # The variables a VLLM_FL_CONFIG file overrides.
 SELECTION_ENV: tuple[str, ...] = tuple(n for n, (s, _) in BY_ENV.items() if s.scope == SELECTION)
-# The settings of the process (``DispatchConfig`` fields), in table order.
-PROCESS_SETTINGS: tuple[Setting, ...] = tuple(
-    s for s in SETTINGS if s.scope == PROCESS and not s.in_policy
-)
-if {s.name for s in SETTINGS if s.in_policy} != set(POLICY_FIELDS):
-    raise AssertionError("SelectionPolicy fields and the settings table drifted")
+# The settings of the policy (``SelectionPolicy`` fields) and of the process (``DispatchConfig``
+# fields), in table order.
+POLICY_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.in_policy)
+PROCESS_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if not s.in_policy)
 
 
 def env_value(environ: Mapping[str, str], var: str) -> str | None:
@@ -294,3 +300,12 @@ def read_env(var: str, environ: Mapping[str, str] | None = None) -> Any:
     """The parsed value of environment variable ``var`` (its setting's default when unset)."""
     raw = env_value(os.environ if environ is None else environ, var)
     return BY_ENV[var][0].default if raw is None else parse_env(var, raw)
+
+
+def env_text(var: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The text of environment variable ``var`` as written, stripped (None when unset or blank),
+    for a message that quotes it; its value is ``read_env``'s."""
+    if var not in BY_ENV:
+        raise KeyError(f"{var} is no variable of the settings table")
+    raw = env_value(os.environ if environ is None else environ, var)
+    return None if raw is None else raw.strip()

@@ -2,9 +2,14 @@
 
 Each parser takes the raw value (an environment string, a YAML/JSON value or a Python object
 given to ``SelectionPolicy``) and the name of its source, and returns the normalised value or
-raises ``ConfigError`` naming the source, the value and what is allowed. The environment, the
-config files, ``SelectionPolicy(...)``, the ``with_*`` helpers and ``vllm_fl.register_platform``
-all call these, so a value means the same thing wherever it is written.
+raises ``ConfigError`` naming the source, the value and what is allowed. The settings table
+(``settings``) gives each setting its parser; the environment, the config files,
+``SelectionPolicy(...)``, the ``with_*`` helpers and ``vllm_fl.register_platform`` all go through
+it, so a value means the same thing wherever it is written.
+
+Each parser of a ``SelectionPolicy`` setting has a check, ``is_*``: whether a value already is
+what the parser returns. It parses nothing, so a policy made of parsed values (the configuration
+loader's) takes them as they are.
 
 This module imports neither torch nor vLLM: ``vllm_fl.register_platform`` uses it while vLLM is
 still choosing its platform.
@@ -27,14 +32,20 @@ __all__ = [
     "CONFIG_DIR",
     "available_platforms",
     "parse_bool",
+    "is_bool",
     "parse_prefer",
+    "is_prefer",
     "parse_optional_prefer",
+    "is_optional_prefer",
     "parse_token",
     "parse_name_set",
+    "is_name_set",
     "parse_optional_name_set",
+    "is_optional_name_set",
     "name_set_parser",
     "parse_op_backends",
-    "parse_per_op_string",
+    "is_op_backends",
+    "split_per_op_string",
     "parse_platform",
     "parse_module_list",
     "split_list",
@@ -57,6 +68,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 BOOL_SPELLINGS = "1/0, true/false, yes/no, on/off (any case)"
 _NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.\-]*$")
+_TOKEN_RE = re.compile(r"flagos|reference|vendor|(?:vendor|impl):[a-z0-9_][a-z0-9_.\-]*")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -76,6 +88,10 @@ def parse_bool(value: Any, source: str) -> bool:
     raise ConfigError(f"{source}={value!r}: invalid boolean; allowed: {BOOL_SPELLINGS}")
 
 
+def is_bool(value: Any) -> bool:
+    return type(value) is bool
+
+
 def parse_prefer(value: Any, source: str) -> str:
     """A preference: ``flagos``, ``vendor`` or ``reference`` (any case) or a BackendImplKind."""
     if isinstance(value, BackendImplKind):
@@ -87,9 +103,17 @@ def parse_prefer(value: Any, source: str) -> str:
     )
 
 
+def is_prefer(value: Any) -> bool:
+    return type(value) is str and value in PREFER_CHOICES
+
+
 def parse_optional_prefer(value: Any, source: str) -> str | None:
     """A preference, or None for "not set" (``compile_prefer``: then ``prefer`` applies)."""
     return None if value is None else parse_prefer(value, source)
+
+
+def is_optional_prefer(value: Any) -> bool:
+    return value is None or is_prefer(value)
 
 
 def parse_token(token: Any, source: str) -> str:
@@ -141,9 +165,19 @@ def parse_name_set(value: Any, source: str, what: str = "vendor") -> frozenset[s
     return frozenset(out)
 
 
+def is_name_set(value: Any) -> bool:
+    return type(value) is frozenset and all(
+        type(name) is str and _NAME_RE.fullmatch(name) for name in value
+    )
+
+
 def parse_optional_name_set(value: Any, source: str, what: str = "vendor") -> frozenset[str] | None:
     """A whitelist: None means "no whitelist"; an empty list allows nothing."""
     return None if value is None else parse_name_set(value, source, what)
+
+
+def is_optional_name_set(value: Any) -> bool:
+    return value is None or is_name_set(value)
 
 
 def name_set_parser(what: str, optional: bool = False) -> Callable[[Any, str], Any]:
@@ -179,9 +213,22 @@ def parse_op_backends(value: Any, source: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def parse_per_op_string(value: str, source: str) -> dict[str, tuple[str, ...]]:
+def is_op_backends(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        type(op) is str
+        and op != ""
+        and op == op.strip()
+        and type(tokens) is tuple
+        and len(tokens) > 0
+        and len(set(tokens)) == len(tokens)
+        and all(type(tok) is str and _TOKEN_RE.fullmatch(tok) for tok in tokens)
+        for op, tokens in value.items()
+    )
+
+
+def split_per_op_string(value: str, source: str) -> dict[str, list[str]]:
     """The ``VLLM_FL_PER_OP`` syntax, ``op1=a|b|c;op2=x|y``, into the mapping
-    ``parse_op_backends`` takes."""
+    ``parse_op_backends`` takes (op -> its tokens, not yet parsed)."""
     out: dict[str, list[str]] = {}
     for item in value.split(";"):
         if not item.strip():
@@ -198,7 +245,7 @@ def parse_per_op_string(value: str, source: str) -> dict[str, tuple[str, ...]]:
         out[op] = rhs.split("|")
     if not out:
         raise ConfigError(f"{source}={value!r}: no 'op=tokens' entry")
-    return parse_op_backends(out, source)
+    return out
 
 
 def available_platforms() -> tuple[str, ...]:

@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterator
 
 from .. import sync
 from ..config.loader import DispatchConfig, load_config
+from ..config.selection import SelectionPolicy
 from ..config.values import parse_name_set
 from ..logger_manager import configure_logging
-from .selection import SelectionPolicy
 
 __all__ = [
     "add_policy_listener",

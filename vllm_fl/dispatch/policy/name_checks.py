@@ -12,9 +12,9 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
+from ..config.selection import SelectionPolicy
 from ..logger_manager import get_logger
 from ..registry import OpRegistry
-from .selection import SelectionPolicy
 
 __all__ = ["unknown_names", "warn_unknown_names"]
 

@@ -15,9 +15,9 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .. import sync
+from ..config.selection import SelectionPolicy
 from ..logger_manager import get_logger
 from ..policy.current import add_policy_listener, get_config, get_policy
-from ..policy.selection import SelectionPolicy
 from ..registry import OpRegistry
 from ..types import DispatchError, OpImpl
 from .binding import Binding, BindingTable, SelectionWrapper, set_selection_wrapper

@@ -4,8 +4,8 @@ and which list a higher source replaces."""
 import pytest
 
 from vllm_fl.dispatch import ConfigError
-from vllm_fl.dispatch.policy.lists import check_exclusive, displaced, verdict
-from vllm_fl.dispatch.policy.lists import LIST_FAMILIES
+from vllm_fl.dispatch.config.lists import check_exclusive, displaced, verdict
+from vllm_fl.dispatch.config.lists import LIST_FAMILIES
 
 
 def test_exclusive_pairs_come_from_the_settings_table():

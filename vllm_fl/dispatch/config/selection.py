@@ -1,11 +1,14 @@
-"""``SelectionPolicy``: what may run and in which order, a plain value.
+"""``SelectionPolicy``: what may run and in which order, a plain typed value.
 
-Each field declares its parser (``config.values``); the settings table (``config.settings``)
-takes a policy setting's parser and default from here, so every way of making a policy (the
-constructor, ``from_dict``, ``replace``, ``dataclasses.replace``, the configuration loader) parses
-a value like its environment variable does: ``SelectionPolicy(prefer="invalid")`` fails like
+Its fields are the policy's rows of the settings table (``settings.POLICY_SETTINGS``), written
+out with their types and defaults; the module refuses to import when they and the table differ.
+A value is taken as it is when it already is what its row's parser returns (the row's check,
+``holds``): the configuration loader hands over the values it parsed, and they are not parsed
+again. Any other value is a spelling for the row's parser, once, so every way of making a policy
+(the constructor, ``from_dict``, ``replace``, ``dataclasses.replace``) reads a value like its
+environment variable does: ``SelectionPolicy(prefer="invalid")`` fails like
 ``VLLM_FL_PREFER=invalid``, ``strict="false"`` is False and vendor names are lower-cased. This
-module knows no environment variable and no file.
+module reads no environment variable and no file.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from ..config import values as v
-from ..config.values import PREFER_CHOICES
 from ..types import BackendImplKind, ConfigError, OpImpl
 from . import lists
+from .settings import POLICY_SETTINGS, Setting
+from .values import PREFER_CHOICES
 
 __all__ = ["SelectionPolicy", "DEFAULT_ORDERS", "POLICY_FIELDS", "token_matches"]
 
@@ -47,13 +50,6 @@ def token_matches(token: str, impl: OpImpl) -> bool:
     return False
 
 
-def _setting(default: Any, parse: Callable[[Any, str], Any]) -> Any:
-    """A policy field holding a setting: its default and its parser."""
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata={"parse": parse})
-    return field(default=default, metadata={"parse": parse})
-
-
 @dataclass(frozen=True, eq=True)
 class SelectionPolicy:
     """What may run and in which order. Immutable and validated; derive variants with
@@ -67,37 +63,40 @@ class SelectionPolicy:
     ``source`` (not a field) names the caller in error messages.
     """
 
-    prefer: str = _setting("flagos", v.parse_prefer)
-    compile_prefer: str | None = _setting(None, v.parse_optional_prefer)
-    strict: bool = _setting(False, v.parse_bool)
-    per_op_order: Mapping[str, tuple[str, ...]] = _setting({}, v.parse_op_backends)
-    deny_vendors: frozenset[str] = _setting(frozenset(), v.name_set_parser("vendor"))
-    allow_vendors: frozenset[str] | None = _setting(None, v.name_set_parser("vendor", True))
-    enabled: bool = _setting(True, v.parse_bool)
-    use_flaggems: bool = _setting(True, v.parse_bool)
-    flagos_whitelist: frozenset[str] | None = _setting(None, v.name_set_parser("op", True))
-    flagos_blacklist: frozenset[str] = _setting(frozenset(), v.name_set_parser("op"))
-    oot_enabled: bool = _setting(True, v.parse_bool)
-    oot_whitelist: frozenset[str] | None = _setting(None, v.name_set_parser("op", True))
-    oot_blacklist: frozenset[str] = _setting(frozenset(), v.name_set_parser("op"))
+    prefer: str = "flagos"
+    compile_prefer: str | None = None
+    strict: bool = False
+    per_op_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    deny_vendors: frozenset[str] = frozenset()
+    allow_vendors: frozenset[str] | None = None
+    enabled: bool = True
+    use_flaggems: bool = True
+    flagos_whitelist: frozenset[str] | None = None
+    flagos_blacklist: frozenset[str] = frozenset()
+    oot_enabled: bool = True
+    oot_whitelist: frozenset[str] | None = None
+    oot_blacklist: frozenset[str] = frozenset()
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     source: InitVar[str] = "SelectionPolicy"
 
     __hash__ = None  # type: ignore[assignment]
 
     def __post_init__(self, source: str) -> None:
-        for name, parse in _PARSERS.items():
-            object.__setattr__(self, name, parse(getattr(self, name), f"{source}:{name}"))
+        for name, setting in POLICY_FIELDS.items():
+            value = getattr(self, name)
+            if not setting.holds(value):  # type: ignore[misc]
+                # a spelling of the value (``strict="false"``), for its parser
+                object.__setattr__(self, name, setting.parse(value, f"{source}:{name}"))
         lists.check_exclusive(lambda name: getattr(self, name) != _DEFAULTS[name], f"{source}: ")
         object.__setattr__(self, "per_op_order", MappingProxyType(dict(self.per_op_order)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     @staticmethod
     def _check_names(names: Iterable[str], source: str) -> None:
-        unknown = sorted(set(names) - set(_PARSERS))
+        unknown = sorted(set(names) - set(POLICY_FIELDS))
         if unknown:
             raise ConfigError(
-                f"{source}: unknown setting(s) {unknown}; allowed: " + ", ".join(_PARSERS)
+                f"{source}: unknown setting(s) {unknown}; allowed: " + ", ".join(POLICY_FIELDS)
             )
 
     @classmethod
@@ -135,7 +134,7 @@ class SelectionPolicy:
         """A copy with ``changes`` validated and applied, their source recorded as ``source``.
         Setting one list of a white/black family clears the other one."""
         self._check_names(changes, source)
-        base = {name: getattr(self, name) for name in _PARSERS}
+        base = {name: getattr(self, name) for name in POLICY_FIELDS}
         for name in lists.displaced(changes):
             base[name] = _DEFAULTS[name]
         base.update(changes)
@@ -222,14 +221,22 @@ class SelectionPolicy:
         return lists.verdict(names, self.oot_whitelist, self.oot_blacklist) is None
 
 
-#: the policy's settings: field name -> the field (``metadata["parse"]``: its parser)
-POLICY_FIELDS: Mapping[str, dataclasses.Field] = MappingProxyType(
-    {f.name: f for f in dataclasses.fields(SelectionPolicy) if "parse" in f.metadata}
-)
-_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {
-    name: f.metadata["parse"] for name, f in POLICY_FIELDS.items()
-}
-_DEFAULTS: Mapping[str, Any] = {
-    name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
-    for name, f in POLICY_FIELDS.items()
-}
+def _fields_and_rows() -> Mapping[str, Setting]:
+    """Field name -> its row, in field order; an AssertionError naming every field whose row is
+    missing or has another default, and every row without its field."""
+    rows = {s.name: s for s in POLICY_SETTINGS}
+    fields = {f.name: f for f in dataclasses.fields(SelectionPolicy) if f.name != "sources"}
+    default = {
+        name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        for name, f in fields.items()
+    }
+    differ = [n for n in fields if n not in rows or default[n] != rows[n].default]
+    differ += sorted(set(rows) - set(fields))
+    if differ:
+        raise AssertionError(f"SelectionPolicy fields and the settings table differ: {differ}")
+    return MappingProxyType({name: rows[name] for name in fields})
+
+
+#: the policy's settings, in field order: field name -> its row of the settings table
+POLICY_FIELDS: Mapping[str, Setting] = _fields_and_rows()
+_DEFAULTS: Mapping[str, Any] = {name: row.default for name, row in POLICY_FIELDS.items()}
