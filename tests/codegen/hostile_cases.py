@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen_helpers import FIXTURES
+from tests.support.codegen_trees import FIXTURES
 
 VALID = (FIXTURES / "tree/ops.yaml").read_text()
 PAYLOAD = '"""; __import__("os").system("touch CANARY"); """'
@@ -335,6 +335,14 @@ CASES: list[Hostile] = [
         mutate("package: fxpkg.vendor.acme", f"package: fxpkg.{LONG}"),
         "has 300 characters",
         "  acme:",
+    ),
+    _case(
+        "custom-op-kernel-meets-module-alias",
+        relu2(signature="fast_relu2(Tensor x) -> Tensor", fast="relu2_kernel.fast_relu2").replace(
+            "  relu2:", "  fast_relu2:"
+        ),
+        "are both named _fast_relu2_kernel",
+        "      fast: relu2_kernel",
     ),
     _case("layer-11-parts", relu2(layer="a.b.c.d.e.f.g.h.i.j.K"), "has 11 parts", "  relu2:"),
     _case(
