@@ -168,3 +168,29 @@ def test_bad_arguments_are_clear(capsys):
     assert "--shape: unknown model shape 'llama2'; allowed: llama3-8b, qwen3-moe" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    "given, sent",
+    [(None, "on"), (" Off ", "on"), ("0", "on"), ("all", "all"), ("RMS_norm", "RMS_norm")],
+)
+def test_verify_run_turns_bring_up_mode_on_unless_the_setting_names_ops(
+    monkeypatch, tmp_path, given, sent
+):
+    """``VLLM_FL_VERIFY`` is read through the settings table: unset or off means on for the
+    run, on or a list of ops stays as written, an invalid value fails before vLLM starts."""
+    seen = {}
+
+    def fake_launch(model, workload, env, timeout):
+        seen.update(env)
+        result = {"tokens": [], "tokens_unverified": [], "verified_s": 0, "unverified_s": 0}
+        return types.SimpleNamespace(result={**result, "steps": 0}, output="")
+
+    monkeypatch.setattr(cli, "_launch", fake_launch)
+    env = {"VLLM_FL_VERIFY_REPORT": str(tmp_path)}
+    cli.run_verify("MODEL", env if given is None else {**env, "VLLM_FL_VERIFY": given})
+    assert seen["VLLM_FL_VERIFY"] == sent
+    seen.clear()
+    with pytest.raises(d.ConfigError, match="VLLM_FL_VERIFY: invalid op name 'rms norm'"):
+        cli.run_verify("MODEL", {**env, "VLLM_FL_VERIFY": "rms norm"})
+    assert not seen

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from vllm_fl.dispatch.config.settings import read_env
+
 from .report import FILE_PREFIX, Report, format_report, merge
 
 __all__ = ["VerifyRun", "run_verify", "run_bisect", "format_bisection", "main"]
@@ -113,10 +115,10 @@ def run_verify(
     timeout: float = TIMEOUT_S,
 ) -> VerifyRun:
     """Generate with ``env`` (default: this process's environment) and bring-up mode on;
-    ``VLLM_FL_VERIFY`` keeps a list of ops it names, ``VLLM_FL_VERIFY_REPORT`` its directory."""
+    ``VLLM_FL_VERIFY`` keeps a list of ops it names (an invalid value is its ``ConfigError``,
+    before vLLM starts), ``VLLM_FL_VERIFY_REPORT`` its directory."""
     env = dict(os.environ if env is None else env)
-    verify = env.get("VLLM_FL_VERIFY", "").strip().lower()
-    if verify in ("", "0", "false", "no", "off"):
+    if read_env("VLLM_FL_VERIFY", env) is False:  # unset or off; else on, or the ops it names
         env["VLLM_FL_VERIFY"] = "on"
     with tempfile.TemporaryDirectory(prefix="vllm-fl-verify-") as tmp:
         env.setdefault("VLLM_FL_VERIFY_REPORT", tmp)
