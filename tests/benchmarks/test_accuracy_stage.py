@@ -18,7 +18,7 @@ def _result(nll: float, tokens: list[list[int]], correct: int, items: int = 100)
         "perplexity": {"zen": {"tokens": 100, "nll": nll, "ppl": math.exp(nll / 100)}},
         "cloze": {"accuracy": p, "stderr": math.sqrt(p * (1 - p) / items), "items": items},
         "worker_used_impls": {"rms_norm": "default.flagos"},
-        "platform": "vllm_fl.platform.PlatformFL",
+        "platform": "vllm_fl.platform.cuda.PlatformFL",
     }
 
 

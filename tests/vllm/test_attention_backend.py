@@ -263,7 +263,7 @@ def test_the_cpu_platform_selects_the_plugins_backend_through_the_reference(monk
     """On the CPU only the reference is available: its attention_backend names the plugin's."""
     from vllm_fl.attention import PLUGIN_BACKEND
     from vllm_fl.dispatch import policy_context
-    from vllm_fl.platform import PlatformFLCpu
+    from vllm_fl.platform.cpu import PlatformFLCpu
 
     with policy_context(prefer="reference"):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector(block_size=None))
@@ -291,6 +291,6 @@ def test_vllm_keeps_attention_in_its_opaque_custom_ops_on_the_plugins_platforms(
     """vLLM calls the impl's forward and cache write inside ``vllm::unified_attention_with_output``
     and ``vllm::unified_kv_cache_update`` where the platform says attention is opaque: under
     torch.compile each is one node, and the dispatched ops run eagerly inside."""
-    from vllm_fl.platform import PlatformFLCpu
+    from vllm_fl.platform.cpu import PlatformFLCpu
 
     assert PlatformFLCpu.opaque_attention_op()

@@ -56,7 +56,7 @@ def test_front_end_stays_free_of_kernels_and_cuda(env, platform):
 
 def test_cpu_host_platform_picks_the_plugins_worker():
     report = _probe({"VLLM_PLUGINS": PLUGIN_NAME, "VLLM_FL_PLATFORM": "cpu"})
-    assert report["worker_cls"] == "vllm_fl.worker.CPUWorkerFL"
+    assert report["worker_cls"] == "vllm_fl.worker.cpu.CPUWorkerFL"
 
 
 def test_gpu_detection_asks_nvml_not_cuda(monkeypatch):

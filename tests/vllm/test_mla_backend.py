@@ -397,7 +397,7 @@ def test_the_cpu_platform_selects_the_mla_backend_through_the_reference():
     """On the CPU only the reference is available: its attention_backend names the plugin's MLA
     backend for MLA layers."""
     from vllm_fl.dispatch import policy_context
-    from vllm_fl.platform import PlatformFLCpu
+    from vllm_fl.platform.cpu import PlatformFLCpu
 
     with policy_context(prefer="reference"):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector())
@@ -406,7 +406,7 @@ def test_the_cpu_platform_selects_the_mla_backend_through_the_reference():
 
 def test_vllms_mla_backend_stays_where_the_plugins_cannot_run_the_layer(caplog):
     from vllm_fl.dispatch import policy_context
-    from vllm_fl.platform import PlatformFLCpu
+    from vllm_fl.platform.cpu import PlatformFLCpu
 
     with policy_context(prefer="reference"), caplog.at_level(logging.WARNING, "vllm_fl.vllm"):
         chosen = PlatformFLCpu.get_attn_backend_cls(None, _selector(kv_cache_dtype="fp8"))

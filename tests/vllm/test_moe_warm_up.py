@@ -108,7 +108,7 @@ def test_the_gpu_worker_warms_the_moe_layers_up_after_vllms_own_warm_up(monkeypa
     from vllm.v1.worker.gpu_worker import Worker
 
     from vllm_fl import moe
-    from vllm_fl.worker import WorkerFL
+    from vllm_fl.worker.gpu import WorkerFL
 
     events = []
     monkeypatch.setattr(

@@ -36,9 +36,9 @@ def test_import_is_light():
 @pytest.mark.parametrize(
     "value, expected",
     [
-        ("cpu", "vllm_fl.platform.PlatformFLCpu"),
-        ("CPU", "vllm_fl.platform.PlatformFLCpu"),
-        ("cuda", "vllm_fl.platform.PlatformFL"),
+        ("cpu", "vllm_fl.platform.cpu.PlatformFLCpu"),
+        ("CPU", "vllm_fl.platform.cpu.PlatformFLCpu"),
+        ("cuda", "vllm_fl.platform.cuda.PlatformFL"),
         ("ascend", None),
     ],
 )
@@ -50,7 +50,7 @@ def test_register_platform_forced(platform_env, value, expected):
 def test_register_platform_auto(platform_env):
     platform_env.setattr(compat, "cuda_device_present", lambda: True)
     platform_env.setattr(compat, "is_cpu_build", lambda: False)
-    assert vllm_fl.register_platform() == "vllm_fl.platform.PlatformFL"
+    assert vllm_fl.register_platform() == "vllm_fl.platform.cuda.PlatformFL"
     platform_env.setattr(compat, "cuda_device_present", lambda: False)
     assert vllm_fl.register_platform() is None  # no accelerator: vLLM keeps its own platform
     platform_env.setattr(compat, "cuda_device_present", lambda: True)
@@ -83,10 +83,10 @@ def test_cpu_host_platform_is_out_of_tree_cpu():
     from vllm.platforms.cpu import CpuPlatform
     from vllm.utils.import_utils import resolve_obj_by_qualname
 
-    cls = resolve_obj_by_qualname("vllm_fl.platform.PlatformFLCpu")
+    cls = resolve_obj_by_qualname("vllm_fl.platform.cpu.PlatformFLCpu")
     assert issubclass(cls, CpuPlatform)
-    # built on first access, named by the path vLLM loads it by, so that pickle finds it too
-    assert (cls.__module__, cls.__qualname__) == ("vllm_fl.platform", "PlatformFLCpu")
+    # named by the path vLLM loads it by, so that pickle finds it too
+    assert (cls.__module__, cls.__qualname__) == ("vllm_fl.platform.cpu", "PlatformFLCpu")
     assert pickle.loads(pickle.dumps(cls)) is cls
     platform = cls()
     assert platform.is_out_of_tree() and not platform.is_cpu()
@@ -135,7 +135,7 @@ def test_cuda_platform_needs_vllms_cuda_build():
     if not compat.is_cpu_build():
         from vllm.platforms.cuda import CudaPlatform
 
-        from vllm_fl.platform import PlatformFL
+        from vllm_fl.platform.cuda import PlatformFL
 
         assert issubclass(PlatformFL, CudaPlatform)
         assert PlatformFL().is_out_of_tree() and PlatformFL().is_cuda()
@@ -143,14 +143,14 @@ def test_cuda_platform_needs_vllms_cuda_build():
     import vllm_fl.platform  # importable on the CPU build; only PlatformFL needs CUDA vLLM
 
     with pytest.raises(ImportError, match="the installed vLLM is its CPU build"):
-        vllm_fl.platform.PlatformFL
+        import vllm_fl.platform.cuda  # noqa: F401
 
 
 @needs_vllm
 def test_cpu_host_worker_has_a_null_memory_pool_context():
     from vllm.v1.worker.cpu_worker import CPUWorker
 
-    from vllm_fl.worker import CPUWorkerFL
+    from vllm_fl.worker.cpu import CPUWorkerFL
 
     assert issubclass(CPUWorkerFL, CPUWorker)
     worker = object.__new__(CPUWorkerFL)  # the method reads nothing from the instance
@@ -185,7 +185,7 @@ def test_cpu_worker_prepares_the_model_process_in_init_device(monkeypatch):
     from vllm.v1.worker.cpu_worker import CPUWorker
 
     from vllm_fl import registration
-    from vllm_fl.worker import CPUWorkerFL
+    from vllm_fl.worker.cpu import CPUWorkerFL
 
     calls = []
     monkeypatch.setattr(CPUWorker, "init_device", lambda self: calls.append("init_device"))

@@ -75,7 +75,7 @@ def test_the_model_is_real(vanilla):
 def test_the_runs_are_what_they_claim(vanilla, plugin):
     assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
     assert vanilla["worker_used_impls"] == {}
-    assert plugin["platform"] == "vllm_fl.platform.PlatformFLCpu", plugin["platform"]
+    assert plugin["platform"] == "vllm_fl.platform.cpu.PlatformFLCpu", plugin["platform"]
     used = plugin["worker_used_impls"]
     for op in ("rms_norm", "silu_and_mul", "rotary_embedding", "paged_attention"):
         assert used.get(op) == "reference.torch", used

@@ -52,7 +52,7 @@ def gpu_model(tmp_path_factory):
 
 def _assert_ours_ran(run, impl_id: str) -> None:
     result = run.result
-    assert result["platform"] == "vllm_fl.platform.PlatformFL", run.lines("vllm_fl")
+    assert result["platform"] == "vllm_fl.platform.cuda.PlatformFL", run.lines("vllm_fl")
     assert list(result["attention_backends"]) == [PLUGIN_BACKEND], result["attention_backends"]
     for op in OPS:
         assert result["used_impls"].get(op) == impl_id, result["used_impls"]

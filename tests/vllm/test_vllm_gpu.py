@@ -51,7 +51,7 @@ def test_plugin_on_gpu_generates_vanillas_tokens(vllm_runs, plugin_env, gpu_mode
     vanilla, plugin = _runs(vllm_runs, plugin_env, gpu_model, mode)
     assert not vanilla.result["platform"].startswith("vllm_fl."), vanilla.result["platform"]
     assert "vllm_fl" not in str(vanilla.result["layer_classes"])
-    assert plugin.result["platform"] == "vllm_fl.platform.PlatformFL", plugin.lines("vllm_fl")
+    assert plugin.result["platform"] == "vllm_fl.platform.cuda.PlatformFL", plugin.lines("vllm_fl")
     assert len(plugin.result["tokens"][0]) == 24
     assert plugin.result["tokens"] == vanilla.result["tokens"]
 

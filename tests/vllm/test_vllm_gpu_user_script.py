@@ -77,7 +77,7 @@ def test_users_script_without_guard(model, plugin_env, tp, mode):
         assert proc.returncode == 0, tail
         assert "bootstrapping phase" not in proc.stdout, tail
     assert not vanilla_result["platform"].startswith("vllm_fl."), vanilla_result
-    assert plugin_result["platform"] == "vllm_fl.platform.PlatformFL", plugin_result
+    assert plugin_result["platform"] == "vllm_fl.platform.cuda.PlatformFL", plugin_result
     assert len(plugin_result["tokens"][0]) == 16
     assert plugin_result["tokens"] == vanilla_result["tokens"]
     replaced = [line for line in plugin.stdout.splitlines() if "replaced vLLM layers" in line]

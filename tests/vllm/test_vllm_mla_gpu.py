@@ -63,7 +63,7 @@ def test_the_shipped_policy_serves_mla_as_vanilla(vllm_runs, plugin_env, gpu_mla
     plugin = vllm_runs(
         f"gpu mla {mode}, plugin on", plugin_env, mode=mode, dtype=DTYPE, model=gpu_mla_model
     )
-    assert plugin.result["platform"] == "vllm_fl.platform.PlatformFL", plugin.lines("vllm_fl")
+    assert plugin.result["platform"] == "vllm_fl.platform.cuda.PlatformFL", plugin.lines("vllm_fl")
     assert not plugin.lines(f"attention backend {MLA_BACKEND}")
     routed = plugin.lines("vLLM functions routed through the dispatch")
     assert routed and all(f"-> {op}" in routed[0] for op in ROUTED), routed

@@ -45,7 +45,7 @@ def fp8_model(tmp_path_factory):
 def test_the_shipped_policy_generates_vanillas_tokens(vllm_runs, plugin_env, fp8_model):
     vanilla = vllm_runs("gpu fp8 moe, plugin off", VANILLA, model=fp8_model, dtype=DTYPE)
     plugin = vllm_runs("gpu fp8 moe, plugin on", plugin_env, model=fp8_model, dtype=DTYPE)
-    assert plugin.result["platform"] == "vllm_fl.platform.PlatformFL", plugin.lines("vllm_fl")
+    assert plugin.result["platform"] == "vllm_fl.platform.cuda.PlatformFL", plugin.lines("vllm_fl")
     assert plugin.lines("vllm_fl: quantized MoE experts (fp8_w8a8, block [128, 128]) computed")
     assert plugin.result["used_impls"]["fused_experts_quant"] == "vendor.cuda"
     assert plugin.result["tokens"] == vanilla.result["tokens"]

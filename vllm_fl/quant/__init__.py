@@ -123,7 +123,7 @@ def install_linear_kernels(platform=None) -> dict[str, list[str]]:
         for name, table in kernel_tables().items():
             if name in _installed or oot in table:
                 continue
-            ours = [k.load() for k in plugin_kernels() if k.table == name]
+            ours = [k.kernel for k in plugin_kernels() if k.table == name]
             table[oot] = [*ours, *table.get(base, [])]
             _installed[name] = [k.__name__ for k in table[oot]]
         for module in FORMAT_MODULES:

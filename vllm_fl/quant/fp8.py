@@ -33,8 +33,15 @@ import logging
 import sys
 
 import torch
+from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import (
+    Fp8BlockScaledMMLinearKernel,
+)
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+    FP8ScaledMMLinearKernel,
+)
+from vllm.model_executor.utils import replace_parameter
 
-from vllm_fl import compat, functions
+from vllm_fl import functions
 from vllm_fl.quant.kernels import PluginKernel
 
 logger = logging.getLogger("vllm_fl.vllm")
@@ -114,198 +121,171 @@ def _vanilla_uses_ue8m0(config) -> bool:
     return DeepGemmFp8BlockScaledMMKernel.can_implement(config)[0]
 
 
-def _build_block_kernel() -> type:
-    from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import (
-        Fp8BlockScaledMMLinearKernel,
-    )
-    from vllm.model_executor.utils import replace_parameter
-    from vllm.platforms import current_platform
+class Fp8BlockScaledMMKernelFL(Fp8BlockScaledMMLinearKernel):
+    """Block-quantized FP8 through the dispatch: activations quantised by
+    ``per_token_group_quant_fp8`` (groups of the weight's K block), the GEMM by
+    ``w8a8_block_fp8_matmul``."""
 
-    class Fp8BlockScaledMMKernelFL(Fp8BlockScaledMMLinearKernel):
-        """Block-quantized FP8 through the dispatch: activations quantised by
-        ``per_token_group_quant_fp8`` (groups of the weight's K block), the GEMM by
-        ``w8a8_block_fp8_matmul``."""
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.block_n, self.block_k = self.weight_group_shape.row, self.weight_group_shape.col
+        self.out_dtype_name = _dtype_name(config.out_dtype)
+        from vllm.platforms import current_platform
 
-        def __init__(self, config) -> None:
-            super().__init__(config)
-            self.block_n, self.block_k = self.weight_group_shape.row, self.weight_group_shape.col
-            self.out_dtype_name = _dtype_name(config.out_dtype)
-            # DeepGEMM and CUTLASS read the activations' scales column-major (DeepGEMM with its
-            # TMA-aligned stride), as vanilla's kernels quantise them; FlagGems' and the
-            # reference's GEMMs read any strides
-            self.column_major_scales = current_platform.is_cuda()
-            # vanilla's numbers on this machine, whichever backend computes them: power-of-two
-            # scales where vanilla runs DeepGEMM with them (the shipped policy then gives its
-            # tokens, and the portable path is compared with the same model)
-            self.use_ue8m0 = _vanilla_uses_ue8m0(config)
+        # DeepGEMM and CUTLASS read the activations' scales column-major (DeepGEMM with its
+        # TMA-aligned stride), as vanilla's kernels quantise them; FlagGems' and the
+        # reference's GEMMs read any strides
+        self.column_major_scales = current_platform.is_cuda()
+        # vanilla's numbers on this machine, whichever backend computes them: power-of-two
+        # scales where vanilla runs DeepGEMM with them (the shipped policy then gives its
+        # tokens, and the portable path is compared with the same model)
+        self.use_ue8m0 = _vanilla_uses_ue8m0(config)
 
-        @classmethod
-        def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-            return True, None
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return True, None
 
-        @classmethod
-        def can_implement(cls, config) -> tuple[bool, str | None]:
-            ok, reason = super().can_implement(config)  # refuses static activations
-            if not ok:
-                return ok, reason
-            reason = _refuse_unless_fp8_symmetric(config)
-            if reason is not None:
-                return False, reason
-            weight = config.weight_quant_key.scale.group_shape
-            act = config.activation_quant_key.scale.group_shape
-            if weight.row <= 0 or weight.col <= 0:
-                return False, f"weights scaled per {weight}, not per block"
-            if (act.row, act.col) != (1, weight.col):
-                return False, (
-                    f"activations quantised per {tuple(act)}; the plugin's kernel quantises them "
-                    f"per token and group of the weight's K block (1, {weight.col})"
-                )
-            return True, None
-
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-            super().process_weights_after_loading(layer)
-            name = _block_scale_name(layer)
-            scale = getattr(layer, name)
-            checkpoint_ue8m0 = scale.dtype in (torch.float8_e8m0fnu, torch.uint8)
-            if scale.dtype != torch.float32 or not scale.is_contiguous():
-                replace_parameter(layer, name, _float32_scales(scale.data))
-            if self.use_ue8m0 and not checkpoint_ue8m0:
-                from vllm.model_executor.layers.quantization.utils.fp8_utils import (
-                    requant_weight_ue8m0_inplace,
-                )
-
-                requant_weight_ue8m0_inplace(
-                    layer.weight.data, getattr(layer, name).data, (self.block_n, self.block_k)
-                )
-
-        def apply_weights(
-            self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **_
-        ) -> torch.Tensor:
-            weight = layer.weight
-            x_2d = x.reshape(-1, x.shape[-1])
-            x_q, x_scales = per_token_group_quant_fp8(
-                x_2d,
-                self.block_k,
-                _GROUP_QUANT_EPS,
-                self.column_major_scales,
-                self.column_major_scales,
-                self.use_ue8m0,
+    @classmethod
+    def can_implement(cls, config) -> tuple[bool, str | None]:
+        ok, reason = super().can_implement(config)  # refuses static activations
+        if not ok:
+            return ok, reason
+        reason = _refuse_unless_fp8_symmetric(config)
+        if reason is not None:
+            return False, reason
+        weight = config.weight_quant_key.scale.group_shape
+        act = config.activation_quant_key.scale.group_shape
+        if weight.row <= 0 or weight.col <= 0:
+            return False, f"weights scaled per {weight}, not per block"
+        if (act.row, act.col) != (1, weight.col):
+            return False, (
+                f"activations quantised per {tuple(act)}; the plugin's kernel quantises them "
+                f"per token and group of the weight's K block (1, {weight.col})"
             )
-            out = self.apply_block_scaled_mm(
-                x_q, weight, x_scales, getattr(layer, _block_scale_name(layer))
-            )
-            if bias is not None:
-                out = out + bias
-            return out.view(*x.shape[:-1], weight.shape[0])
+        return True, None
 
-        def apply_block_scaled_mm(
-            self, A: torch.Tensor, B: torch.Tensor, As: torch.Tensor, Bs: torch.Tensor
-        ) -> torch.Tensor:
-            return w8a8_block_fp8_matmul(
-                A, B, As, Bs, self.block_n, self.block_k, self.out_dtype_name
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        super().process_weights_after_loading(layer)
+        name = _block_scale_name(layer)
+        scale = getattr(layer, name)
+        checkpoint_ue8m0 = scale.dtype in (torch.float8_e8m0fnu, torch.uint8)
+        if scale.dtype != torch.float32 or not scale.is_contiguous():
+            replace_parameter(layer, name, _float32_scales(scale.data))
+        if self.use_ue8m0 and not checkpoint_ue8m0:
+            from vllm.model_executor.layers.quantization.utils.fp8_utils import (
+                requant_weight_ue8m0_inplace,
             )
 
-    return Fp8BlockScaledMMKernelFL
-
-
-def _build_scaled_mm_kernel() -> type:
-    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
-        FP8ScaledMMLinearKernel,
-    )
-    from vllm.model_executor.utils import replace_parameter
-
-    class Fp8ScaledMMKernelFL(FP8ScaledMMLinearKernel):
-        """Per-tensor / per-channel FP8 through the dispatch: activations quantised by
-        ``scaled_fp8_quant`` (dynamic per tensor or per token, or static per tensor), the GEMM by
-        ``fp8_scaled_mm`` on the transposed weight vLLM keeps."""
-
-        def __init__(self, config, layer_param_names) -> None:
-            super().__init__(config, layer_param_names)
-            act = config.activation_quant_key.scale
-            self.per_token = not act.static and act.group_shape.is_per_token()
-
-        @classmethod
-        def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-            return True, None
-
-        @classmethod
-        def can_implement(cls, config) -> tuple[bool, str | None]:
-            reason = _refuse_unless_fp8_symmetric(config)
-            if reason is not None:
-                return False, reason
-            weight = config.weight_quant_key.scale
-            act = config.activation_quant_key.scale
-            if not (weight.group_shape.is_per_tensor() or weight.group_shape.is_per_channel()):
-                return False, f"weights scaled per {tuple(weight.group_shape)}"
-            if act.static and not act.group_shape.is_per_tensor():
-                return False, f"static activation scales per {tuple(act.group_shape)}"
-            if not (act.group_shape.is_per_tensor() or act.group_shape.is_per_token()):
-                return False, f"activations quantised per {tuple(act.group_shape)}"
-            return True, None
-
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-            super().process_weights_after_loading(layer)
-            name = self.layer_param_names[1]
-            scale = getattr(layer, name)
-            # one layout for fp8_scaled_mm: a per-channel scale [N] (ModelOpt) becomes [N, 1]
-            if scale.numel() > 1 and scale.dim() == 1:
-                replace_parameter(layer, name, scale.data.reshape(-1, 1))
-
-        def apply_weights(
-            self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **_
-        ) -> torch.Tensor:
-            weight, weight_scale, input_scale, input_scale_ub = self._get_layer_params(layer)
-            x_2d = x.reshape(-1, x.shape[-1])
-            x_q, x_scales = scaled_fp8_quant(
-                x_2d, input_scale, self.per_token, input_scale_ub if self.per_token else None
-            )
-            out_dtype = self.config.out_dtype or x.dtype
-            return self.apply_scaled_mm(
-                A=x_q,
-                B=weight,
-                out_dtype=out_dtype,
-                As=x_scales,
-                Bs=weight_scale,
-                bias=bias,
-                output_shape=[*x.shape[:-1], weight.shape[1]],
+            requant_weight_ue8m0_inplace(
+                layer.weight.data, getattr(layer, name).data, (self.block_n, self.block_k)
             )
 
-        def apply_scaled_mm(
-            self,
-            *,
-            A: torch.Tensor,
-            B: torch.Tensor,
-            out_dtype: torch.dtype,
-            As: torch.Tensor,
-            Bs: torch.Tensor,
-            bias: torch.Tensor | None,
-            output_shape: list,
-        ) -> torch.Tensor:
-            out = fp8_scaled_mm(A, B, As, Bs, _dtype_name(out_dtype), bias)
-            return out.view(*output_shape)
+    def apply_weights(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **_
+    ) -> torch.Tensor:
+        weight = layer.weight
+        x_2d = x.reshape(-1, x.shape[-1])
+        x_q, x_scales = per_token_group_quant_fp8(
+            x_2d,
+            self.block_k,
+            _GROUP_QUANT_EPS,
+            self.column_major_scales,
+            self.column_major_scales,
+            self.use_ue8m0,
+        )
+        out = self.apply_block_scaled_mm(
+            x_q, weight, x_scales, getattr(layer, _block_scale_name(layer))
+        )
+        if bias is not None:
+            out = out + bias
+        return out.view(*x.shape[:-1], weight.shape[0])
 
-    return Fp8ScaledMMKernelFL
+    def apply_block_scaled_mm(
+        self, A: torch.Tensor, B: torch.Tensor, As: torch.Tensor, Bs: torch.Tensor
+    ) -> torch.Tensor:
+        return w8a8_block_fp8_matmul(A, B, As, Bs, self.block_n, self.block_k, self.out_dtype_name)
 
 
-__getattr__ = compat.lazy_classes(
-    globals(),
-    {
-        "Fp8BlockScaledMMKernelFL": _build_block_kernel,
-        "Fp8ScaledMMKernelFL": _build_scaled_mm_kernel,
-    },
-)
+class Fp8ScaledMMKernelFL(FP8ScaledMMLinearKernel):
+    """Per-tensor / per-channel FP8 through the dispatch: activations quantised by
+    ``scaled_fp8_quant`` (dynamic per tensor or per token, or static per tensor), the GEMM by
+    ``fp8_scaled_mm`` on the transposed weight vLLM keeps."""
+
+    def __init__(self, config, layer_param_names) -> None:
+        super().__init__(config, layer_param_names)
+        act = config.activation_quant_key.scale
+        self.per_token = not act.static and act.group_shape.is_per_token()
+
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return True, None
+
+    @classmethod
+    def can_implement(cls, config) -> tuple[bool, str | None]:
+        reason = _refuse_unless_fp8_symmetric(config)
+        if reason is not None:
+            return False, reason
+        weight = config.weight_quant_key.scale
+        act = config.activation_quant_key.scale
+        if not (weight.group_shape.is_per_tensor() or weight.group_shape.is_per_channel()):
+            return False, f"weights scaled per {tuple(weight.group_shape)}"
+        if act.static and not act.group_shape.is_per_tensor():
+            return False, f"static activation scales per {tuple(act.group_shape)}"
+        if not (act.group_shape.is_per_tensor() or act.group_shape.is_per_token()):
+            return False, f"activations quantised per {tuple(act.group_shape)}"
+        return True, None
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        super().process_weights_after_loading(layer)
+        name = self.layer_param_names[1]
+        scale = getattr(layer, name)
+        # one layout for fp8_scaled_mm: a per-channel scale [N] (ModelOpt) becomes [N, 1]
+        if scale.numel() > 1 and scale.dim() == 1:
+            replace_parameter(layer, name, scale.data.reshape(-1, 1))
+
+    def apply_weights(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **_
+    ) -> torch.Tensor:
+        weight, weight_scale, input_scale, input_scale_ub = self._get_layer_params(layer)
+        x_2d = x.reshape(-1, x.shape[-1])
+        x_q, x_scales = scaled_fp8_quant(
+            x_2d, input_scale, self.per_token, input_scale_ub if self.per_token else None
+        )
+        out_dtype = self.config.out_dtype or x.dtype
+        return self.apply_scaled_mm(
+            A=x_q,
+            B=weight,
+            out_dtype=out_dtype,
+            As=x_scales,
+            Bs=weight_scale,
+            bias=bias,
+            output_shape=[*x.shape[:-1], weight.shape[1]],
+        )
+
+    def apply_scaled_mm(
+        self,
+        *,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        out_dtype: torch.dtype,
+        As: torch.Tensor,
+        Bs: torch.Tensor,
+        bias: torch.Tensor | None,
+        output_shape: list,
+    ) -> torch.Tensor:
+        out = fp8_scaled_mm(A, B, As, Bs, _dtype_name(out_dtype), bias)
+        return out.view(*output_shape)
+
 
 KERNELS = (
     PluginKernel(
         table="_POSSIBLE_FP8_BLOCK_KERNELS",
-        name="Fp8BlockScaledMMKernelFL",
-        module=__name__,
+        kernel=Fp8BlockScaledMMKernelFL,
         format="FP8 block-quantized weights (ops per_token_group_quant_fp8, w8a8_block_fp8_matmul)",
     ),
     PluginKernel(
         table="_POSSIBLE_FP8_KERNELS",
-        name="Fp8ScaledMMKernelFL",
-        module=__name__,
+        kernel=Fp8ScaledMMKernelFL,
         format="FP8 per-tensor / per-channel weights (ops scaled_fp8_quant, fp8_scaled_mm)",
     ),
 )

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sys
 
-from vllm_fl import compat, functions
+from vllm.model_executor.kernels.linear.scaled_mm.triton import TritonInt8ScaledMMLinearKernel
+
+from vllm_fl import functions
 from vllm_fl.quant.kernels import PluginKernel
 
 # The ops' dispatch trampolines as module attributes (kept current on policy changes).
@@ -21,44 +23,34 @@ functions.bind(sys.modules[__name__], "scaled_int8_quant", "scaled_int8_quant")
 functions.bind(sys.modules[__name__], "int8_scaled_mm", "int8_scaled_mm")
 
 
-def _build_int8_kernel() -> type:
-    from vllm.model_executor.kernels.linear.scaled_mm.triton import (
-        TritonInt8ScaledMMLinearKernel,
-    )
+class Int8ScaledMMKernelFL(TritonInt8ScaledMMLinearKernel):
+    """INT8 W8A8 through the dispatch: activations quantised by ``scaled_int8_quant``, the GEMM by
+    ``int8_scaled_mm``; weights prepared as vLLM's Triton INT8 kernel prepares them (``b`` is the
+    transposed int8 weight, ``azp_adj`` its column sums)."""
 
-    class Int8ScaledMMKernelFL(TritonInt8ScaledMMLinearKernel):
-        """INT8 W8A8 through the dispatch: activations quantised by ``scaled_int8_quant``, the
-        GEMM by ``int8_scaled_mm``; weights prepared as vLLM's Triton INT8 kernel prepares them
-        (``b`` is the transposed int8 weight, ``azp_adj`` its column sums)."""
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return True, None
 
-        @classmethod
-        def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-            return True, None
+    @classmethod
+    def can_implement(cls, c) -> tuple[bool, str | None]:
+        return True, None
 
-        @classmethod
-        def can_implement(cls, c) -> tuple[bool, str | None]:
-            return True, None
+    def apply_weights(self, layer, x, bias=None):
+        w_q, w_s, i_s, i_zp, azp_adj = self._get_layer_params(layer)
+        symmetric = azp_adj is None
+        x_q, x_s, x_zp = scaled_int8_quant(x, i_s, i_zp, symmetric)
+        # A static zero point is folded into azp_adj; a dynamic one is per token.
+        azp = x_zp if (azp_adj is not None and i_zp is None) else None
+        return int8_scaled_mm(
+            x_q, w_q, x_s, w_s, str(x.dtype).removeprefix("torch."), bias, azp_adj, azp
+        )
 
-        def apply_weights(self, layer, x, bias=None):
-            w_q, w_s, i_s, i_zp, azp_adj = self._get_layer_params(layer)
-            symmetric = azp_adj is None
-            x_q, x_s, x_zp = scaled_int8_quant(x, i_s, i_zp, symmetric)
-            # A static zero point is folded into azp_adj; a dynamic one is per token.
-            azp = x_zp if (azp_adj is not None and i_zp is None) else None
-            return int8_scaled_mm(
-                x_q, w_q, x_s, w_s, str(x.dtype).removeprefix("torch."), bias, azp_adj, azp
-            )
-
-    return Int8ScaledMMKernelFL
-
-
-__getattr__ = compat.lazy_classes(globals(), {"Int8ScaledMMKernelFL": _build_int8_kernel})
 
 KERNELS = (
     PluginKernel(
         table="_POSSIBLE_INT8_KERNELS",
-        name="Int8ScaledMMKernelFL",
-        module=__name__,
+        kernel=Int8ScaledMMKernelFL,
         format="INT8 W8A8 (ops scaled_int8_quant, int8_scaled_mm)",
     ),
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 
@@ -10,16 +9,16 @@ from dataclasses import dataclass
 class PluginKernel:
     """One of the plugin's quantized-linear kernel classes.
 
-    ``table`` is the vLLM kernel table (``_POSSIBLE_INT8_KERNELS``, ...) whose out-of-tree row it
-    heads; ``name`` the class, an attribute of ``module`` (built lazily there: its vLLM base class
-    needs vLLM); ``format`` what it computes and through which ops, for the log line and the docs.
+    ``table`` is the vLLM kernel table (``_POSSIBLE_INT8_KERNELS``, ...) whose out-of-tree row
+    ``kernel`` heads; ``format`` what it computes and through which ops, for the log line and the
+    docs.
     """
 
     table: str
-    name: str
-    module: str
+    kernel: type
     format: str
 
-    def load(self) -> type:
-        """The kernel class (built on first use)."""
-        return getattr(importlib.import_module(self.module), self.name)
+    @property
+    def name(self) -> str:
+        """The kernel class's name."""
+        return self.kernel.__name__

@@ -35,8 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
+from vllm.model_executor.layers.quantization.utils import quant_utils
 
-from vllm_fl import compat, functions
+from vllm_fl import functions
 
 logger = logging.getLogger("vllm_fl.vllm")
 
@@ -129,131 +132,120 @@ def _log_format(quant_config) -> None:
     )
 
 
-def _supported_keys() -> set[tuple[object, object]]:
-    from vllm.model_executor.layers.quantization.utils import quant_utils
-
+def _supported_keys() -> frozenset[tuple[object, object]]:
+    """The (weight, activation) quant keys of :data:`SUPPORTED_SCHEMES` this vLLM defines."""
     keys = set()
     for weight, activation in SUPPORTED_SCHEMES:
         w = getattr(quant_utils, weight, None)
         a = None if activation is None else getattr(quant_utils, activation, None)
         if w is not None and (activation is None or a is not None):
             keys.add((w, a))
-    return keys
+    return frozenset(keys)
 
 
-def _build_experts_class() -> type:
-    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
-    from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import (
-        TopKWeightAndReduceNoOP,
-    )
+_SUPPORTED_KEYS = _supported_keys()
 
-    supported = _supported_keys()
 
-    class QuantizedExpertsFL(mk.FusedMoEExpertsModular):
-        """vLLM's quantized MoE experts through the dispatch op ``fused_experts_quant``."""
+class QuantizedExpertsFL(mk.FusedMoEExpertsModular):
+    """vLLM's quantized MoE experts through the dispatch op ``fused_experts_quant``."""
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            _log_format(self.quant_config)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _log_format(self.quant_config)
 
-        @staticmethod
-        def activation_format():
-            return mk.FusedMoEActivationFormat.Standard
+    @staticmethod
+    def activation_format():
+        return mk.FusedMoEActivationFormat.Standard
 
-        @property
-        def expects_unquantized_inputs(self) -> bool:
-            # the op's impl quantises the activations (each backend with its own kernels)
-            return True
+    @property
+    def expects_unquantized_inputs(self) -> bool:
+        # the op's impl quantises the activations (each backend with its own kernels)
+        return True
 
-        @staticmethod
-        def _supports_current_device() -> bool:
-            return True
+    @staticmethod
+    def _supports_current_device() -> bool:
+        return True
 
-        @staticmethod
-        def _supports_no_act_and_mul() -> bool:
-            return False
+    @staticmethod
+    def _supports_no_act_and_mul() -> bool:
+        return False
 
-        @staticmethod
-        def _supports_quant_scheme(weight_key, activation_key) -> bool:
-            return (weight_key, activation_key) in supported
+    @staticmethod
+    def _supports_quant_scheme(weight_key, activation_key) -> bool:
+        return (weight_key, activation_key) in _SUPPORTED_KEYS
 
-        @staticmethod
-        def _supports_activation(activation) -> bool:
-            return _activation_name(activation) in ACTIVATIONS
+    @staticmethod
+    def _supports_activation(activation) -> bool:
+        return _activation_name(activation) in ACTIVATIONS
 
-        @staticmethod
-        def _supports_parallel_config(moe_parallel_config) -> bool:
-            # tokens arrive in the standard layout; all-to-all dispatchers need batched experts
-            return not moe_parallel_config.use_all2all_kernels
+    @staticmethod
+    def _supports_parallel_config(moe_parallel_config) -> bool:
+        # tokens arrive in the standard layout; all-to-all dispatchers need batched experts
+        return not moe_parallel_config.use_all2all_kernels
 
-        def finalize_weight_and_reduce_impl(self):
-            return TopKWeightAndReduceNoOP()
+    def finalize_weight_and_reduce_impl(self):
+        return TopKWeightAndReduceNoOP()
 
-        def workspace_shapes(
-            self,
-            M,
-            N,
-            K,
-            topk,
-            global_num_experts,
-            local_num_experts,
-            expert_tokens_meta,
-            activation,
-        ):
-            # the op allocates what it needs; the output is the reduced [tokens, hidden]
-            return (0,), (0,), (M, K)
+    def workspace_shapes(
+        self,
+        M,
+        N,
+        K,
+        topk,
+        global_num_experts,
+        local_num_experts,
+        expert_tokens_meta,
+        activation,
+    ):
+        # the op allocates what it needs; the output is the reduced [tokens, hidden]
+        return (0,), (0,), (M, K)
 
-        def apply(
-            self,
-            output,
-            hidden_states,
-            w1,
-            w2,
-            topk_weights,
-            topk_ids,
-            activation,
-            global_num_experts,
-            expert_map,
-            a1q_scale,
-            a2_scale,
-            workspace13,
-            workspace2,
-            expert_tokens_meta,
-            apply_router_weight_on_input,
-        ):
-            quant = self.quant_config
-            if apply_router_weight_on_input:
-                # vLLM's prepare step has weighted the input already (top-1 only)
-                topk_weights = torch.ones_like(topk_weights)
-            block = quant.block_shape or (0, 0)
-            output.copy_(
-                fused_experts_quant(
-                    hidden_states,
-                    w1,
-                    w2,
-                    topk_weights,
-                    topk_ids,
-                    quant_type_of(quant),
-                    quant.w1_scale,
-                    quant.w2_scale,
-                    quant.a1_scale,
-                    quant.a2_scale,
-                    quant.w1_zp,
-                    quant.w2_zp,
-                    int(block[0]),
-                    int(block[1]),
-                    bool(quant.per_act_token_quant),
-                    _activation_name(activation),
-                    bool(apply_router_weight_on_input),
-                    global_num_experts,
-                    expert_map,
-                )
+    def apply(
+        self,
+        output,
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        activation,
+        global_num_experts,
+        expert_map,
+        a1q_scale,
+        a2_scale,
+        workspace13,
+        workspace2,
+        expert_tokens_meta,
+        apply_router_weight_on_input,
+    ):
+        quant = self.quant_config
+        if apply_router_weight_on_input:
+            # vLLM's prepare step has weighted the input already (top-1 only)
+            topk_weights = torch.ones_like(topk_weights)
+        block = quant.block_shape or (0, 0)
+        output.copy_(
+            fused_experts_quant(
+                hidden_states,
+                w1,
+                w2,
+                topk_weights,
+                topk_ids,
+                quant_type_of(quant),
+                quant.w1_scale,
+                quant.w2_scale,
+                quant.a1_scale,
+                quant.a2_scale,
+                quant.w1_zp,
+                quant.w2_zp,
+                int(block[0]),
+                int(block[1]),
+                bool(quant.per_act_token_quant),
+                _activation_name(activation),
+                bool(apply_router_weight_on_input),
+                global_num_experts,
+                expert_map,
             )
-
-    return QuantizedExpertsFL
-
-
-__getattr__ = compat.lazy_classes(globals(), {"QuantizedExpertsFL": _build_experts_class})
+        )
 
 
 _lock = threading.Lock()
@@ -305,13 +297,12 @@ def install_moe_experts(platform=None, policy=None) -> list[str]:
         policy = get_policy()
     if not policy.oot_allowed(OP):
         return []
-    experts_cls = getattr(sys.modules[__name__], "QuantizedExpertsFL")  # built on first access
     with _lock:
         for oracle in ORACLES:
             module, triton = _triton_member(oracle)
             if triton is None or oracle.module in _originals:
                 continue
-            _wrap(module, triton, experts_cls)
+            _wrap(module, triton, QuantizedExpertsFL)
         return installed()
 
 

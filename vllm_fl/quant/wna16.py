@@ -21,8 +21,13 @@ from __future__ import annotations
 import sys
 
 import torch
+from vllm.model_executor.kernels.linear.mixed_precision.triton_w4a16 import (
+    TritonW4A16LinearKernel,
+)
+from vllm.model_executor.layers.quantization.utils import replace_parameter
+from vllm.model_executor.parameter import permute_param_layout_
 
-from vllm_fl import compat, functions
+from vllm_fl import functions
 from vllm_fl.kernels import wna16 as packing
 from vllm_fl.quant.kernels import PluginKernel
 
@@ -82,78 +87,67 @@ def check_config(c) -> tuple[bool, str | None]:
     return True, None
 
 
-def _build_kernel() -> type:
-    from vllm.model_executor.kernels.linear.mixed_precision.triton_w4a16 import (
-        TritonW4A16LinearKernel,
-    )
-    from vllm.model_executor.layers.quantization.utils import replace_parameter
-    from vllm.model_executor.parameter import permute_param_layout_
-
-    def replace(layer, name: str, data: torch.Tensor) -> None:
-        # a plain Parameter, as vLLM's kernels leave them (TorchDynamo compatibility)
-        replace_parameter(layer, name, torch.nn.Parameter(data, requires_grad=False))
-
-    class WNA16KernelFL(TritonW4A16LinearKernel):
-        """W4A16 / W8A16 through the dispatch (op ``wna16_gemm``); weights in the layout of
-        vLLM's Triton W4A16 kernel (``qweight`` [K, N / p] packed along N, ``scales``
-        [K / G, N], ``qzeros`` [K / G, N / p] or None), 8-bit weights included."""
-
-        @classmethod
-        def get_min_capability(cls) -> int:
-            return 0
-
-        @classmethod
-        def can_implement(cls, c) -> tuple[bool, str | None]:
-            return check_config(c)
-
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-            c = self.config
-            bits, zero_points = weight_types()[c.weight_type]
-            self.bits = bits
-
-            # GPTQ, AWQ (converted by vLLM's method) and compressed-tensors all pack along K;
-            # their parameters say which dimension is which
-            w_q = getattr(layer, self.w_q_name)
-            permute_param_layout_(w_q, input_dim=0, output_dim=1, packed_dim=0)
-            replace(layer, self.w_q_name, packing.k_packed_to_canonical(w_q.data, bits))
-
-            w_s = getattr(layer, self.w_s_name)
-            permute_param_layout_(w_s, input_dim=0, output_dim=1)
-            replace(layer, self.w_s_name, w_s.data.to(c.act_type).contiguous())
-
-            w_zp = getattr(layer, self.w_zp_name or "", None)
-            if zero_points:
-                permute_param_layout_(w_zp, input_dim=0, output_dim=1, packed_dim=1)
-                replace(layer, self.w_zp_name, w_zp.data.contiguous())
-            elif w_zp is not None:
-                # GPTQ's symmetric checkpoints ship zero points the kernel never reads
-                setattr(layer, self.w_zp_name, None)
-
-        def apply_weights(
-            self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
-        ) -> torch.Tensor:
-            c = self.config
-            zeros = getattr(layer, self.w_zp_name) if c.zero_points else None
-            return wna16_gemm(
-                x,
-                getattr(layer, self.w_q_name),
-                getattr(layer, self.w_s_name),
-                self.bits,
-                c.group_size,
-                zeros,
-                bias,
-            )
-
-    return WNA16KernelFL
+def _replace(layer, name: str, data: torch.Tensor) -> None:
+    # a plain Parameter, as vLLM's kernels leave them (TorchDynamo compatibility)
+    replace_parameter(layer, name, torch.nn.Parameter(data, requires_grad=False))
 
 
-__getattr__ = compat.lazy_classes(globals(), {"WNA16KernelFL": _build_kernel})
+class WNA16KernelFL(TritonW4A16LinearKernel):
+    """W4A16 / W8A16 through the dispatch (op ``wna16_gemm``); weights in the layout of
+    vLLM's Triton W4A16 kernel (``qweight`` [K, N / p] packed along N, ``scales``
+    [K / G, N], ``qzeros`` [K / G, N / p] or None), 8-bit weights included."""
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        return 0
+
+    @classmethod
+    def can_implement(cls, c) -> tuple[bool, str | None]:
+        return check_config(c)
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        c = self.config
+        bits, zero_points = weight_types()[c.weight_type]
+        self.bits = bits
+
+        # GPTQ, AWQ (converted by vLLM's method) and compressed-tensors all pack along K;
+        # their parameters say which dimension is which
+        w_q = getattr(layer, self.w_q_name)
+        permute_param_layout_(w_q, input_dim=0, output_dim=1, packed_dim=0)
+        _replace(layer, self.w_q_name, packing.k_packed_to_canonical(w_q.data, bits))
+
+        w_s = getattr(layer, self.w_s_name)
+        permute_param_layout_(w_s, input_dim=0, output_dim=1)
+        _replace(layer, self.w_s_name, w_s.data.to(c.act_type).contiguous())
+
+        w_zp = getattr(layer, self.w_zp_name or "", None)
+        if zero_points:
+            permute_param_layout_(w_zp, input_dim=0, output_dim=1, packed_dim=1)
+            _replace(layer, self.w_zp_name, w_zp.data.contiguous())
+        elif w_zp is not None:
+            # GPTQ's symmetric checkpoints ship zero points the kernel never reads
+            setattr(layer, self.w_zp_name, None)
+
+    def apply_weights(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        c = self.config
+        zeros = getattr(layer, self.w_zp_name) if c.zero_points else None
+        return wna16_gemm(
+            x,
+            getattr(layer, self.w_q_name),
+            getattr(layer, self.w_s_name),
+            self.bits,
+            c.group_size,
+            zeros,
+            bias,
+        )
+
 
 KERNELS = (
     PluginKernel(
         table="_POSSIBLE_KERNELS",
-        name="WNA16KernelFL",
-        module=__name__,
+        kernel=WNA16KernelFL,
         format="W4A16/W8A16 weight-only, GPTQ/AWQ/compressed-tensors (op wna16_gemm)",
     ),
 )

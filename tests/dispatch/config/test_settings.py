@@ -25,7 +25,7 @@ def test_plugin_switch_maybe_is_an_error_for_the_platform_hook(monkeypatch, capl
 def test_plugin_platform_hook_parses_like_the_dispatch(monkeypatch, caplog):
     monkeypatch.setenv("VLLM_FL_PREFER_ENABLED", " On ")
     monkeypatch.setenv("VLLM_FL_PLATFORM", " CPU ")
-    assert vllm_fl.register_platform() == "vllm_fl.platform.PlatformFLCpu"
+    assert vllm_fl.register_platform() == "vllm_fl.platform.cpu.PlatformFLCpu"
     monkeypatch.setenv("VLLM_FL_PLATFORM", "tpu")
     caplog.set_level(logging.ERROR, logger="vllm_fl.vllm")
     assert vllm_fl.register_platform() is None

@@ -1,13 +1,19 @@
 """vLLM platforms of the plugin: out-of-tree (`PlatformEnum.OOT`), so vLLM calls `forward_oot`.
 
-- `PlatformFL`: NVIDIA GPUs. It is vLLM's `CudaPlatform` in everything but its enum, and it
-  still answers `is_cuda()` / `is_cuda_alike()` so that vLLM's CUDA paths (NCCL, CUDA graphs,
-  the GPU worker and its allocator) stay as they are. Its worker is `vllm_fl.worker.WorkerFL`,
-  vLLM's GPU worker plus the plugin's model-process step.
-- `PlatformFLCpu`: the CPU host mode, so the whole plugin runs inside vLLM's CPU build with the
-  reference backend (developers without an accelerator, CI). vLLM's `CpuPlatform` with the
-  OOT enum (so `is_cpu()` is False: `CustomOp` would otherwise pick `forward_cpu`) and
-  `vllm_fl.worker.CPUWorkerFL`, whose memory-pool context is a null context.
+- `vllm_fl.platform.cuda.PlatformFL`: NVIDIA GPUs. It is vLLM's `CudaPlatform` in everything but
+  its enum, and it still answers `is_cuda()` / `is_cuda_alike()` so that vLLM's CUDA paths (NCCL,
+  CUDA graphs, the GPU worker and its allocator) stay as they are. Its worker is
+  `vllm_fl.worker.gpu.WorkerFL`, vLLM's GPU worker plus the plugin's model-process step.
+- `vllm_fl.platform.cpu.PlatformFLCpu`: the CPU host mode, so the whole plugin runs inside vLLM's
+  CPU build with the reference backend (developers without an accelerator, CI). vLLM's
+  `CpuPlatform` with the OOT enum (so `is_cpu()` is False: `CustomOp` would otherwise pick
+  `forward_cpu`) and `vllm_fl.worker.cpu.CPUWorkerFL`, whose memory-pool context is a null
+  context.
+
+Each class sits at the top of its own module, which vLLM imports by the path `register_platform`
+hands it, because each base can only be imported by its own vLLM build (`vllm.platforms.cuda`
+needs the CUDA extension). This package holds what both share, and imports vLLM only inside its
+functions.
 
 On both, the attention backend comes from the dispatch op `attention_backend`
 (`select_attention_backend`) unless the user chose one or the op's backend cannot run the layer:
@@ -24,9 +30,6 @@ no layer class and no kernel library and touches no device.
 layers it replaced (`+rms_norm`, ...; the dispatch's `compile_prefer` then picks what Inductor
 traces). That happens in the process that builds the model (`apply_custom_ops_default`) and is
 logged once.
-
-The classes are built on first access (`vllm_fl.platform.PlatformFL`), because each base can
-only be imported by its own vLLM build: `vllm.platforms.cuda` needs the CUDA extension.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from vllm_fl import compat
 
 logger = logging.getLogger("vllm_fl.vllm")
 
-CPU_WORKER_FL = "vllm_fl.worker.CPUWorkerFL"
-GPU_WORKER_FL = "vllm_fl.worker.WorkerFL"
+CPU_WORKER_FL = "vllm_fl.worker.cpu.CPUWorkerFL"
+GPU_WORKER_FL = "vllm_fl.worker.gpu.WorkerFL"
 
 # Set on the CompilationConfig (it travels with the VllmConfig to the engine core and workers)
 # when the user left custom_ops at vLLM's default.
@@ -48,9 +51,10 @@ _default_logged = False
 
 def is_plugin_platform(platform) -> bool:
     """Whether ``platform`` is one of the plugin's own platforms (``PlatformFL``,
-    ``PlatformFLCpu``), whose workers prepare the model process; another out-of-tree platform is
-    not."""
-    return type(platform).__module__ == __name__
+    ``PlatformFLCpu``: a class of this package), whose workers prepare the model process; another
+    out-of-tree platform is not."""
+    module = type(platform).__module__
+    return module == __name__ or module.startswith(__name__ + ".")
 
 
 def note_custom_ops_default(compilation_config) -> bool:
@@ -189,13 +193,13 @@ def cuda_build_missing() -> str | None:
     without this check the user would see `No module named 'vllm._C_stable_libtorch'`."""
     if not compat.is_cpu_build():
         return None
-    import os
+    from vllm_fl.dispatch.config.settings import env_text
 
-    asked = (os.environ.get("VLLM_FL_PLATFORM") or "").strip()
+    asked = env_text("VLLM_FL_PLATFORM") or ""
     what = (
         f"VLLM_FL_PLATFORM={asked} asks for"
         if asked.lower() == "cuda"
-        else "vllm_fl.platform.PlatformFL is"
+        else "vllm_fl.platform.cuda.PlatformFL is"
     )
     return (
         f"vllm_fl: {what} the plugin's CUDA platform, but the installed vLLM is its CPU build "
@@ -204,82 +208,3 @@ def cuda_build_missing() -> str | None:
         "keep vLLM's own CPU platform, or install vLLM's CUDA build on a machine with an NVIDIA "
         "GPU."
     )
-
-
-def _build_cuda_platform() -> type:
-    missing = cuda_build_missing()
-    if missing is not None:
-        raise ImportError(missing)
-    base = compat.cuda_platform_cls()
-
-    class PlatformFL(base):
-        _enum = compat.platform_enum_oot()
-
-        def is_cuda(self) -> bool:
-            return True
-
-        def is_cuda_alike(self) -> bool:
-            return True
-
-        def is_sleep_mode_available(self) -> bool:
-            return True
-
-        @classmethod
-        def apply_config_platform_defaults(cls, vllm_config) -> None:
-            super().apply_config_platform_defaults(vllm_config)
-            note_custom_ops_default(vllm_config.compilation_config)
-
-        @classmethod
-        def check_and_update_config(cls, vllm_config) -> None:
-            super().check_and_update_config(vllm_config)
-            parallel_config = vllm_config.parallel_config
-            if parallel_config.worker_cls in ("auto", compat.GPU_WORKER_CLS):
-                parallel_config.worker_cls = GPU_WORKER_FL
-
-        @classmethod
-        def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
-            default = super().get_attn_backend_cls(
-                selected_backend, attn_selector_config, num_heads
-            )
-            return select_attention_backend(cls, default, selected_backend, attn_selector_config)
-
-    return PlatformFL
-
-
-def _build_cpu_platform() -> type:
-    base = compat.cpu_platform_cls()
-
-    class PlatformFLCpu(base):
-        _enum = compat.platform_enum_oot()
-
-        @classmethod
-        def pre_register_and_update(cls, parser=None) -> None:
-            # vLLM calls this before it sets its defaults, the first moment it can be patched
-            super().pre_register_and_update(parser)
-            compat.keep_cpu_batch_defaults(cls)
-
-        @classmethod
-        def apply_config_platform_defaults(cls, vllm_config) -> None:
-            super().apply_config_platform_defaults(vllm_config)
-            note_custom_ops_default(vllm_config.compilation_config)
-
-        @classmethod
-        def check_and_update_config(cls, vllm_config) -> None:
-            super().check_and_update_config(vllm_config)
-            parallel_config = vllm_config.parallel_config
-            if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):
-                parallel_config.worker_cls = CPU_WORKER_FL
-
-        @classmethod
-        def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
-            default = super().get_attn_backend_cls(
-                selected_backend, attn_selector_config, num_heads
-            )
-            return select_attention_backend(cls, default, selected_backend, attn_selector_config)
-
-    return PlatformFLCpu
-
-
-__getattr__ = compat.lazy_classes(
-    globals(), {"PlatformFL": _build_cuda_platform, "PlatformFLCpu": _build_cpu_platform}
-)
