@@ -121,8 +121,8 @@ def run_verify(
     if read_env("VLLM_FL_VERIFY", env) is False:  # unset or off; else on, or the ops it names
         env["VLLM_FL_VERIFY"] = "on"
     with tempfile.TemporaryDirectory(prefix="vllm-fl-verify-") as tmp:
-        env.setdefault("VLLM_FL_VERIFY_REPORT", tmp)
-        directory = Path(env["VLLM_FL_VERIFY_REPORT"])
+        directory = Path(read_env("VLLM_FL_VERIFY_REPORT", env) or tmp)
+        env["VLLM_FL_VERIFY_REPORT"] = str(directory)
         before = _report_files(directory)  # a directory of the user's may hold older reports
         workload = _workload(
             "generate", prompts, max_tokens, llm_args or {}, prompt_len, num_prompts
