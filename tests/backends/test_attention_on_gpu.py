@@ -15,20 +15,14 @@ vLLM's CUDA build.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # layer_samples
-
-from codegen.manifest import project_manifest  # noqa: E402
-from layer_samples import make_inputs  # noqa: E402
-
-from vllm_fl.backends.flaggems.impl import attention as flagos  # noqa: E402
-from vllm_fl.backends.reference.impl import attention as reference  # noqa: E402
-from vllm_fl.backends.cuda.impl import attention as cuda  # noqa: E402
+from codegen.manifest import project_manifest
+from tests.support.layer_samples import make_inputs
+from vllm_fl.backends.flaggems.impl import attention as flagos
+from vllm_fl.backends.reference.impl import attention as reference
+from vllm_fl.backends.cuda.impl import attention as cuda
 
 DEVICE = "cuda"
 IMPLS = [

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import ast
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from codegen.cli import main as codegen
 from codegen.manifest import project_manifest
-from vllm_fl.dispatch import OpManager, OpRegistry, get_default_manager
+from tests.support.codegen_trees import FIXTURES, registered
+from vllm_fl.dispatch import OpManager, get_default_manager
 from vllm_fl.dispatch.explain import explain, explain_table
 from vllm_fl.dispatch.stubs import is_stub, is_stub_node, stub_functions
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE_TREE = ROOT / "tests/codegen/fixtures/tree"
 
 
 def stubs_of(impl) -> list[str]:
@@ -65,18 +64,9 @@ def test_a_stub_where_its_backend_cannot_run_is_found_and_explained(tmp_path):
     them anyway."""
     _needs_the_generator()
     tree = tmp_path / "tree"
-    shutil.copytree(FIXTURE_TREE, tree)
+    shutil.copytree(FIXTURES / "tree", tree)
     assert codegen(["--root", str(tree), "-q"]) == 0
-    sys.path.insert(0, str(tree))
-    try:
-        from fxpkg.vendor.acme import register_ops
-
-        registry = OpRegistry()
-        register_ops.register(registry)
-    finally:
-        sys.path.remove(str(tree))
-        for name in [n for n in sys.modules if n == "fxpkg" or n.startswith("fxpkg.")]:
-            del sys.modules[name]
+    registry = registered(tree, "fxpkg.vendor.acme")
     pick = registry.get_impl("pick_backend", "vendor.acme")
     norm = registry.get_impl("rms_norm", "vendor.acme")
     assert not pick.is_available() and not norm.is_available()
@@ -106,7 +96,7 @@ def _stub_source(tmp_path) -> str:
     """A module holding a stub exactly as `make codegen` writes one, and look-alikes."""
     _needs_the_generator()
     tree = tmp_path / "tree"
-    shutil.copytree(FIXTURE_TREE, tree)
+    shutil.copytree(FIXTURES / "tree", tree)
     assert codegen(["--root", str(tree), "-q"]) == 0
     return (tree / "fxpkg/vendor/acme/impl/attention.py").read_text() + LOOKALIKES
 

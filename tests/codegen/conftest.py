@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from codegen_helpers import FIXTURES, REPO, snapshot_of
-
-# The generator is not an installed package: make the repository's ``codegen`` importable (and
-# win over this ``tests/codegen`` folder, which would otherwise be a namespace package).
-if sys.path[:1] != [str(REPO)]:
-    sys.path.insert(0, str(REPO))
-_cached = sys.modules.get("codegen")
-if _cached is not None and getattr(_cached, "__file__", None) is None:
-    del sys.modules["codegen"]  # the namespace package made of this folder, not the generator
-
-from codegen.cli import main  # noqa: E402
+from codegen.cli import main
+from tests.support.codegen_trees import FIXTURES, snapshot_of
 
 # The fixture trees hold generated tests and packages: they are data, never collected.
 collect_ignore_glob = ["fixtures/*"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen_helpers import FIXTURES, REPO, snapshot_of
+from tests.support.codegen_trees import FIXTURES, REPO, snapshot_of
 from hostile_cases import CASES, PAYLOAD, Hostile
 
 #: what one generation may use: far above a real manifest's needs, far below an expanded bomb's

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from codegen_helpers import FIXTURES  # noqa: F401  (pytest puts this folder on sys.path)
+from tests.support.codegen_trees import FIXTURES
 
 VALID = (FIXTURES / "tree/ops.yaml").read_text()
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from codegen_helpers import FIXTURES, importing, registered
+from tests.support.codegen_trees import FIXTURES, importing, registered
 from vllm_fl.dispatch import OpRegistry
 from vllm_fl.dispatch.runtime import registration
 

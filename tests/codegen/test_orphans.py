@@ -3,7 +3,7 @@ module, and deletes nothing."""
 
 from __future__ import annotations
 
-from codegen_helpers import snapshot_of
+from tests.support.codegen_trees import snapshot_of
 
 HELPER = (
     "warning: fxpkg/fast/impl/act.py:4: helper is not used by any op of backend 'fast' in "

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codegen_helpers import FIXTURES, snapshot_of
+from tests.support.codegen_trees import FIXTURES, snapshot_of
 from codegen.cli import main
 
 VALID = (FIXTURES / "tree/ops.yaml").read_text()

@@ -15,7 +15,7 @@ import pytest
 from codegen import render as render_module
 from codegen.generate import build, read_manifest
 from codegen.vendor import pickable_ops, scaffold_vendor
-from codegen_helpers import FIXTURES
+from tests.support.codegen_trees import FIXTURES
 
 #: every template but the vendor package's, which render the plugin's ops.yaml and identifiers
 #: only (tests/codegen/test_vendor_package.py renders them)

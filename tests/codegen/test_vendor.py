@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codegen_helpers import FIXTURES, REPO, registered
+from tests.support.codegen_trees import FIXTURES, REPO, registered
 
 from vllm_fl.dispatch.runtime import registration
 

@@ -2,7 +2,7 @@
 CPU tensors, against the reference (run as a script: the interpreter and vLLM's Triton must be
 set up before vLLM's kernel modules are imported).
 
-    python tests/kernels/attention_interpreted.py
+    python -m tests.kernels.attention_interpreted
 
 vLLM's CPU build replaces Triton by placeholders when Triton has no CPU backend; with
 TRITON_INTERPRET=1 the real Triton interprets ``@triton.jit`` kernels on CPU tensors, so this
@@ -21,11 +21,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # layer_samples
-sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -36,8 +33,7 @@ vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
 # vLLM's cache write sizes its tiles by the GPU's generation; an H100's
 torch.cuda.get_device_capability = lambda device=None: (9, 0)
 
-from interpreted_cases import run_cases  # noqa: E402
-
+from tests.support.interpreted_cases import run_cases  # noqa: E402
 from vllm_fl.backends.flaggems.impl import attention as flagos  # noqa: E402
 from vllm_fl.backends.reference.impl import attention as reference  # noqa: E402
 

@@ -2,7 +2,7 @@
 tensors, against the reference (run as a script: the interpreter and vLLM's Triton must be set
 up before vLLM's kernel modules are imported).
 
-    python tests/kernels/mla_interpreted.py
+    python -m tests.kernels.mla_interpreted
 
 vLLM's CPU build replaces Triton by placeholders when Triton has no CPU backend; with
 TRITON_INTERPRET=1 the real Triton interprets ``@triton.jit`` kernels on CPU tensors, so this
@@ -20,11 +20,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))  # layer_samples
-sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -33,8 +30,7 @@ import vllm.triton_utils as vllm_triton  # noqa: E402
 
 vllm_triton.triton, vllm_triton.tl, vllm_triton.HAS_TRITON = triton, tl, True
 
-from interpreted_cases import AS_GIVEN, run_cases  # noqa: E402
-
+from tests.support.interpreted_cases import AS_GIVEN, run_cases  # noqa: E402
 from vllm_fl.backends.flaggems.impl import mla as flagos  # noqa: E402
 from vllm_fl.backends.reference.impl import mla as reference  # noqa: E402
 

@@ -8,16 +8,14 @@ strides), not CUDA numerics, which the GPU parity tests check."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton")
 pytest.importorskip("vllm")
 
-from interpreted_cases import script_results  # noqa: E402
+from tests.support.interpreted_cases import script_results  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parent / "attention_interpreted.py"
+SCRIPT = "tests.kernels.attention_interpreted"
 
 
 @pytest.fixture(scope="module")

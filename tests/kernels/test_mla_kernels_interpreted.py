@@ -7,16 +7,14 @@ the arguments and layouts the impls pass, not CUDA numerics, which the GPU parit
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton")
 pytest.importorskip("vllm")
 
-from interpreted_cases import script_results  # noqa: E402
+from tests.support.interpreted_cases import script_results  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parent / "mla_interpreted.py"
+SCRIPT = "tests.kernels.mla_interpreted"
 OPS = {"gather_and_maybe_dequant_cache", "merge_attn_states", "mla_decode_attention"}
 
 

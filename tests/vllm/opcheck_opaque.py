@@ -1,6 +1,6 @@
 """torch.library.opcheck of every custom op the opaque backends define (run as a script).
 
-    python tests/vllm/opcheck_opaque.py [--device cpu|cuda]
+    python -m tests.vllm.opcheck_opaque [--device cpu|cuda]
 
 ``--device cpu`` (the default; test_compile_safety.py runs it): the opaque kernels (FlagGems,
 vLLM's CUDA ops, torch_npu) cannot run on a CPU-only machine, so each op gets a CPU kernel here
@@ -16,7 +16,7 @@ opcheck also compares each real kernel with its fake; ops of a backend that is u
 
 The arguments are the ones the generated adapter (the OpImpl's fn, compiled with
 fullgraph=True, as it calls the custom op only under Dynamo) passes for a real layer
-(tests/vllm/layer_samples.py), captured on the way. Prints one line:
+(tests/support/layer_samples.py), captured on the way. Prints one line:
 OPCHECK {"device": ..., "checked": {qualname/case: "ok" | error}, "unavailable": {qualname:
 reason}, "unchecked": [...]}.
 """
@@ -27,19 +27,15 @@ import argparse
 import json
 import sys
 import traceback
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # codegen: the manifest's model
+import torch
+from vllm.config import VllmConfig, set_current_vllm_config
 
-import torch  # noqa: E402
-from layer_samples import function_samples, make_inputs, make_layer, samples  # noqa: E402
-from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
-
-from vllm_fl.dispatch import get_default_manager  # noqa: E402
-from vllm_fl.dispatch.runtime import registration  # noqa: E402
-from vllm_fl.ops import OOT_CLASSES  # noqa: E402
-from vllm_fl.registration import _in_tree_base, _load_class, op_name_of  # noqa: E402
+from tests.support.layer_samples import function_samples, make_inputs, make_layer, samples
+from vllm_fl.dispatch import get_default_manager
+from vllm_fl.dispatch.runtime import registration
+from vllm_fl.ops import OOT_CLASSES
+from vllm_fl.registration import _in_tree_base, _load_class, op_name_of
 
 
 def _no_grad(value):

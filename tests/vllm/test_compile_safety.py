@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm")
 
 import torch  # noqa: E402
-from layer_samples import make_inputs, make_layer, op_of, samples  # noqa: E402
 
+from tests.support.layer_samples import make_inputs, make_layer, op_of, samples  # noqa: E402
+from tests.support.plugin_env import REPO  # noqa: E402
 from vllm_fl.ops import OOT_CLASSES  # noqa: E402
 from vllm_fl.registration import _load_class  # noqa: E402
 
@@ -66,9 +66,9 @@ def _clone(v):
 
 def _opcheck(device: str, timeout: float) -> dict:
     """The report of opcheck_opaque.py run with `--device device` in its own process."""
-    script = Path(__file__).with_name("opcheck_opaque.py")
     proc = subprocess.run(
-        [sys.executable, str(script), "--device", device],
+        [sys.executable, "-m", "tests.vllm.opcheck_opaque", "--device", device],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,

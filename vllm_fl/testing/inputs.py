@@ -1,7 +1,7 @@
 """The test-input forms of ``ops.yaml`` that need more than a random tensor, built as the
 generated parity tests build them: a quantized input and a derived one.
 
-Shared by the compile and opcheck tests' samples (``tests/vllm/layer_samples.py``) and the
+Shared by the compile and opcheck tests' samples (``tests/support/layer_samples.py``) and the
 benchmarks' cases (``benchmarks/cases.py``), which give these forms their own shapes (the test
 case's, or the model's). Plain PyTorch on the CPU; the caller moves the results.
 """

@@ -1,7 +1,8 @@
 """The ops.yaml test cases of an op through one impl against the reference, for the scripts that
-run impls in Triton's interpreter (``attention_interpreted.py``, ``mla_interpreted.py``), and
-their results read back by the tests that start them. No side effects on import: a script sets
-the interpreter up before importing this, a test never does."""
+run impls in Triton's interpreter (``tests/kernels/attention_interpreted.py``,
+``tests/kernels/mla_interpreted.py``), and their results read back by the tests that start them.
+No side effects on import: a script sets the interpreter up before importing this, a test never
+does."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import pytest
 import torch
+
+from tests.support.plugin_env import REPO
 
 #: (suffix of the result's key, the inputs as the impl gets them)
 Variant = tuple[str, Callable[[dict], dict]]
@@ -34,7 +36,7 @@ def run_cases(
     result differs from the reference's beyond the op's tolerance in ops.yaml, keyed
     ``<op>/case<i>/<dtype><suffix>``."""
     from codegen.manifest import project_manifest
-    from layer_samples import make_inputs
+    from tests.support.layer_samples import make_inputs
 
     op = next(o for o in project_manifest().ops if o.name == name)
     tolerances = dict(op.tests.tolerances)
@@ -66,9 +68,10 @@ def run_cases(
     return results
 
 
-def script_results(script: Path, tag: str) -> dict[str, str]:
-    """Run ``script`` in a fresh interpreter; the results it printed on its last ``TAG {...}``
-    line (an assertion naming its output where it failed or printed none).
+def script_results(script: str, tag: str) -> dict[str, str]:
+    """Run module ``script`` of the checkout (``python -m script``) in a fresh interpreter; the
+    results it printed on its last ``TAG {...}`` line (an assertion naming its output where it
+    failed or printed none).
 
     The scripts interpret vLLM's kernels on CPU tensors as vLLM's CPU build loads them (no
     FlagGems, vLLM's CPU platform); with vLLM's CUDA build installed, the generated parity tests
@@ -77,11 +80,11 @@ def script_results(script: Path, tag: str) -> dict[str, str]:
 
     if not compat.is_cpu_build():
         pytest.skip(
-            f"{script.name} interprets vLLM's CPU build's kernels; vLLM {compat.vllm_version()} "
+            f"{script} interprets vLLM's CPU build's kernels; vLLM {compat.vllm_version()} "
             "here is its CUDA build, whose kernels the GPU parity tests (tests/generated) run"
         )
     proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", script], cwd=REPO, capture_output=True, text=True, timeout=900
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{tag} ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]

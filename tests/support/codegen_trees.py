@@ -1,20 +1,23 @@
-"""Paths and helpers shared by the generator's tests (imported as ``codegen_helpers``)."""
+"""The generator's fixture trees and what the tests do with a generated tree: a snapshot of its
+files, its packages imported afresh for a block, what a backend of it registers."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.support.plugin_env import REPO
+
 if TYPE_CHECKING:
     from vllm_fl.dispatch import OpRegistry
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-REPO = FIXTURES.parent.parent.parent
+FIXTURES = REPO / "tests/codegen/fixtures"
 
 
 def snapshot_of(root: Path) -> dict[str, str]:
@@ -32,16 +35,24 @@ def _modules_of(package: str) -> dict[str, object]:
 
 @contextlib.contextmanager
 def importing(root: Path, package: str = "fxpkg") -> Iterator[None]:
-    """Make the backend packages of a generated tree (``package``) importable for the block,
-    imported afresh; afterwards the modules of that name are those of before the block."""
+    """Make the backend packages of a generated tree (``package``, a folder of ``root``)
+    importable for the block, imported afresh; afterwards the modules of that name are those of
+    before the block. Only ``package`` is imported from ``root``: its subpackages are found
+    through its ``__path__``, nothing else of the tree can shadow a module."""
     outer = _modules_of(package)
     for name in outer:
         del sys.modules[name]
-    sys.path.insert(0, str(root))
+    folder = root / package
+    spec = importlib.util.spec_from_file_location(
+        package, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert spec is not None and spec.loader is not None, f"{folder} is not a package"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[package] = module
     try:
+        spec.loader.exec_module(module)
         yield
     finally:
-        sys.path.remove(str(root))
         for name in _modules_of(package):
             del sys.modules[name]
         sys.modules.update(outer)
