@@ -33,6 +33,21 @@ PUBLIC = [
     "Probe",
     "oot_allowed",
     "used_impls",
+    "read_env",
+    "env_text",
+    "get_logger",
+    "configure_logger",
+    "wrap_selections",
+    "Backend",
+    "DeclaredBackend",
+    "Impl",
+    "CustomOp",
+    "Registrations",
+    "attrs",
+    "flatten",
+    "check_shape",
+    "FLBackendBase",
+    "CHECKS",
 ]
 
 
@@ -80,3 +95,19 @@ def test_import_pulls_in_no_vllm_flaggems_torch_npu():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_import_pulls_in_no_torch_and_the_lazy_names_come_on_first_use():
+    r = run_py(
+        """
+        import sys
+        import vllm_fl.dispatch as d
+        print("torch" in sys.modules, "vllm_fl.dispatch.runtime.registration" in sys.modules)
+        from vllm_fl.dispatch import CHECKS, Backend, DeclaredBackend, Registrations
+        print("torch" in sys.modules, set(d._LAZY) <= set(dir(d)))
+        from vllm_fl.dispatch import check_shape
+        print("torch" in sys.modules, check_shape is d.check_shape)
+    """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False", "False", "True", "True", "True"]

@@ -25,11 +25,36 @@ Its parts, one job each, lower layers first:
 - ``spec``: the generated contract of every op; ``checks``: the generated table bring-up mode
   compares with (arguments, mutated ones, tolerances); ``shapes``: argument shape checks;
 - ``logger_manager``: the plugin's loggers and their stderr handler.
+
+The rest of the plugin, its benchmarks and the generated ``register_ops.py`` files come in
+through this package's names only (``tests/test_structure.py`` holds them to it); its
+sub-modules are its internals. The names outside the policy and the calls:
+
+- the settings table's reader (``read_env``, and ``env_text`` for a message quoting the value)
+  and the plugin's logger (``get_logger``, ``configure_logger``);
+- what a backend package declares: its ``Backend`` hooks, the registration table of its
+  generated ``register_ops.py`` (``DeclaredBackend``, ``Impl``, ``CustomOp``, ``Registrations``,
+  ``attrs``, ``flatten``) and ``check_shape`` for its impls;
+- the generated contract: ``FLBackendBase`` (``spec``) and ``CHECKS`` (``checks``);
+- ``wrap_selections``, the hook bring-up mode (``vllm_fl.verify``) gives every op's eager calls
+  its verifying function by.
+
+Importing the package imports the policy, the managers, the settings table and the logger; a
+name whose module imports torch or is needed only by a backend or the verifier (the backend
+hooks, the registration table, ``check_shape``, ``FLBackendBase``, ``CHECKS``) is imported on
+first use (``_LAZY``).
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from .availability import Probe
 from .config.loader import DispatchConfig, load_config
 from .config.selection import SelectionPolicy
+from .config.settings import env_text, read_env
+from .logger_manager import configure_logger, get_logger
 from .policy.current import (
     get_config,
     get_policy,
@@ -52,29 +77,87 @@ from .runtime.default_manager import (
     resolve_op,
     used_impls,
 )
-from .runtime.manager import OpManager
+from .runtime.manager import OpManager, wrap_selections
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .checks import CHECKS
+    from .runtime.registration import (
+        CustomOp,
+        DeclaredBackend,
+        Impl,
+        Registrations,
+        attrs,
+        flatten,
+    )
+    from .shapes import check_shape
+    from .spec import FLBackendBase
+
+#: name -> the module defining it, imported on first use: the modules that import torch
+#: (``shapes``, ``spec``), the generated table of checks, and what only a backend's registration
+#: needs. Importing the package imports none of them.
+_LAZY = {
+    "Backend": ".backend",
+    "CHECKS": ".checks",
+    "CustomOp": ".runtime.registration",
+    "DeclaredBackend": ".runtime.registration",
+    "FLBackendBase": ".spec",
+    "Impl": ".runtime.registration",
+    "Registrations": ".runtime.registration",
+    "attrs": ".runtime.registration",
+    "check_shape": ".shapes",
+    "flatten": ".runtime.registration",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
+    "Backend",
     "BackendImplKind",
     "BackendPriority",
+    "CHECKS",
     "ConfigError",
+    "CustomOp",
+    "DeclaredBackend",
     "DispatchConfig",
     "DispatchError",
+    "FLBackendBase",
+    "Impl",
     "OpImpl",
     "OpManager",
     "OpRegistry",
     "Probe",
+    "Registrations",
     "SelectionPolicy",
+    "attrs",
     "call_method_op",
     "call_op",
+    "check_shape",
+    "configure_logger",
     "dispatch_method",
+    "env_text",
+    "flatten",
     "get_config",
     "get_default_manager",
+    "get_logger",
     "get_policy",
     "load_config",
     "oot_allowed",
     "policy_context",
+    "read_env",
     "reset_default_manager",
     "reset_global_policy",
     "resolve_op",
@@ -84,4 +167,5 @@ __all__ = [
     "with_denied_vendors",
     "with_preference",
     "with_strict_mode",
+    "wrap_selections",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from vllm_fl.dispatch.config.settings import read_env
+from vllm_fl.dispatch import read_env
 
 from .report import FILE_PREFIX, Report, format_report, merge
 

@@ -20,8 +20,7 @@ import sys
 import threading
 from typing import Any
 
-from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.policy.current import get_config
+from vllm_fl.dispatch import get_config, get_logger, wrap_selections
 
 from .report import format_report, merge, write
 
@@ -50,8 +49,6 @@ def enable(
     layers and count its forwards as steps (``compiled``: the model's forward is compiled, so
     its blocks get no hooks). Returns the ``Verifier``."""
     global _verifier, _finished
-    from vllm_fl.dispatch.runtime.manager import wrap_selections
-
     from .verifier import Verifier
 
     cfg = get_config()
@@ -83,8 +80,6 @@ def enable(
 def disable():
     """Turn verification off; returns the ``Verifier`` that was on (its report), or None."""
     global _verifier
-    from vllm_fl.dispatch.runtime.manager import wrap_selections
-
     with _lock:
         verifier, _verifier = _verifier, None
     if verifier is not None:

@@ -103,7 +103,7 @@ def worker_verify(worker=None, on: bool = True) -> dict[str, Any]:
 def worker_set_per_op(worker=None, per_op: dict[str, str] | None = None) -> None:
     """The policy the worker started with, its per-op lists updated with ``per_op`` (op -> one
     token); None: that policy itself."""
-    from vllm_fl.dispatch.policy.current import get_policy, set_global_policy
+    from vllm_fl.dispatch import get_policy, set_global_policy
 
     holder = worker if worker is not None else worker_set_per_op
     base = getattr(holder, "_vllm_fl_base_policy", None)

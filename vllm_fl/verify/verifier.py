@@ -1,8 +1,8 @@
 """The verifying callable: what an op's eager calls get in bring-up mode instead of the impl.
 
-``Verifier.wrap`` is the dispatch's selection wrapper (``vllm_fl.dispatch.runtime.manager.
-wrap_selections``): for an op it verifies whose selected impl is not the reference, it returns a
-function that, on a call due for verification,
+``Verifier.wrap`` is the dispatch's selection wrapper (``vllm_fl.dispatch.wrap_selections``):
+for an op it verifies whose selected impl is not the reference, it returns a function that, on a
+call due for verification,
 
 1. copies the call's arguments (``vllm_fl.verify.arguments``: never the weights nor the KV
    cache; a cache-writing op's slots are gathered instead);
@@ -26,10 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from vllm_fl.dispatch.checks import CHECKS
-from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.runtime.binding import IMPL_ATTR
-from vllm_fl.dispatch.types import BackendImplKind, OpImpl
+from vllm_fl.dispatch import CHECKS, BackendImplKind, OpImpl, get_logger
 
 from .arguments import CallCopy, named_arguments
 from .check import Check
@@ -99,7 +96,6 @@ class Verifier:
             return run(op, impl_id, fn, ref_fn, check, args, kwargs)
 
         verified.__qualname__ = f"verified[{op}:{impl_id}]"
-        setattr(verified, IMPL_ATTR, fn)
         return verified
 
     def _counting(self, op: str, impl_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,7 +107,6 @@ class Verifier:
             return fn(*args, **kwargs)
 
         counted.__qualname__ = f"counted[{op}:{impl_id}]"
-        setattr(counted, IMPL_ATTR, fn)
         return counted
 
     def _due(self, op: str, impl_id: str) -> bool:

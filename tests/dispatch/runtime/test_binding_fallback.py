@@ -15,6 +15,7 @@ from vllm_fl.dispatch import (
     dispatch_method,
     policy_context,
     set_global_policy,
+    wrap_selections,
 )
 
 
@@ -272,3 +273,44 @@ def test_single_impl_failing_reaches_the_caller_unchanged():
     for _ in range(2):
         with pytest.raises(IndexError, match="index 9 is out of bounds"):
             m.call("op", 1)
+
+
+def test_a_selection_wrappers_function_is_called_and_its_failure_blamed_on_the_impl():
+    """``wrap_selections``: eager calls get what the wrapper makes of the selected impl; a failure
+    inside it is the impl's (marked failed, the next candidate runs, wrapped too); None gives
+    the impls themselves back."""
+    seen = []
+
+    def wrapper(op, impl, registry):
+        fn = impl.fn
+
+        def wrapped(*args, **kwargs):
+            seen.append((op, impl.impl_id))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    m, layer, calls = build({"flagos": -1})
+    old = wrap_selections(wrapper)
+    try:
+        assert layer.forward_oot(1) == "cuda"
+        assert layer.forward_oot(2) == "cuda"
+    finally:
+        wrap_selections(old)
+    assert calls == ["flagos", "cuda", "cuda"]
+    assert seen[0] == ("rms_norm", "default.flagos") and seen[-1] == ("rms_norm", "vendor.cuda")
+    assert m.failed_impls() == {"rms_norm": ["default.flagos"]}
+    count = len(seen)
+    assert layer.forward_oot(3) == "cuda"
+    assert len(seen) == count
+
+
+def test_a_selection_wrapper_that_gives_no_function_is_refused_naming_the_op():
+    m, layer, calls = build({})
+    old = wrap_selections(lambda op, impl, registry: len)  # a builtin takes no attributes
+    try:
+        with pytest.raises(TypeError, match="op 'rms_norm'"):
+            layer.forward_oot(1)
+    finally:
+        wrap_selections(old)
+    assert layer.forward_oot(2) == "flagos"

@@ -33,7 +33,8 @@ __all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error", "set_selec
 logger = get_logger()
 
 #: (op, selected impl, the registry it came from) -> the function eager calls get instead of
-#: the impl's, or None for the impl's own. The function carries the impl's as ``IMPL_ATTR``.
+#: the impl's, or None for the impl's own. The binding marks that function with the impl's
+#: (``IMPL_ATTR``), so a failure is blamed on the impl and the resolver calls the function.
 SelectionWrapper = Callable[[str, OpImpl, OpRegistry], "Callable[..., Any] | None"]
 IMPL_ATTR = "__vllm_fl_impl__"
 _WRAPPER: SelectionWrapper | None = None
@@ -52,7 +53,17 @@ def _eager_fn(op: str, impl: OpImpl, registry: OpRegistry) -> Callable[..., Any]
     wrapper = _WRAPPER
     if wrapper is None:
         return impl.fn
-    return wrapper(op, impl, registry) or impl.fn
+    fn = wrapper(op, impl, registry)
+    if fn is None or fn is impl.fn:
+        return impl.fn
+    try:
+        setattr(fn, IMPL_ATTR, impl.fn)
+    except (AttributeError, TypeError):
+        raise TypeError(
+            f"the selection wrapper {wrapper!r} gave op {op!r} {fn!r}, which takes no "
+            "attributes; it must return a function (or None for the impl itself)"
+        ) from None
+    return fn
 
 
 class Resolver(Protocol):

@@ -54,7 +54,13 @@ add_policy_listener(_on_policy_change)
 def wrap_selections(wrapper: SelectionWrapper | None) -> SelectionWrapper | None:
     """Give every op's eager calls what ``wrapper`` makes of its selected impl (None: the impl
     itself again), from now on: every manager re-selects the ops in use. Returns the previous
-    wrapper. ``vllm_fl.verify`` uses it for bring-up mode."""
+    wrapper. ``vllm_fl.verify`` uses it for bring-up mode.
+
+    ``wrapper(op, impl, registry)`` gets the op, its selected ``OpImpl`` and the ``OpRegistry``
+    it came from (to find the op's other impls) and returns the function the op's eager calls
+    get, one that calls ``impl.fn``, or None for ``impl.fn`` itself. The dispatch marks that
+    function with the impl it calls, so a failure is still blamed on the impl and falls back as
+    the impl's own would; calls traced by torch.compile get the impl itself."""
     old = set_selection_wrapper(wrapper)
     _on_policy_change()
     return old
