@@ -54,7 +54,7 @@ def rounds_task(llm, workload) -> dict:
     ``checks``, one more batch per policy counts what would make a launch cost more than its
     plan: calls that reached FlagGems' own entry points or missed a launch plan, and CUDA
     synchronisations (``torch.cuda.set_sync_debug_mode``)."""
-    from vllm_fl.dispatch.policy.current import policy_context
+    from vllm_fl.dispatch import policy_context
 
     options = workload.task_options
     params, fresh = fresh_batches(workload)
@@ -134,7 +134,7 @@ def steps_task(llm, workload) -> dict:
     order :func:`batch_order` gives each of the options' ``batches``; the ratio of each step to its prefer=vendor neighbours (:func:`step_pairs`), their
     median with a bootstrap 95% interval, quartiles and the share of steps slower than their
     neighbours."""
-    from vllm_fl.dispatch.policy.current import policy_context
+    from vllm_fl.dispatch import policy_context
 
     options = workload.task_options
     params, fresh = fresh_batches(workload)

@@ -49,17 +49,14 @@ _skip_logged = False
 
 
 def _plugin_enabled() -> bool:
-    from vllm_fl.dispatch.config.settings import (
-        read_env,
-    )  # the dispatch's parser; no torch, no vLLM
+    from vllm_fl.dispatch import read_env  # the dispatch's parser; no torch, no vLLM
 
     return read_env("VLLM_FL_PREFER_ENABLED")
 
 
 def register_platform() -> str | None:
     """`vllm.platform_plugins` entry point: the platform class path, or None."""
-    from vllm_fl.dispatch.config.settings import read_env
-    from vllm_fl.dispatch.types import ConfigError
+    from vllm_fl.dispatch import ConfigError, read_env
 
     try:
         if not _plugin_enabled():
@@ -113,8 +110,7 @@ def _log_in_tree(platform) -> None:
     logger gets its own handler first (`registration.configure_logging`), at the level of
     VLLM_FL_LOG_LEVEL read alone: the whole dispatch configuration would detect the platform,
     which asks torch.cuda, and the front-end must not touch CUDA."""
-    from vllm_fl.dispatch.config.settings import read_env
-    from vllm_fl.dispatch.types import ConfigError
+    from vllm_fl.dispatch import ConfigError, read_env
     from vllm_fl.registration import configure_logging
 
     try:

@@ -73,7 +73,7 @@ def install(policy=None) -> dict[str, list[str]]:
     Returns op -> the ``module.attr`` sites now holding the dispatch.
     """
     if policy is None:
-        from vllm_fl.dispatch.policy.current import get_policy
+        from vllm_fl.dispatch import get_policy
 
         policy = get_policy()
     if not policy.oot_active:

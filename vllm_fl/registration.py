@@ -44,11 +44,11 @@ _logged = False
 
 
 def current_policy():
-    """The dispatch's selection policy in force (`vllm_fl.dispatch.policy.current.get_policy()`): its
+    """The dispatch's selection policy in force (`vllm_fl.dispatch.get_policy()`): its
     `enabled`, `oot_enabled`, `oot_whitelist` / `oot_blacklist` come from VLLM_FL_PREFER_ENABLED,
     VLLM_FL_OOT_ENABLED, VLLM_FL_OOT_WHITELIST / VLLM_FL_OOT_BLACKLIST, the config file's
     oot_blacklist and the platform YAML, with the precedence of the configuration reference."""
-    from vllm_fl.dispatch.policy.current import get_policy
+    from vllm_fl.dispatch import get_policy
 
     return get_policy()
 
@@ -56,11 +56,9 @@ def current_policy():
 def configure_logging(level: int | None = None) -> None:
     """Give the integration's logger `level`, by default the dispatch's (VLLM_FL_LOG_LEVEL), and,
     when nothing else handles its records, a stderr handler (as the dispatch logger has)."""
-    from vllm_fl.dispatch.logger_manager import configure_logger
+    from vllm_fl.dispatch import configure_logger, get_config
 
     if level is None:
-        from vllm_fl.dispatch.policy.current import get_config
-
         level = get_config().log_level
     configure_logger(logger, level)
 

@@ -2,7 +2,7 @@
 (an eager variant, a ``torch.library`` custom op) and the custom ops' kernels and fakes, written
 out as plain Python functions, then a table with one row per op the backend implements (its
 impl, priority, availability, adapter, custom op), which
-``vllm_fl.dispatch.runtime.registration`` turns into ``OpImpl`` objects and custom ops."""
+``vllm_fl.dispatch.Registrations`` turns into ``OpImpl`` objects and custom ops."""
 
 from __future__ import annotations
 
@@ -92,7 +92,9 @@ def _def(name: str, params: list[str], returns: str, doc: str | None, body: list
         if len(wrapped) == 1:
             lines.append(f'    """{doc}"""')
         else:
-            lines += ['    """' + wrapped[0]] + [f"    {part}" for part in wrapped[1:]] + ['    """']
+            lines += (
+                ['    """' + wrapped[0]] + [f"    {part}" for part in wrapped[1:]] + ['    """']
+            )
     lines += [f"    {line}" for line in body]
     return "\n".join(lines) + "\n"
 
@@ -162,7 +164,7 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
     )
     reference_rows = [] if reference is None else _rows(manifest, reference, module_alias)
     every_row = rows + reference_rows
-    names = ["DeclaredBackend", "Impl", "Registrations"]
+    names = ["BackendImplKind", "DeclaredBackend", "Impl", "OpRegistry", "Registrations"]
     helpers = []
     if any(row.custom_op for row in every_row):
         names.append("CustomOp")
@@ -173,7 +175,7 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
         backend=backend,
         backend_fields=_backend_fields(backend),
         imports=sorted(imports.values(), key=lambda i: i.alias),
-        registration_names=sorted(names) + helpers,
+        dispatch_names=sorted(names) + helpers,
         rows=rows,
         reference=reference,
         reference_fields=() if reference is None else _backend_fields(reference),

@@ -3,7 +3,7 @@
 """Registrations of backend ``cuda`` (token ``vendor:cuda``, impl id ``vendor.cuda``).
 
 ``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
-implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
+implements in ops.yaml; ``vllm_fl.dispatch.Registrations`` builds them from the table.
 The backend is opaque: a row with a ``custom_op`` registers its adapter (below), which calls the
 impl directly in eager mode and, under Dynamo, the ``torch.library`` custom op
 ``vllm_fl::cuda_<op>`` (defined once per process on first registration); the custom
@@ -21,11 +21,12 @@ calls as ``.functional`` (and the in-place variant, if any, as ``.eager``), so t
 import torch
 from torch.compiler import is_compiling as _is_compiling
 
-from vllm_fl.dispatch import BackendImplKind, OpRegistry
-from vllm_fl.dispatch.runtime.registration import (
+from vllm_fl.dispatch import (
+    BackendImplKind,
     CustomOp,
     DeclaredBackend,
     Impl,
+    OpRegistry,
     Registrations,
     attrs as _attrs,
     flatten as _flatten,

@@ -19,7 +19,7 @@ the GEMM configs of ``tuned_configs`` (tables per device in ``tuned/``) where it
   the ops the manager runs on FlagGems.
 """
 
-from vllm_fl.dispatch.backend import Backend
+from vllm_fl.dispatch import Backend
 
 from . import load_order, oplist
 

@@ -20,12 +20,10 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING
 
-from vllm_fl.dispatch.logger_manager import get_logger
-from vllm_fl.dispatch.policy.current import get_config
-from vllm_fl.dispatch.types import BackendImplKind
+from vllm_fl.dispatch import BackendImplKind, get_config, get_logger
 
 if TYPE_CHECKING:  # the runtime calls this backend, never the other way round
-    from vllm_fl.dispatch.runtime.manager import OpManager
+    from vllm_fl.dispatch import OpManager
 
 __all__ = ["write_oplist", "write_atomically"]
 

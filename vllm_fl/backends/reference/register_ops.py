@@ -3,11 +3,10 @@
 """Registrations of backend ``reference`` (token ``reference``, impl id ``reference.torch``).
 
 ``register(registry)`` registers one ``OpImpl`` per row of ``IMPLS``, the ops this backend
-implements in ops.yaml; ``vllm_fl.dispatch.runtime.registration`` builds them from the table.
+implements in ops.yaml; ``vllm_fl.dispatch.Registrations`` builds them from the table.
 """
 
-from vllm_fl.dispatch import BackendImplKind, OpRegistry
-from vllm_fl.dispatch.runtime.registration import DeclaredBackend, Impl, Registrations
+from vllm_fl.dispatch import BackendImplKind, DeclaredBackend, Impl, OpRegistry, Registrations
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import attention as _reference_attention
 from vllm_fl.backends.reference.impl import mla as _reference_mla

@@ -15,7 +15,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from vllm_fl.backends.reference.impl.moe import _ACTIVATIONS, fused_experts
-from vllm_fl.dispatch.shapes import check_shape
+from vllm_fl.dispatch import check_shape
 
 OP = "fused_experts_quant"
 W8A8 = ("fp8_w8a8", "int8_w8a8")

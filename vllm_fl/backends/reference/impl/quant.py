@@ -7,7 +7,7 @@ value quantises to the same integer here as on the GPU except on a rounding boun
 
 import torch
 
-from vllm_fl.dispatch.shapes import check_shape
+from vllm_fl.dispatch import check_shape
 from vllm_fl.kernels.block_fp8 import scales_in_layout
 
 _I8_MIN, _I8_MAX = -128, 127

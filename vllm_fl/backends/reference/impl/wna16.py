@@ -3,7 +3,7 @@ ground truth of ``wna16_gemm`` and the fake of its custom ops under torch.compil
 
 import torch
 
-from vllm_fl.dispatch.shapes import check_shape
+from vllm_fl.dispatch import check_shape
 from vllm_fl.kernels import wna16 as packing
 from vllm_fl.kernels.resident import resident
 
