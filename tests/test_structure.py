@@ -1,5 +1,6 @@
 """The package's import graph: no circle between its modules, and no import from a lower layer
-to a higher one (imports inside functions count; imports only for type checking do not).
+to a higher one (imports inside functions count; imports only for type checking do not); and
+the dispatch's way in: a module outside it imports ``vllm_fl.dispatch``, never its sub-modules.
 
 The layers, lowest first: a module may import its own layer and those below it. The dispatch
 is a runtime that imports no backend and no model-level module; backends sit above the
@@ -14,6 +15,7 @@ from pathlib import Path
 import vllm_fl
 
 ROOT = Path(vllm_fl.__file__).parent
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm_fl.compat", "vllm_fl.kernels"),
@@ -37,12 +39,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+def _imports(path: Path, name: str, known: set[str], type_checking: bool = False) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text())
     skipped: set[int] = set()
-    for node in ast.walk(tree):  # `if TYPE_CHECKING:` blocks
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    for node in ast.walk(tree):  # `if TYPE_CHECKING:` blocks, unless asked for
+        if (
+            not type_checking
+            and isinstance(node, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(node.test)
+        ):
             skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -125,3 +131,24 @@ def test_the_dispatch_imports_nothing_of_the_plugin_outside_it():
         if not dep.startswith("vllm_fl.dispatch")
     )
     assert outside == []
+
+
+def test_outside_the_dispatch_only_its_package_is_imported():
+    """``vllm_fl.dispatch`` re-exports what the rest of the plugin, the benchmarks and the
+    generated ``register_ops.py`` files need; its sub-modules are its internals, imported by no
+    module outside it (imports inside functions and for type checking count)."""
+    paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    internals = {name for name in paths if name.startswith("vllm_fl.dispatch.")}
+    paths |= {
+        ".".join(("benchmarks", *p.relative_to(BENCHMARKS).with_suffix("").parts)): p
+        for p in BENCHMARKS.rglob("*.py")
+    }
+    inward = sorted(
+        f"{name} -> {dep}"
+        for name, path in paths.items()
+        if name != "vllm_fl.dispatch" and not name.startswith("vllm_fl.dispatch.")
+        for dep in _imports(path, name, internals, type_checking=True)
+    )
+    assert inward == [], "imports of the dispatch's sub-modules; import vllm_fl.dispatch:\n" + (
+        "\n".join(inward)
+    )
