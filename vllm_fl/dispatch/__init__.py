@@ -1,6 +1,6 @@
 """Run-time dispatch of operators between FlagGems (``flagos``), vendor kernels (``vendor``) and a
-PyTorch reference (``reference``). Importing this package imports neither vLLM, FlagGems nor
-torch_npu.
+PyTorch reference (``reference``). Importing this package imports neither vLLM, FlagGems,
+torch_npu nor torch.
 
 Its parts, one job each, lower layers first:
 
