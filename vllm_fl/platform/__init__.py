@@ -117,7 +117,7 @@ def route_unreplaced_ops_to_cuda(policy=None) -> bool:
     if getattr(base, _FORWARD_OOT_ATTR, False):
         return False
     if policy is None:
-        from vllm_fl.dispatch.policy.current import get_policy
+        from vllm_fl.dispatch import get_policy
 
         policy = get_policy()
     if "cuda" in policy.deny_vendors or (
@@ -193,7 +193,7 @@ def cuda_build_missing() -> str | None:
     without this check the user would see `No module named 'vllm._C_stable_libtorch'`."""
     if not compat.is_cpu_build():
         return None
-    from vllm_fl.dispatch.config.settings import env_text
+    from vllm_fl.dispatch import env_text
 
     asked = env_text("VLLM_FL_PLATFORM") or ""
     what = (

@@ -292,7 +292,7 @@ def install_moe_experts(platform=None, policy=None) -> list[str]:
     if not is_plugin_platform(platform):
         return []
     if policy is None:
-        from vllm_fl.dispatch.policy.current import get_policy
+        from vllm_fl.dispatch import get_policy
 
         policy = get_policy()
     if not policy.oot_allowed(OP):
