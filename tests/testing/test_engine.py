@@ -96,6 +96,9 @@ def test_a_resident_engine_warms_up_both_kinds_of_batch_before_it_is_ready(monke
     monkeypatch.setattr(engine, "build_llm", lambda *args: llm)
     monkeypatch.setattr(engine, "sampling_params", lambda *args: None)
     monkeypatch.setattr(engine, "engine_settings", lambda config: {})
+    # the dispatch's record reads vLLM's registry, which the stand-in vllm has not (where
+    # another test loaded the dispatch)
+    monkeypatch.setattr(engine, "_dispatch_record", lambda mode: {})
     work = Workload(num_prompts=3, prompt_len=40, decode_prompt_len=16, max_tokens=1)
     engine.serve("model", work, ["batch 0", "quit"], tmp_path / "result")
     # warm-up: the full prompts, then the same cut to the decode length; then the timed pair
