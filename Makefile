@@ -37,7 +37,7 @@ codegen-check: $(STAMP)
 test: $(STAMP)
 	@start=$$(date +%s); \
 	$(PY) -m codegen --check && \
-	$(PY) -m pytest -q tests; rc=$$?; \
+	$(PY) -m pytest -q -n auto --dist loadfile tests; rc=$$?; \
 	echo "tests: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The tests marked gpu, for a machine with an NVIDIA GPU, vLLM's CUDA build and flag_gems (each

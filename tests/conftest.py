@@ -9,6 +9,8 @@ import importlib.util
 
 import pytest
 
+from tests.support import e2e_runs, shared
+
 #: what a ``gpu`` marker's arguments may name, and how it is found
 GPU_NEEDS = ("vllm", "flag_gems")
 
@@ -37,6 +39,18 @@ def gpu_missing(needs: tuple[str, ...]) -> str | None:
     if "flag_gems" in needs and importlib.util.find_spec("flag_gems") is None:
         return "needs flag_gems (not installed)"
     return None
+
+
+def pytest_configure(config):
+    shared.start_session()
+
+
+def pytest_unconfigure(config):
+    shared.end_session()
+
+
+def pytest_terminal_summary(terminalreporter):
+    e2e_runs.summary(terminalreporter)
 
 
 @pytest.hookimpl(tryfirst=True)
