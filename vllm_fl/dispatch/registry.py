@@ -187,12 +187,19 @@ class OpRegistry:
                 cb()
 
 
+def _not_strict() -> bool:
+    return False
+
+
+#: whether the policy in force is strict; ``policy.current`` installs its reader on import
+strict_mode: Callable[[], bool] = _not_strict
+
+
 def _matching_signatures(impls: list[OpImpl], origin: str) -> list[OpImpl]:
     """``impls`` whose functions take their op's parameters (``signatures``). A mismatch raises
     ``ImplSignatureError`` in strict mode; otherwise it is a WARNING and the implementation is
     not registered, so it is never a candidate that fails at its first call."""
     from .logger_manager import get_logger
-    from .policy.current import get_policy
     from .signatures import ImplSignatureError, mismatch
 
     kept = []
@@ -204,7 +211,7 @@ def _matching_signatures(impls: list[OpImpl], origin: str) -> list[OpImpl]:
         message = (
             f"implementation {impl.impl_id!r} of op {impl.op_name!r} (from {origin}): {problem}"
         )
-        if get_policy().strict:
+        if strict_mode():
             raise ImplSignatureError(message)
         get_logger().warning("%s; it is not registered", message)
     return kept

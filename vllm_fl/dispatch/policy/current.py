@@ -16,6 +16,7 @@ from .. import sync
 from ..config.loader import DispatchConfig, load_config
 from ..config.selection import SelectionPolicy
 from ..config.values import parse_name_set
+from .. import registry
 from ..logger_manager import configure_logging
 
 __all__ = [
@@ -182,3 +183,12 @@ def with_denied_vendors(*vendors: str) -> contextlib.AbstractContextManager[Sele
 def oot_allowed(name: str, *aliases: str) -> bool:
     """Whether the OOT replacement of in-tree class ``name`` may be registered (current policy)."""
     return get_policy().oot_allowed(name, *aliases)
+
+
+def _strict() -> bool:
+    return get_policy().strict
+
+
+# The registry refuses a mismatched signature outright in strict mode; it sits below the policy,
+# so the policy tells it how to ask.
+registry.strict_mode = _strict

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
-from vllm_fl.dispatch import BackendImplKind, OpImpl, Probe
+from ..availability import Probe
+from ..types import BackendImplKind, OpImpl
 
 if TYPE_CHECKING:
     import torch
 
-    from vllm_fl.dispatch import OpRegistry
+    from ..registry import OpRegistry
 
 __all__ = [
     "DeclaredBackend",
