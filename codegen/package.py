@@ -230,7 +230,7 @@ def scaffold_package(name: str | None, ops: str | None, out: Path) -> FileManage
     manifest_text = render("vendor_package/vendor.yaml.j2", **context) + "".join(lines)
     scaffold = {
         f"{pkg}/__init__.py": render("vendor_package/package_init.py.j2", **context),
-        f"{pkg}/impl/__init__.py": render("vendor/impl_init.py.j2", **context),
+        f"{pkg}/impl/__init__.py": render("new_backend/impl_init.py.j2", **context),
         "pyproject.toml": render("vendor_package/pyproject.toml.j2", **context),
         "README.md": render("vendor_package/README.md.j2", **context),
     }

@@ -124,8 +124,8 @@ def scaffold_vendor(
     files = build(new_manifest, root)
     files.add(label, new_text, owned=False)  # the user's manifest, edited in place
     base = package.replace(".", "/")
-    files.override(f"{base}/__init__.py", render("vendor/backend_init.py.j2", name=name))
-    files.override(f"{base}/impl/__init__.py", render("vendor/impl_init.py.j2", name=name))
+    files.override(f"{base}/__init__.py", render("new_backend/backend_init.py.j2", name=name))
+    files.override(f"{base}/impl/__init__.py", render("new_backend/impl_init.py.j2", name=name))
     return files
 
 
@@ -188,7 +188,7 @@ def _insert(
             "block style to insert a backend into",
         )
     if package is not None:
-        entry = render("vendor/manifest_backend.yaml.j2", name=name, package=package)
+        entry = render("new_backend/manifest_backend.yaml.j2", name=name, package=package)
         indent = " " * backends.column
         entry = "".join(
             indent + line[2:] if line.strip() else line for line in entry.splitlines(keepends=True)
