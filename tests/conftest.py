@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import pytest
 
@@ -47,6 +48,23 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     shared.end_session()
+
+
+#: test folders whose files each start vLLM engines (minutes a file): with parallel workers they
+#: are handed out first, so the short files fill the gaps at the end instead of one long file
+#: running alone
+SLOW_FIRST = ("tests/vllm/", "tests/benchmarks/", "tests/testing/")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return  # one process: collection order
+    root = str(config.rootpath) + "/"
+
+    def slow(item) -> bool:
+        return str(item.path).removeprefix(root).startswith(SLOW_FIRST)
+
+    items.sort(key=lambda item: not slow(item))  # stable: each file keeps its order
 
 
 def pytest_terminal_summary(terminalreporter):
