@@ -44,6 +44,19 @@ def gpu_missing(needs: tuple[str, ...]) -> str | None:
 
 def pytest_configure(config):
     shared.start_session()
+    _vllm_moe_library_before_flag_gems()
+
+
+def _vllm_moe_library_before_flag_gems() -> None:
+    """Where flag_gems is installed: load vLLM's compiled MoE library first, as the flagos
+    backend's prepare hook does in an engine (``vllm_fl.backends.flaggems.load_order``). Test
+    modules import flag_gems directly; whichever of the two loads first owns the ``_moe_C`` op
+    names, and vLLM's own wrappers then call FlagGems' ops with another signature."""
+    if importlib.util.find_spec("flag_gems") is None:
+        return
+    from vllm_fl.backends.flaggems.load_order import load_vllm_moe_library
+
+    load_vllm_moe_library()
 
 
 def pytest_unconfigure(config):
