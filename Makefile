@@ -34,10 +34,14 @@ codegen: $(STAMP)
 codegen-check: $(STAMP)
 	$(PY) -m codegen --check
 
+# WORKERS=auto (or a number) runs the suite in parallel pytest-xdist workers, a file's tests on
+# one worker (about 1.9x faster on 2 cores); the default is one process, the order CI runs.
+WORKERS ?= 1
+
 test: $(STAMP)
 	@start=$$(date +%s); \
 	$(PY) -m codegen --check && \
-	$(PY) -m pytest -q -n auto --dist loadfile tests; rc=$$?; \
+	$(PY) -m pytest -q $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile) tests; rc=$$?; \
 	echo "tests: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The tests marked gpu, for a machine with an NVIDIA GPU, vLLM's CUDA build and flag_gems (each
