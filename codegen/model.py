@@ -81,6 +81,8 @@ class Impl:
     line: int
     #: the in-place variant used outside a torch.compile trace: (module, function), or None
     eager: tuple[str, str] | None = None
+    #: (argument, the values the impl serves) pairs; a call with another value skips the impl
+    supports: tuple[tuple[str, tuple[object, ...]], ...] = ()
 
     @property
     def ref(self) -> str:

@@ -75,6 +75,9 @@ class UnquantizedFusedMoEMethodFL(UnquantizedFusedMoEMethod):
             layer.apply_router_weight_on_input,
             layer.global_num_experts,
             layer.expert_map,
+            # vLLM registers the biases only for layers with has_bias (GPT-OSS)
+            getattr(layer, "w13_bias", None),
+            getattr(layer, "w2_bias", None),
         )
 
     forward_native = forward_oot

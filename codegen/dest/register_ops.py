@@ -188,6 +188,12 @@ def emit(manifest: m.Manifest, backend: m.Backend) -> dict[str, str]:
     return {path: text}
 
 
+def _supports(supports: tuple[tuple[str, tuple[object, ...]], ...]) -> str:
+    """``{"activation": ("silu",), "w1_bias": (None,)}``: the row's ``supports`` literal."""
+    items = ", ".join(f"{name!r}: {_tuple([repr(v) for v in values])}" for name, values in supports)
+    return "{" + items + "}"
+
+
 def _rows(
     manifest: m.Manifest, backend: m.Backend, module_alias: Callable[[m.Backend, str], str]
 ) -> list[_Row]:
@@ -201,6 +207,8 @@ def _rows(
             fields.append(f"priority={impl.priority}")
         if impl.requires:
             fields.append(f"requires={_tuple([repr(r) for r in impl.requires])}")
+        if impl.supports:
+            fields.append(f"supports={_supports(impl.supports)}")
         custom_op = backend.opaque and op.opaque_ok
         eager = None
         if impl.eager is not None:

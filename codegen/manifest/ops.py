@@ -76,7 +76,7 @@ def read_op(
     cache_entry = f.pop("cache")
     cache = read_cache(r, cache_entry, what, schema, mutates) if cache_entry else None
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
-    impls = read_impls(r, impls_entry, what, backends, inplace)
+    impls = read_impls(r, impls_entry, what, backends, inplace, schema)
     tests_entry = f.pop("tests")
     tests = (
         read_tests(r, tests_entry.value, what, schema, layer, tolerances) if tests_entry else None

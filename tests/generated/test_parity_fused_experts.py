@@ -2,7 +2,7 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """Parity of op ``fused_experts``.
 
-    fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor
+    fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None, Tensor? w1_bias=None, Tensor? w2_bias=None) -> Tensor
 
 Each backend but the reference x dtype x case runs the backend's registered implementation and
 the reference one on the same inputs; an unavailable backend is skipped with its reason, a stub

@@ -421,6 +421,8 @@ CHECKS: dict[str, dict] = {
             "apply_router_weight_on_input",
             "global_num_experts",
             "expert_map",
+            "w1_bias",
+            "w2_bias",
         ),
         "layer": False,
         "mutates": (),

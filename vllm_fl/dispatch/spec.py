@@ -498,14 +498,20 @@ class FLBackendBase(abc.ABC):
         apply_router_weight_on_input: bool = False,
         global_num_experts: int = -1,
         expert_map: torch.Tensor | None = None,
+        w1_bias: torch.Tensor | None = None,
+        w2_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The unquantized MoE experts: for each token and each of its top-k experts e, act(x @
-        w1[e].T) @ w2[e].T weighted by the token's routing weight, summed over the k experts. w1 is
-        [experts, 2 * intermediate, hidden] (gate rows, then up rows), w2 is [experts, hidden,
-        intermediate]; activation is silu, gelu or gelu_tanh applied to the gate and multiplied by
-        up. expert_map maps global to local experts (-1: not on this rank).
+        w1[e].T + w1_bias[e]) @ w2[e].T + w2_bias[e] weighted by the token's routing weight, summed
+        over the k experts (no bias where None). w1 is [experts, 2 * intermediate, hidden], w2 is
+        [experts, hidden, intermediate]; activation is one of vLLM's MoEActivation values: silu,
+        gelu, gelu_tanh or swiglustep (gate rows, then up rows; act of the gate times up), swigluoai
+        (GPT-OSS: gate and up rows interleaved, alpha 1.702, limit 7.0), or a _no_mul one
+        (silu_no_mul, gelu_no_mul, gelu_tanh_no_mul, relu2_no_mul: w1 is [experts, intermediate,
+        hidden] and act applies to its whole output). expert_map maps global to local experts (-1:
+        not on this rank).
 
-        Signature: ``fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor``.
+        Signature: ``fused_experts(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None, Tensor? w1_bias=None, Tensor? w2_bias=None) -> Tensor``.
         """
 
     @abc.abstractmethod

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 __all__ = ["BackendImplKind", "BackendPriority", "OpImpl", "DispatchError", "ConfigError"]
 
@@ -66,6 +67,11 @@ class OpImpl:
     ``backends.availability.Probe``), ``explain`` shows it when the implementation is unavailable. A callable ``fn._is_available``
     (upstream vllm-plugin-FL's convention, read at each check) is honoured as well: the
     implementation is available only when every check present says so.
+
+    ``supports`` (ops.yaml's ``supports:`` of the impl) maps arguments of ``fn`` to the values
+    the implementation serves (None: the argument left out); a call passing another value is not
+    one for this implementation, and the dispatch gives it to the next candidate
+    (``refusal``). None or empty: every call.
     """
 
     op_name: str
@@ -75,6 +81,11 @@ class OpImpl:
     vendor: str | None = None
     priority: int | None = None
     available: Callable[[], bool] | None = field(default=None, compare=False)
+    supports: Mapping[str, tuple[Any, ...]] | None = field(default=None, compare=False)
+    #: (argument, position in fn's signature or -1 for keyword-only, default, values served)
+    _checks: tuple[tuple[str, int, Any, tuple[Any, ...]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for attr in ("op_name", "impl_id"):
@@ -114,6 +125,46 @@ class OpImpl:
                 f"OpImpl {self.impl_id!r} for op {self.op_name!r}: available must be a "
                 "zero-argument callable or None"
             )
+        if self.supports:
+            object.__setattr__(self, "_checks", self._support_checks(dict(self.supports)))
+
+    def _support_checks(
+        self, supports: dict[str, tuple[Any, ...]]
+    ) -> tuple[tuple[str, int, Any, tuple[Any, ...]], ...]:
+        """Where each argument of ``supports`` sits in a call of ``fn`` (checked once, here)."""
+        params = list(inspect.signature(self.fn).parameters.values())
+        checks = []
+        for name, values in supports.items():
+            found = [(i, p) for i, p in enumerate(params) if p.name == name]
+            if not found or not isinstance(values, tuple) or not values:
+                raise ValueError(
+                    f"OpImpl {self.impl_id!r} for op {self.op_name!r}: supports[{name!r}] = "
+                    f"{values!r}; expected a non-empty tuple of values of an argument of "
+                    f"{self.fn_name()}"
+                )
+            i, p = found[0]
+            position = -1 if p.kind is p.KEYWORD_ONLY else i
+            default = None if p.default is p.empty else p.default
+            checks.append((name, position, default, values))
+        return tuple(checks)
+
+    def refusal(self, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+        """Why this implementation does not serve the call ``fn(*args, **kwargs)`` (an argument
+        value outside its ``supports``), or None when it does. Costs nothing without
+        ``supports``."""
+        for name, position, default, values in self._checks:
+            if 0 <= position < len(args):
+                value = args[position]
+            else:
+                value = kwargs.get(name, default)
+            if value is None:
+                if None not in values:
+                    return f"{name}=None (serves {name} in {list(values)})"
+            elif not any(v is not None and type(v) is type(value) and v == value for v in values):
+                shown = type(value).__name__ if hasattr(value, "shape") else repr(value)
+                served = "None" if values == (None,) else f"in {list(values)}"
+                return f"{name}={shown} (serves {name} {served})"
+        return None
 
     def check_available(self) -> tuple[bool, str | None]:
         """(available, reason-when-not); an exception from a check counts as unavailable."""

@@ -5,6 +5,8 @@ vLLM imports this module by the path `vllm_fl.register_platform` hands it (``VLL
 
 from __future__ import annotations
 
+import sys
+
 from vllm.platforms import PlatformEnum
 from vllm.platforms.cpu import CpuPlatform
 
@@ -12,11 +14,39 @@ from vllm_fl import compat
 from vllm_fl.platform import CPU_WORKER_FL, note_custom_ops_default, select_attention_backend
 
 
+#: vLLM packages whose ``current_platform.is_cpu()`` `PlatformFLCpu` answers True: code the
+#: plugin replaces nothing of, whose only alternative to its CPU branch is a Triton kernel (this
+#: machine's Triton has no CPU backend). vLLM's mamba package picks its CPU kernels there (the
+#: Mamba2 / SSD / causal-conv1d ops at import, the GDN ops of Qwen3-Next when a layer is built,
+#: short_conv per call); everything else still sees an out-of-tree platform.
+CPU_KERNEL_PACKAGES = ("vllm.model_executor.layers.mamba",)
+_CPU_KERNEL_PREFIXES = tuple(p + "." for p in CPU_KERNEL_PACKAGES)
+
+
+def asks_for_cpu_kernels(module: str) -> bool:
+    """Whether vLLM's module ``module`` is one `PlatformFLCpu.is_cpu` answers True
+    (``CPU_KERNEL_PACKAGES`` and their submodules)."""
+    return module in CPU_KERNEL_PACKAGES or module.startswith(_CPU_KERNEL_PREFIXES)
+
+
 class PlatformFLCpu(CpuPlatform):
-    """vLLM's CPU platform, out of tree (`is_cpu()` False, so `CustomOp` calls `forward_oot`),
-    batching as vLLM's own CPU platform does; the worker is `vllm_fl.worker.cpu.CPUWorkerFL`."""
+    """vLLM's CPU platform, out of tree (`CustomOp` calls `forward_oot`), batching as vLLM's own
+    CPU platform does; the worker is `vllm_fl.worker.cpu.CPUWorkerFL`.
+
+    `is_cpu()` is True only for the code of ``CPU_KERNEL_PACKAGES`` (see `is_cpu`)."""
 
     _enum = PlatformEnum.OOT
+
+    def is_cpu(self) -> bool:
+        """True when the caller is in ``CPU_KERNEL_PACKAGES``, else False.
+
+        Everywhere else vLLM must see an out-of-tree platform: `CustomOp` would pick
+        ``forward_cpu`` over the plugin's ``forward_oot``, vLLM's MoE router would stop calling
+        ``topk_softmax`` and its MoE oracle would bypass the plugin's method. In vLLM's mamba
+        package the question only chooses between its CPU kernels and Triton ones, and a plugin
+        platform answering False there sent Mamba2, Falcon-H1, Nemotron-H and Qwen3-Next to
+        Triton, which cannot run here. Asked once per import or layer, never per token."""
+        return asks_for_cpu_kernels(sys._getframe(1).f_globals.get("__name__", ""))
 
     @classmethod
     def pre_register_and_update(cls, parser=None) -> None:

@@ -311,6 +311,59 @@ def build_tiny_qwen3_moe(path: str | Path) -> Path:
     )
 
 
+def build_tiny_gpt_oss(path: str | Path) -> Path:
+    """A tiny random GPT-OSS and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers (sliding, then full attention, each with its sinks), a MoE of 4 experts with 2 active
+    whose experts have biases and the ``swigluoai`` activation (interleaved gate/up, alpha 1.702,
+    limit 7.0), 2 heads of head_dim 32."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    return build_tiny_model(
+        path,
+        GptOssConfig,
+        GptOssForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        # vLLM's GPT-OSS reads YaRN's parameters (its checkpoints ship them); factor 1 is plain RoPE
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 1.0,
+            "original_max_position_embeddings": MAX_POSITIONS,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+        },
+    )
+
+
+def build_tiny_mamba2(path: str | Path) -> Path:
+    """A tiny random Mamba2 (no attention) and its tokenizer in `path` (created if missing):
+    hidden 64, 2 layers, 4 heads of head_dim 32 (expand 2), 1 group, state 16, conv kernel 4."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    return build_tiny_model(
+        path,
+        Mamba2Config,
+        Mamba2ForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_heads=4,
+        head_dim=32,
+        expand=2,
+        n_groups=1,
+        state_size=16,
+        conv_kernel=4,
+        chunk_size=16,
+        layer_norm_epsilon=1e-6,
+    )
+
+
 TINY_MLA_HEADS = 4
 TINY_MLA_Q_LORA_RANK = 64
 # vLLM's CPU MLA decode kernel is built for DeepSeek's latent entry only (512 + 64), so vanilla

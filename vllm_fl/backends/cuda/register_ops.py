@@ -374,6 +374,8 @@ def fused_experts(
     apply_router_weight_on_input: bool = False,
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``fused_experts``: a direct call, or custom op ``vllm_fl::cuda_fused_experts`` under
     Dynamo.
@@ -389,6 +391,8 @@ def fused_experts(
             apply_router_weight_on_input,
             global_num_experts,
             expert_map,
+            w1_bias,
+            w2_bias,
         )
     return torch.ops.vllm_fl.cuda_fused_experts(
         hidden_states,
@@ -400,6 +404,8 @@ def fused_experts(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -413,6 +419,8 @@ def _fused_experts_kernel(
     apply_router_weight_on_input: bool,
     global_num_experts: int,
     expert_map: torch.Tensor | None,
+    w1_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
 ) -> torch.Tensor:
     return _cuda_moe.fused_experts(
         hidden_states,
@@ -424,6 +432,8 @@ def _fused_experts_kernel(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -437,6 +447,8 @@ def _fused_experts_fake(
     apply_router_weight_on_input: bool,
     global_num_experts: int,
     expert_map: torch.Tensor | None,
+    w1_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
 ) -> torch.Tensor:
     return _reference_moe.fused_experts(
         hidden_states,
@@ -448,6 +460,8 @@ def _fused_experts_fake(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -965,6 +979,11 @@ IMPLS = (
     Impl(
         "fused_experts",
         _cuda_moe.fused_experts,
+        supports={
+            "activation": ("silu", "gelu", "gelu_tanh", "swigluoai"),
+            "w1_bias": (None,),
+            "w2_bias": (None,),
+        },
         adapter=fused_experts,
         custom_op=CustomOp(_fused_experts_kernel, _fused_experts_fake),
     ),

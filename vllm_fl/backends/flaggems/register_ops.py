@@ -381,6 +381,8 @@ def fused_experts(
     apply_router_weight_on_input: bool = False,
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``fused_experts``: a direct call, or custom op ``vllm_fl::flagos_fused_experts`` under
     Dynamo.
@@ -396,6 +398,8 @@ def fused_experts(
             apply_router_weight_on_input,
             global_num_experts,
             expert_map,
+            w1_bias,
+            w2_bias,
         )
     return torch.ops.vllm_fl.flagos_fused_experts(
         hidden_states,
@@ -407,6 +411,8 @@ def fused_experts(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -420,6 +426,8 @@ def _fused_experts_kernel(
     apply_router_weight_on_input: bool,
     global_num_experts: int,
     expert_map: torch.Tensor | None,
+    w1_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
 ) -> torch.Tensor:
     return _flagos_moe.fused_experts(
         hidden_states,
@@ -431,6 +439,8 @@ def _fused_experts_kernel(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -444,6 +454,8 @@ def _fused_experts_fake(
     apply_router_weight_on_input: bool,
     global_num_experts: int,
     expert_map: torch.Tensor | None,
+    w1_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
 ) -> torch.Tensor:
     return _reference_moe.fused_experts(
         hidden_states,
@@ -455,6 +467,8 @@ def _fused_experts_fake(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
 
 
@@ -913,6 +927,7 @@ IMPLS = (
     Impl(
         "fused_experts",
         _flagos_moe.fused_experts,
+        supports={"activation": ("silu",), "w1_bias": (None,), "w2_bias": (None,)},
         adapter=fused_experts,
         custom_op=CustomOp(_fused_experts_kernel, _fused_experts_fake),
     ),

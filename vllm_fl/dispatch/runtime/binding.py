@@ -13,6 +13,11 @@ A selection wrapper (``set_selection_wrapper``; ``vllm_fl.verify`` sets one in b
 give the eager calls of an op another function than the impl's own, one that calls the impl; the
 trampoline then splits, so calls traced by torch.compile get the impl itself. With no wrapper set
 (the default) nothing of this runs: it is looked at when a selection is installed, never per call.
+
+An impl that declares ``supports`` (ops.yaml) serves only calls whose arguments have the values it
+lists. When the selected impl declares it, the trampoline calls the binding's gate instead
+(``_supported_call``): per call it gives the arguments to the first candidate that serves them.
+Ops whose selected impl declares nothing keep the plain trampoline: the check costs them nothing.
 """
 
 from __future__ import annotations
@@ -97,6 +102,11 @@ class Binding:
         self._key: tuple | None = None
         self._split = False
         self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
+        # (candidate, the function its calls get), best first, for the gates of an impl with
+        # ``supports``, eager and traced; set with the selection that installs the gate
+        self._gate: tuple[tuple[OpImpl, Callable[..., Any]], ...] = ()
+        self._gate_traced: tuple[tuple[OpImpl, Callable[..., Any]], ...] = ()
+        self._refusals_logged: set[tuple[str, str]] = set()
         self.sites: list[tuple[weakref.ref, str]] = []
         self.fn = build(self._fname, None)
         self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
@@ -176,6 +186,8 @@ class Binding:
         )
         impl, traced_impl = candidates[0], traced_cands[0]
         eager_fn = _eager_fn(self.op, impl, manager.registry)  # outside the lock: may import
+        gate = self._gate_pairs(candidates, manager.registry) if impl.supports else ()
+        gate_traced = tuple((c, c.fn) for c in traced_cands) if traced_impl.supports else ()
         with sync.LOCK:
             if sync.generation() == gen and (self.active is None or self.active_traced is None):
                 split = traced_impl is not impl
@@ -184,8 +196,9 @@ class Binding:
                     split or eager_fn is not impl.fn,
                 )
                 self._set("_strict", policy.strict)
-                self._set("_impl", eager_fn)
-                self._set("_traced", traced_impl.fn)
+                self._gate, self._gate_traced = gate, gate_traced
+                self._set("_impl", self._supported_call if gate else eager_fn)
+                self._set("_traced", self._supported_call_traced if gate_traced else traced_impl.fn)
                 self.active, self.active_traced = impl, traced_impl
                 self.in_use = True
                 self._record_use(impl, fallback=False)
@@ -222,9 +235,67 @@ class Binding:
 
     # -- the slow paths the trampoline jumps to ----------------------------------------------
 
+    def _gate_pairs(
+        self, candidates: Sequence[OpImpl], registry: OpRegistry
+    ) -> tuple[tuple[OpImpl, Callable[..., Any]], ...]:
+        return tuple((c, _eager_fn(self.op, c, registry)) for c in candidates)
+
+    def _supported_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The eager trampoline's function when the selected impl declares ``supports``."""
+        return self._call_served(self._gate, args, kwargs, False)
+
+    def _supported_call_traced(self, *args: Any, **kwargs: Any) -> Any:
+        """The same for calls traced by torch.compile."""
+        return self._call_served(self._gate_traced, args, kwargs, True)
+
+    def _call_served(
+        self,
+        pairs: Sequence[tuple[OpImpl, Callable[..., Any]]],
+        args: tuple,
+        kwargs: dict,
+        traced: bool,
+    ) -> Any:
+        """Call the first of ``pairs`` whose impl serves these arguments; a failure falls back as
+        the trampoline's would (this is a method of the binding, so the trampoline's handler
+        leaves the error to it)."""
+        reasons: list[str] = []
+        for impl, fn in pairs:
+            why = impl.refusal(args, kwargs)
+            if why is None:
+                break
+            reasons.append(f"'{impl.impl_id}' does not serve {why}")
+            self._log_refusal(impl, why)
+        else:
+            raise DispatchError(
+                f"Op '{self.op}': no implementation serves this call: " + "; ".join(reasons)
+            )
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if self._strict_now():
+                raise
+            return self._recover(exc, impl, args, kwargs, traced and self._split)
+
+    def _log_refusal(self, impl: OpImpl, why: str) -> None:
+        key = (impl.impl_id, why)
+        if key not in self._refusals_logged:
+            self._refusals_logged.add(key)
+            logger.info(
+                "Op '%s': '%s' does not serve %s; such calls go to the next candidate",
+                self.op,
+                impl.impl_id,
+                why,
+            )
+
     def _resolve_and_call(self, *args: Any, **kwargs: Any) -> Any:
         traced = tracing_now()
         impl, strict = self.select(traced)
+        if impl.supports:
+            manager = self._get_manager()
+            candidates = manager.resolve_candidates(self.op, traced=traced and self._split)
+            return self._call_served(
+                self._gate_pairs(candidates, manager.registry), args, kwargs, traced
+            )
         fn = impl.fn
         if not traced:  # what the selection installed for eager calls (a wrapper's function)
             installed = self._cells["_impl"].cell_contents
@@ -279,7 +350,14 @@ class Binding:
                 candidates = manager.resolve_candidates(op, traced=traced)
             except DispatchError:
                 candidates = []
-            nxt = next((c for c in candidates if c.impl_id not in tried), None)
+            nxt = next(
+                (
+                    c
+                    for c in candidates
+                    if c.impl_id not in tried and c.refusal(args, kwargs) is None
+                ),
+                None,
+            )
             if nxt is None:
                 break
             try:
@@ -317,11 +395,15 @@ class Binding:
             self._specialise(list(candidates) + ([other] if other else []), self._split)
             # one selection for both modes: no split, or a split made by a selection wrapper only
             same = self.active is not None and self.active is self.active_traced
+            # an impl with ``supports`` gets the gate over the candidates from it on
+            rest = list(candidates)[list(candidates).index(nxt) :] if nxt in candidates else [nxt]
             if not traced:
-                self._set("_impl", eager_fn)
+                self._gate = self._gate_pairs(rest, manager.registry) if nxt.supports else ()
+                self._set("_impl", self._supported_call if self._gate else eager_fn)
                 self.active = nxt
             if traced or not self._split or same:
-                self._set("_traced", nxt.fn)
+                self._gate_traced = tuple((c, c.fn) for c in rest) if nxt.supports else ()
+                self._set("_traced", self._supported_call_traced if self._gate_traced else nxt.fn)
                 self.active_traced = nxt
             self.in_use = True
             self._set("_strict", get_policy().strict)

@@ -34,7 +34,7 @@ import keyword
 import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..availability import Probe
 from ..types import BackendImplKind, OpImpl
@@ -114,6 +114,8 @@ class Impl:
     eager: Callable[..., Any] | None = None
     adapter: Callable[..., Any] | None = None
     custom_op: CustomOp | None = None
+    #: argument -> the values the impl serves (ops.yaml's ``supports:``), see ``OpImpl``
+    supports: Mapping[str, tuple[Any, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not self.op.isidentifier() or keyword.iskeyword(self.op):
@@ -168,6 +170,7 @@ class Registrations:
                     vendor=backend.vendor,
                     priority=backend.priority if row.priority is None else row.priority,
                     available=_row_availability(available, row.requires),
+                    supports=row.supports,
                 )
             )
 

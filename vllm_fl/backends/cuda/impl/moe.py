@@ -78,8 +78,12 @@ def fused_experts(
     apply_router_weight_on_input: bool = False,
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """vLLM's Triton ``fused_experts`` (unquantized)."""
+    """vLLM's Triton ``fused_experts`` (unquantized, no biases)."""
+    if w1_bias is not None or w2_bias is not None:
+        raise NotImplementedError("cuda fused_experts: expert biases")
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts as vllm_fused_experts
 

@@ -73,8 +73,11 @@ def fused_experts(
     apply_router_weight_on_input: bool = False,
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """FlagGems' fused experts (silu-gated only)."""
+    """FlagGems' fused experts (silu-gated only, no biases)."""
+    _unsupported("fused_experts", w1_bias=w1_bias, w2_bias=w2_bias)
     if activation != "silu":
         raise NotImplementedError(f"flag_gems fused_experts: activation {activation!r}")
     return experts.fused_experts(

@@ -88,11 +88,65 @@ def moe_sum(
     output.copy_(values.sum(dim=1))
 
 
-_ACTIVATIONS = {
+# SwiGLU as GPT-OSS computes it (vLLM's SwigluOAIAndMul and the swigluoai_and_mul kernel it calls
+# for MoE without arguments): gate and up interleaved, the gate clamped above, up on both sides.
+SWIGLUOAI_ALPHA = 1.702
+SWIGLUOAI_LIMIT = 7.0
+# vLLM's swiglustep_and_mul for MoE: silu(gate) clamped above, up on both sides, halves packed.
+SWIGLUSTEP_LIMIT = 7.0
+
+
+#: the gate's function of the activations that multiply it by up, halves packed [gates; ups]
+GATE_ACTIVATIONS = {
     "silu": F.silu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
+
+
+def _gated(act):
+    """``act(gate) * up`` of [..., 2d] laid out as [gates; ups] (vLLM's *_and_mul)."""
+
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        d = x.shape[-1] // 2
+        return act(x[..., :d]) * x[..., d:]
+
+    return apply
+
+
+def swigluoai(x: torch.Tensor) -> torch.Tensor:
+    """GPT-OSS's SwiGLU of [..., 2d], gate and up interleaved ([g0, u0, g1, u1, ...])."""
+    gate = x[..., ::2].clamp(max=SWIGLUOAI_LIMIT)
+    up = x[..., 1::2].clamp(min=-SWIGLUOAI_LIMIT, max=SWIGLUOAI_LIMIT)
+    return (up + 1) * (gate * torch.sigmoid(gate * SWIGLUOAI_ALPHA))
+
+
+def swiglustep(x: torch.Tensor) -> torch.Tensor:
+    """silu(gate).clamp(max=7) * up.clamp(-7, 7) of [..., 2d] laid out as [gates; ups]."""
+    d = x.shape[-1] // 2
+    gate = F.silu(x[..., :d]).clamp(max=SWIGLUSTEP_LIMIT)
+    return gate * x[..., d:].clamp(min=-SWIGLUSTEP_LIMIT, max=SWIGLUSTEP_LIMIT)
+
+
+def _relu2(x: torch.Tensor) -> torch.Tensor:
+    return torch.square(F.relu(x))
+
+
+#: vLLM's MoE activations (``MoEActivation`` values) -> the function of w1's output. The gated
+#: ones take [..., 2 * intermediate]; the ``_no_mul`` ones (w1 of [experts, intermediate, hidden])
+#: act on it whole. ``swigluoai_uninterleave`` and ``situ`` are absent: they need the layer's
+#: clamp limit or betas, which this op does not take.
+ACTIVATIONS = {
+    **{name: _gated(gate) for name, gate in GATE_ACTIVATIONS.items()},
+    "swigluoai": swigluoai,
+    "swiglustep": swiglustep,
+    "silu_no_mul": F.silu,
+    "gelu_no_mul": F.gelu,
+    "gelu_tanh_no_mul": lambda x: F.gelu(x, approximate="tanh"),
+    "relu2_no_mul": _relu2,
+}
+# vLLM reads "gelu_pytorch_tanh" (a Hugging Face config's name) as gelu_tanh
+ACTIVATIONS["gelu_pytorch_tanh"] = ACTIVATIONS["gelu_tanh"]
 
 
 def fused_experts(
@@ -105,12 +159,14 @@ def fused_experts(
     apply_router_weight_on_input: bool = False,
     global_num_experts: int = -1,
     expert_map: torch.Tensor | None = None,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each expert on the tokens routed to it; the weighted sum accumulated in float32."""
-    act = _ACTIVATIONS.get(activation)
+    act = ACTIVATIONS.get(activation)
     if act is None:
         raise NotImplementedError(
-            f"reference fused_experts: activation {activation!r} (supported: {sorted(_ACTIVATIONS)})"
+            f"reference fused_experts: activation {activation!r} (supported: {sorted(ACTIVATIONS)})"
         )
     num_tokens, k = topk_ids.shape
     if is_fake(hidden_states):
@@ -132,8 +188,11 @@ def fused_experts(
         if apply_router_weight_on_input:
             x = (x.to(torch.float32) * weight).to(hidden_states.dtype)
         gate_up = x @ w1[local].t()
-        d = gate_up.shape[-1] // 2
-        h = (act(gate_up[:, :d]) * gate_up[:, d:]) @ w2[local].t()
+        if w1_bias is not None:
+            gate_up = gate_up + w1_bias[local]
+        h = act(gate_up) @ w2[local].t()
+        if w2_bias is not None:
+            h = h + w2_bias[local]
         h = h.to(torch.float32)
         if not apply_router_weight_on_input:
             h = h * weight

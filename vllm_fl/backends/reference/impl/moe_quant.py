@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from vllm_fl.backends.reference.impl.moe import _ACTIVATIONS, fused_experts
+from vllm_fl.backends.reference.impl.moe import GATE_ACTIVATIONS as _ACTIVATIONS
+from vllm_fl.backends.reference.impl.moe import fused_experts
 from vllm_fl.dispatch import check_shape
 
 OP = "fused_experts_quant"
