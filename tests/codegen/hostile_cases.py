@@ -120,6 +120,13 @@ CASES: list[Hostile] = [
         "init-literal-injection",
         relu2(inputs="{x: [3, 16]}", init="{name: '" + PAYLOAD + "'}"),
     ),
+    _case(
+        "supports-value-injection",
+        relu2(
+            signature="relu2(Tensor x, str s='a') -> Tensor",
+            fast="{fn: act.relu2, supports: {s: ['" + PAYLOAD + "', a]}}",
+        ),
+    ),
     _case("sig-default-backticks", relu2(signature="relu2(Tensor x, str s='``x``') -> Tensor")),
     _case("crlf-line-endings", VALID.replace("\n", "\r\n")),
     _case("utf8-bom", "\ufeff" + VALID),

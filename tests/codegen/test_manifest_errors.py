@@ -630,6 +630,63 @@ CASES = [
         "input like {quantize: [M, K], scheme: int8_token, scales: <argument>}",
         "round_trip: {fn: act.scale_round_trip",
     ),
+    (
+        "supports-unknown-argument",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factr: [2.0]}}",
+        "supports of impl 'fast' of op 'scale_into' names 'factr', which is not an argument",
+        "supports: {factr",
+    ),
+    (
+        "supports-wrong-value-type",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factor: [fast]}}",
+        "values of 'factor' in supports of impl 'fast' of op 'scale_into': 'fast' is not a "
+        "value of float",
+        "supports: {factor",
+    ),
+    (
+        "supports-required-tensor",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {x: [null]}}",
+        "x is a Tensor the op always takes",
+        "supports: {x",
+    ),
+    (
+        "supports-empty-list",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factor: []}}",
+        "is an empty list",
+        "supports: {factor",
+    ),
+    (
+        "supports-not-a-list",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factor: 2.0}}",
+        "values of 'factor' in supports of impl 'fast' of op 'scale_into' is",
+        "supports: {factor",
+    ),
+    (
+        "supports-null-for-required-scalar",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factor: [null]}}",
+        "None is not a value of float",
+        "supports: {factor",
+    ),
+    (
+        "supports-duplicate-value",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {factor: [2.0, 2.0]}}",
+        "2.0 is listed twice",
+        "supports: {factor",
+    ),
+    (
+        "supports-empty",
+        "      fast: act.scale_into",
+        "      fast: {fn: act.scale_into, supports: {}}",
+        "supports of impl 'fast' of op 'scale_into' is empty",
+        "supports: {}",
+    ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
 ]
 

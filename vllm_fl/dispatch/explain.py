@@ -58,6 +58,14 @@ def explain_ops(
     return out
 
 
+def _served(impl: OpImpl) -> str:
+    """``activation in [silu], w1_bias None``: the calls an impl with ``supports`` serves."""
+    return ", ".join(
+        f"{name} None" if values == (None,) else f"{name} in {list(values)}"
+        for name, values in (impl.supports or {}).items()
+    )
+
+
 def _stub_note(impl: OpImpl, stubs: dict) -> str:
     """What explain says of an impl that is still (partly) the stub ``make codegen`` wrote."""
     names = ", ".join(f"{fn.__module__}.{fn.__qualname__}" for fn in stubs[impl.impl_id])
@@ -141,6 +149,8 @@ def explain(manager: OpManager | None = None) -> str:
                 f"  {rank}. {impl.impl_id:<24} kind={impl.kind.value:<9} vendor={str(impl.vendor):<7}"
                 f" priority={impl.priority:<4} {status}{_origin(manager, impl)}"
             )
+            if impl.supports:
+                lines.append(f"     serves only calls with {_served(impl)}; others go to the next")
         for impl, why in info["rejected"]:
             if impl.impl_id in stubs:
                 why = f"{why}; {_stub_note(impl, stubs)}"
