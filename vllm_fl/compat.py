@@ -169,8 +169,9 @@ def keep_cpu_batch_defaults(platform_cls: type) -> None:
     """Make vLLM's default batching for an engine on ``platform_cls`` (a subclass of vLLM's
     CPU platform) what it is on vLLM's own CPU platform.
 
-    vLLM asks ``is_cpu()``, which an out-of-tree platform must answer False (`CustomOp`'s
-    dispatch would otherwise bypass the plugin's layers), so without this an engine under the
+    vLLM asks ``is_cpu()``, which the plugin's CPU platform answers False outside vLLM's mamba
+    package (`CustomOp`'s dispatch would otherwise bypass the plugin's layers), so without this
+    an engine under the
     plugin cuts a batch into steps of another size than vanilla vLLM does, and rounds
     differently. The platform's enum reads CPU only while vLLM computes these defaults."""
     from vllm.engine.arg_utils import EngineArgs

@@ -7,8 +7,8 @@
 - `vllm_fl.platform.cpu.PlatformFLCpu`: the CPU host mode, so the whole plugin runs inside vLLM's
   CPU build with the reference backend (developers without an accelerator, CI). vLLM's
   `CpuPlatform` with the OOT enum (so `is_cpu()` is False: `CustomOp` would otherwise pick
-  `forward_cpu`) and `vllm_fl.worker.cpu.CPUWorkerFL`, whose memory-pool context is a null
-  context.
+  `forward_cpu`; True only to vLLM's mamba package, which otherwise takes Triton kernels) and
+  `vllm_fl.worker.cpu.CPUWorkerFL`, whose memory-pool context is a null context.
 
 Each class sits at the top of its own module, which vLLM imports by the path `register_platform`
 hands it, because each base can only be imported by its own vLLM build (`vllm.platforms.cuda`
