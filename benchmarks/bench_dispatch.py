@@ -5,7 +5,9 @@ dispatch overhead. Rows:
   direct impl call           impl(layer, x)
   layer.forward_oot(x)       through dispatch_method (the trampoline installed on the class)
   bound forward_oot          what vLLM's CustomOp stores in _forward_method at __init__
-  call_op                    call_op("rms_norm", layer, x) on the default manager
+  call_op                    call_op("bench_op", layer, x) on the default manager: an op
+                             outside ops.yaml, so through the generic (*args, **kwargs)
+                             trampoline (vllm_fl.dispatch.runtime.trampoline)
   replaced function          mod.fn(x): a function op (ops.yaml `function:`) as vLLM calls it,
                              the module attribute holding the op's trampoline
                              (vllm_fl.functions.install), against the impl called directly
