@@ -5,7 +5,9 @@ dispatch overhead. Rows:
   direct impl call           impl(layer, x)
   layer.forward_oot(x)       through dispatch_method (the trampoline installed on the class)
   bound forward_oot          what vLLM's CustomOp stores in _forward_method at __init__
-  call_op                    call_op("rms_norm", layer, x) on the default manager
+  call_op                    call_op("bench_op", layer, x) on the default manager: an op
+                             outside ops.yaml, so through the generic (*args, **kwargs)
+                             trampoline (vllm_fl.dispatch.runtime.trampoline)
   replaced function          mod.fn(x): a function op (ops.yaml `function:`) as vLLM calls it,
                              the module attribute holding the op's trampoline
                              (vllm_fl.functions.install), against the impl called directly
@@ -54,8 +56,9 @@ def impl(self, x, residual=None):
     return x
 
 
-def function_impl(x, residual=None):
-    return x
+def function_impl(input, output, topk_ids=None, expert_map=None):
+    """moe_sum's signature (ops.yaml): the trampoline of a manifest op."""
+    return output
 
 
 def broken(self, x, residual=None):
@@ -134,7 +137,7 @@ def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
     fn_manager = OpManager(registry=freg_fn)
     vllm_module = types.ModuleType("fake_vllm_custom_ops")
     dispatch_method("moe_sum", manager=fn_manager).__set_name__(vllm_module, "moe_sum")
-    vllm_module.moe_sum(1)  # resolve + install
+    vllm_module.moe_sum(1, 1)  # resolve + install
 
     # call_op on the default manager, with the test impl registered into it
     reset_default_manager()
@@ -182,8 +185,8 @@ def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
             ("bound impl (MethodType)", "bound_impl(x)", 0),
             ("bound forward_oot(x)", "bound(x)", 0),
             ("call_op(op, layer, x)", "call_op('bench_op', layer, x)", 0),
-            ("direct function impl", "function_impl(x)", 0),
-            ("replaced function mod.fn(x)", "vllm_module.moe_sum(x)", 0),
+            ("direct function impl", "function_impl(x, x)", 0),
+            ("replaced function mod.fn(x)", "vllm_module.moe_sum(x, x)", 0),
             ("manager.call(op, layer, x)", "m.call('rms_norm', layer, x)", 0),
             ("fallback (steady state)", "flayer.forward_oot(x)", 0),
             ("fallback (reselect+raise)", "fallback_each_call(x)", max(n // 200, 50)),

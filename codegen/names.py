@@ -48,6 +48,7 @@ GENERATED_NAMES = frozenset(
         "dispatch_method",
         "pytest",
         "len",
+        "Exception",
     }
 )
 #: private names every register_ops.py may import

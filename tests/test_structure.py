@@ -152,3 +152,32 @@ def test_outside_the_dispatch_only_its_package_is_imported():
     assert inward == [], "imports of the dispatch's sub-modules; import vllm_fl.dispatch:\n" + (
         "\n".join(inward)
     )
+
+
+def test_no_code_is_compiled_from_strings():
+    """What runs is what the generator wrote and a reader can open: no module of the plugin
+    calls ``exec``, ``eval`` or the builtin ``compile`` (the dispatch trampolines are generated,
+    ``vllm_fl/dispatch/trampolines.py``)."""
+    found = sorted(
+        f"{path.relative_to(ROOT.parent)}:{node.lineno}: {node.func.id}(...)"
+        for path in ROOT.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("exec", "eval", "compile")
+    )
+    assert found == []
+
+
+def test_the_generated_trampolines_import_nothing_of_the_plugin():
+    """``vllm_fl.dispatch.trampolines`` is plain code over closure cells: it imports only
+    ``typing`` and ``torch.compiler`` (the runtime imports it lazily, so importing the dispatch
+    still imports no torch)."""
+    path = ROOT / "dispatch" / "trampolines.py"
+    imported = {
+        alias.name if isinstance(node, ast.Import) else node.module
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert imported == {"typing", "torch.compiler"}

@@ -2,6 +2,7 @@
 ``{path: text}``:
 
 - ``spec``: the backend contract ``FLBackendBase``;
+- ``trampolines``: each op's dispatch trampolines (the functions every caller holds);
 - ``checks``: how each op is checked against its reference at run time (tolerances, outputs);
 - ``builtin_backends``: the list of built-in backend packages;
 - ``register_ops``: every backend's table of registrations (impls, adapters, custom ops);
@@ -18,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import model as m
-from . import builtin_backends, checks, docs, oot, parity, register_ops, spec
+from . import builtin_backends, checks, docs, oot, parity, register_ops, spec, trampolines
 
 
 def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
@@ -26,6 +27,7 @@ def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
     region replaced)."""
     out: dict[str, str] = {}
     out.update(spec.emit(manifest))
+    out.update(trampolines.emit(manifest))
     out.update(checks.emit(manifest))
     out.update(builtin_backends.emit(manifest))
     for backend in manifest.backends:

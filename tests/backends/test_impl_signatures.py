@@ -32,3 +32,20 @@ def test_every_registered_op_is_in_the_contract():
         if any(i.fn.__module__.startswith("vllm_fl.") for i in registry.get_implementations(op))
     }
     assert builtin == set(FLBackendBase.OPS)
+
+
+@pytest.mark.parametrize("op", FLBackendBase.OPS)
+def test_registered_impls_get_the_generated_trampoline_of_their_op(op):
+    """The rule's parameters are those of the op's generated trampoline: whichever built-in impl
+    is selected, the dispatch installs the code in ``vllm_fl/dispatch/trampolines.py``, not the
+    generic ``(*args, **kwargs)`` trampoline."""
+    from vllm_fl.dispatch import trampolines
+    from vllm_fl.dispatch.runtime.trampoline import build, signature_key
+
+    impls = get_default_manager().registry.get_implementations(op)
+    generic = [
+        impl.impl_id
+        for impl in impls
+        if build(op, signature_key(impl.fn)).__code__.co_filename != trampolines.__file__
+    ]
+    assert generic == []

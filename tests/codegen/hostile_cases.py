@@ -356,6 +356,12 @@ CASES: list[Hostile] = [
         "argument-len", relu2(signature="relu2(Tensor len) -> Tensor"), "would shadow", "  relu2:"
     ),
     _case(
+        "argument-Exception",  # the trampolines' handler catches Exception
+        relu2(signature="relu2(Tensor Exception) -> Tensor"),
+        "would shadow",
+        "  relu2:",
+    ),
+    _case(
         "argument-out",
         relu2(signature="relu2(Tensor out) -> Tensor"),
         "reserved name",

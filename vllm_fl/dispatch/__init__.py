@@ -22,8 +22,10 @@ Its parts, one job each, lower layers first:
   dispatch); ``discovery``: plugins (entry points, ``VLLM_FL_PLUGIN_MODULES``);
 - ``explain`` (``python -m vllm_fl.dispatch explain``): what would be selected, and why;
   ``stubs``: recognising scaffolded impl stubs for it;
-- ``spec``: the generated contract of every op; ``checks``: the generated table bring-up mode
-  compares with (arguments, mutated ones, tolerances); ``shapes``: argument shape checks;
+- ``spec``: the generated contract of every op; ``trampolines``: every op's generated dispatch
+  trampolines (imported by ``runtime.trampoline`` on first use: they import torch);
+  ``checks``: the generated table bring-up mode compares with (arguments, mutated ones,
+  tolerances); ``shapes``: argument shape checks;
 - ``logger_manager``: the plugin's loggers and their stderr handler.
 
 The rest of the plugin, its benchmarks and the generated ``register_ops.py`` files come in

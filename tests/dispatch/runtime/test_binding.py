@@ -2,6 +2,7 @@
 policy and registry changes on the next call (also where vLLM bound it), and stays one graph
 under torch.compile, with compile_prefer's selection for traced calls."""
 
+import inspect
 import threading
 
 import pytest
@@ -22,13 +23,35 @@ torch = pytest.importorskip("torch")
 
 
 def test_trampoline_mirrors_impl_signature():
-    import inspect
+    """rms_norm is an op of ops.yaml: its trampoline is the generated one, which binds the call
+    before any impl runs."""
+    from vllm_fl.dispatch import trampolines
 
-    m, Layer, _ = setup()
+    m, Layer, calls = setup()
     Layer().forward_oot(1)
     assert str(inspect.signature(Layer.forward_oot)) == "(self, x, residual=None)"
+    assert Layer.forward_oot.__code__.co_filename == trampolines.__file__
+    del calls[:]
     with pytest.raises(TypeError):
         Layer().forward_oot()
+    assert calls == [] and m.failed_impls() == {}
+
+
+def test_an_op_outside_the_manifest_mirrors_the_signature_and_a_bad_call_blames_no_impl():
+    """A plugin's own op gets the generic trampoline, with the impls' signature for
+    introspection; a call that does not fit reaches the impl, and the binding re-raises the
+    TypeError as the caller's: no impl is excluded, no other impl tried, the selection kept."""
+    m, Layer, calls = setup(op="plugin_norm")
+    layer = Layer()
+    assert layer.forward_oot(1) == "flagos"
+    assert str(inspect.signature(Layer.forward_oot)) == "(self, x, residual=None)"
+    for args, kwargs in (((), {}), ((1, 2, 3), {}), ((1,), {"scale": 2})):
+        with pytest.raises(TypeError) as ei:
+            layer.forward_oot(*args, **kwargs)
+        assert not getattr(ei.value, "__notes__", None)  # no other impl was tried
+    assert m.failed_impls() == {} and m.resolution_count == 1
+    assert layer.forward_oot(1) == "flagos"
+    assert [tag for tag, _ in calls] == ["flagos", "flagos"]
 
 
 def test_policy_change_takes_effect_next_call_also_for_bound_methods():

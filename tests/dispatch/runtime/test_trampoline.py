@@ -1,17 +1,25 @@
-"""The trampoline builder, on its own: the code it generates for a signature key, the cells it
-reads, and what its handler passes to the fallback."""
+"""The trampoline builder, on its own: which trampoline a signature key gets (the generated one
+of a manifest op, or the generic one), the cells it reads, and what its handler passes to the
+fallback."""
 
 import inspect
 
 import pytest
 
-from vllm_fl.dispatch.runtime.trampoline import (
+pytest.importorskip("torch")  # the generated trampolines call torch.compiler.is_compiling
+
+from vllm_fl.dispatch import trampolines  # noqa: E402
+from vllm_fl.dispatch.runtime import trampoline  # noqa: E402
+from vllm_fl.dispatch.runtime.trampoline import (  # noqa: E402
     FREEVARS,
     build,
+    generated,
     same_key,
     signature_key,
     tracing_now,
 )
+from vllm_fl.dispatch.signatures import contract  # noqa: E402
+from vllm_fl.dispatch.spec import FLBackendBase  # noqa: E402
 
 
 def cells(fn):
@@ -98,21 +106,130 @@ def test_same_key_treats_defaults_that_cannot_be_compared_as_different():
     assert same_key(signature_key(a), signature_key(a))  # the same object
 
 
-# --------------------------------------------------------------------------- built trampolines
+# --------------------------------------------------------------------------- generated trampolines
 
 
-def test_exact_trampoline_has_the_impl_signature_and_calls_the_impl_cell():
-    fn = build("op_norm", signature_key(layer_impl))
-    assert fn.__name__ == "op_norm" and fn.__code__.co_freevars == FREEVARS
+def rms_norm_impl(self, x, residual=None):
+    return (self, x, residual)
+
+
+def test_a_manifest_op_gets_its_generated_trampoline_with_the_impl_signature():
+    fn = build("rms_norm", signature_key(rms_norm_impl))
+    assert fn.__code__.co_filename == trampolines.__file__
+    assert fn.__name__ == "rms_norm" and fn.__code__.co_freevars == FREEVARS
+    assert inspect.signature(fn) == inspect.signature(rms_norm_impl)
+    install(fn, rms_norm_impl)
+    assert fn("layer", 1) == ("layer", 1, None)
+    assert fn("layer", x=1, residual=3) == ("layer", 1, 3)
+
+
+def test_a_bad_call_of_a_generated_trampoline_raises_before_any_impl_runs():
+    def fallback(*args):
+        raise AssertionError("a bad call is the caller's error, not the impl's")
+
+    fn = build("rms_norm", signature_key(rms_norm_impl))
+    install(fn, rms_norm_impl, fallback=fallback)
+    with pytest.raises(TypeError):
+        fn("layer")
+    with pytest.raises(TypeError):
+        fn("layer", 1, scale=2)
+
+
+def test_the_layer_parameter_may_have_any_name():
+    """The layer is always passed positionally, so an impl naming it otherwise (or making it
+    positional-only) still gets the generated trampoline, whose first parameter is ``self``."""
+
+    def named_layer(layer, x, residual=None):
+        return (layer, x, residual)
+
+    def positional_layer(layer, /, x, residual=None):
+        return (layer, x, residual)
+
+    for impl in (named_layer, positional_layer):
+        fn = build("rms_norm", signature_key(impl))
+        assert fn.__code__.co_filename == trampolines.__file__
+        assert str(inspect.signature(fn)) == "(self, x, residual=None)"
+        install(fn, impl)
+        assert fn("layer", 1, residual=2) == ("layer", 1, 2)
+
+
+def test_every_generated_trampoline_takes_the_parameters_of_its_op():
+    """The generated key of each op of FLBackendBase: the layer as ``self``, then the op's
+    arguments with its defaults, each positional-or-keyword (the rule of ``signatures``)."""
+    P = inspect.Parameter
+    assert set(trampolines.TRAMPOLINES) == set(FLBackendBase.OPS)
+    for op in FLBackendBase.OPS:
+        has_layer, args = contract(op)
+        expected = (("self", P.POSITIONAL_OR_KEYWORD, P.empty),) if has_layer else ()
+        expected += tuple((name, P.POSITIONAL_OR_KEYWORD, default) for name, default in args)
+        key, plain, split = generated(op)
+        assert same_key(key, expected), op
+        for factory in (plain, split):
+            fn = factory(None, None, False, None)
+            assert fn.__name__ == op and fn.__code__.co_freevars == FREEVARS, op
+
+
+def test_the_generated_hot_path_is_one_walrus_call_in_a_try():
+    """The code the generator writes is the trampoline's hot path exactly: nothing before the
+    call but binding ``_f``."""
+
+    def reference(_impl, _traced, _strict, _fallback):
+        def rms_norm(self, x, residual=None):
+            try:
+                return (_f := _impl)(self, x, residual)
+            except Exception as _exc:
+                if _strict:
+                    raise
+                return _fallback(_exc, _f, (self, x, residual), {}, _traced)
+
+        return rms_norm
+
+    made = build("rms_norm", signature_key(rms_norm_impl)).__code__
+    want = reference(None, None, False, None).__code__
+    assert made.co_code == want.co_code
+    assert made.co_names == want.co_names and made.co_varnames == want.co_varnames
+
+
+def test_a_manifest_op_whose_impls_differ_from_it_gets_the_generic_trampoline():
+    def other_default(self, x, residual=0):
+        return residual
+
+    fn = build("rms_norm", signature_key(other_default))
+    assert fn.__code__.co_filename == trampoline.__file__
+    install(fn, other_default)
+    assert fn("layer", 1) == 0
+
+
+# --------------------------------------------------------------------------- generic trampolines
+
+
+def test_an_op_outside_the_manifest_gets_the_generic_trampoline_with_the_impl_signature():
+    fn = build("plugin_norm", signature_key(layer_impl))
+    assert fn.__code__.co_filename == trampoline.__file__
+    assert fn.__name__ == "plugin_norm" and fn.__code__.co_freevars == FREEVARS
     assert inspect.signature(fn) == inspect.signature(layer_impl)
     install(fn, layer_impl)
     assert fn("layer", 1) == ("layer", 1, None, 2.0)
     assert fn("layer", 1, residual=3, scale=4) == ("layer", 1, 3, 4)
+
+
+def test_a_bad_call_of_a_generic_trampoline_reaches_the_fallback():
+    """The generic trampoline binds nothing: the impl raises TypeError, which goes to the
+    fallback like any failure (``Binding`` then re-raises it as the caller's error)."""
+    seen = []
+
+    def fallback(exc, called, args, kwargs, traced):
+        seen.append((type(exc), called, args, kwargs))
+        raise exc
+
+    fn = build("plugin_norm", signature_key(layer_impl))
+    install(fn, layer_impl, fallback=fallback)
     with pytest.raises(TypeError):
-        fn("layer", x=1)  # positional-only, like the impl
+        fn("layer", x=1)  # positional-only in the impl
+    assert seen == [(TypeError, layer_impl, ("layer",), {"x": 1})]
 
 
-def test_exact_trampoline_keeps_the_impl_default_objects():
+def test_the_generic_trampoline_keeps_the_impl_default_objects():
     marker = object()
 
     def impl(x, flag=marker):
@@ -130,65 +247,78 @@ def test_generic_trampoline_passes_any_arguments_on():
     assert fn(1, 2, k=3) == ((1, 2), {"k": 3})
 
 
+# --------------------------------------------------------------------------- both kinds
+
+
 def test_a_failure_goes_to_the_fallback_with_what_was_called_and_the_arguments():
     seen = []
 
-    def broken(self, x, /, residual=None, *, scale=2.0):
+    def broken(self, x, residual=None):
         raise ValueError("kernel failed")
 
     def fallback(exc, called, args, kwargs, traced):
         seen.append((type(exc), called, args, kwargs, traced))
         return "recovered"
 
-    fn = build("op_norm", signature_key(layer_impl))
+    fn = build("rms_norm", signature_key(broken))
     install(fn, broken, fallback=fallback, traced="traced-impl")
     assert fn("layer", 1, residual=3) == "recovered"
-    assert seen == [(ValueError, broken, ("layer", 1, 3), {"scale": 2.0}, "traced-impl")]
-    generic = build("op_any", None)
+    assert seen == [(ValueError, broken, ("layer", 1, 3), {}, "traced-impl")]
+    generic = build("plugin_norm", signature_key(layer_impl))
     install(generic, broken, fallback=fallback)
     assert generic("layer", 1, scale=5) == "recovered"
     assert seen[-1][2:4] == (("layer", 1), {"scale": 5})
 
 
-def test_strict_trampoline_raises_without_the_fallback():
-    def broken(x):
+@pytest.mark.parametrize("op", ["silu_and_mul", "plugin_op"])
+def test_strict_trampoline_raises_without_the_fallback(op):
+    def broken(self, x):
         raise KeyError("k")
 
     def fallback(*args):
         raise AssertionError("strict mode must not fall back")
 
-    fn = build("op_x", signature_key(broken))
+    fn = build(op, signature_key(broken))
     install(fn, broken, strict=True, fallback=fallback)
     with pytest.raises(KeyError):
-        fn(1)
+        fn("layer", 1)
 
 
-def test_only_a_split_trampoline_asks_whether_torch_compile_traces():
-    def impl(x):
+@pytest.mark.parametrize("op", ["silu_and_mul", "plugin_op"])
+def test_only_a_split_trampoline_asks_whether_torch_compile_traces(op):
+    def impl(self, x):
         return "eager"
 
-    def traced(x):
+    def traced(self, x):
         return "traced"
 
-    plain = build("op_x", signature_key(impl))
-    split = build("op_x", signature_key(impl), split=True)
+    plain = build(op, signature_key(impl))
+    split = build(op, signature_key(impl), split=True)
     assert "_is_compiling" not in plain.__code__.co_names
     assert "_is_compiling" in split.__code__.co_names
+    assert inspect.signature(split) == inspect.signature(impl)
     install(split, impl, traced=traced)
-    assert split(1) == "eager" and not tracing_now()
+    assert split("layer", 1) == "eager" and not tracing_now()
 
 
 def test_a_trampoline_built_over_existing_cells_shares_them():
-    def impl(x, y=0):
-        return ("first", x, y)
+    def impl(self, x, residual=None):
+        return ("first", x, residual)
 
-    def other(x, y=0):
-        return ("second", x, y)
+    def other(self, x, residual=None):
+        return ("second", x, residual)
 
-    first = build("op_x", None)
+    first = build("rms_norm", None)
     install(first, impl)
-    second = build("op_x", signature_key(other), closure=first.__closure__)
-    assert inspect.signature(second) == inspect.signature(other)
-    assert second(1) == ("first", 1, 0)  # the impl the first one's cell holds
+    variants = [
+        build("rms_norm", signature_key(other), split=split, closure=first.__closure__)
+        for split in (False, True)
+    ]
+    assert variants[0].__code__.co_filename == trampolines.__file__
+    for second in variants:
+        assert second.__closure__ is first.__closure__
+        assert inspect.signature(second) == inspect.signature(other)
+        assert second(None, 1) == ("first", 1, None)  # the impl the first one's cell holds
     cells(first)["_impl"].cell_contents = other
-    assert first(1) == ("second", 1, 0) and second(1, y=2) == ("second", 1, 2)
+    assert first(None, 1) == ("second", 1, None)
+    assert all(second(None, 1, residual=2) == ("second", 1, 2) for second in variants)

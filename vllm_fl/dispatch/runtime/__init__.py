@@ -1,6 +1,7 @@
 """Runtime: calling the selected implementation, cheaply, and falling back.
 
-- ``trampoline``: the code of an op's dispatch function (one frame over the impl);
+- ``trampoline``: which code an op's dispatch function runs (one frame over the impl): the
+  op's generated trampoline (``vllm_fl.dispatch.trampolines``) or the generic one;
 - ``binding``: one op's trampoline and what it calls (resolution, installation, fallback), and
   the table of an owner's bindings;
 - ``failures``: the implementations excluded after they raised;

@@ -22,6 +22,7 @@ Ops whose selected impl declares nothing keep the plain trampoline: the check co
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -101,14 +102,13 @@ class Binding:
         self.in_use = False
         self._key: tuple | None = None
         self._split = False
-        self._fname = "op_" + "".join(c if c.isalnum() else "_" for c in op_name)
         # (candidate, the function its calls get), best first, for the gates of an impl with
         # ``supports``, eager and traced; set with the selection that installs the gate
         self._gate: tuple[tuple[OpImpl, Callable[..., Any]], ...] = ()
         self._gate_traced: tuple[tuple[OpImpl, Callable[..., Any]], ...] = ()
         self._refusals_logged: set[tuple[str, str]] = set()
         self.sites: list[tuple[weakref.ref, str]] = []
-        self.fn = build(self._fname, None)
+        self.fn = build(op_name, None)
         self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
         self._set("_impl", self._resolve_and_call)
         self._set("_traced", self._resolve_and_call)
@@ -150,7 +150,7 @@ class Binding:
         changes (a frame being traced by Dynamo keeps valid code), and functions already bound
         elsewhere (vLLM's ``_forward_method``) keep working through the shared cells."""
         old = self.fn
-        new = build(self._fname, key, split, old.__closure__)
+        new = build(self.op, key, split, old.__closure__)
         new.__qualname__, new.__doc__ = old.__qualname__, old.__doc__
         self.fn = new
         self._key = key
@@ -333,6 +333,15 @@ class Binding:
     ) -> Any:
         """``failed`` raised ``exc``: mark it, try the next candidates in order, install the first
         that works (unless the dispatch state changed meanwhile)."""
+        if (
+            failed is not None
+            and isinstance(exc, TypeError)
+            and not _accepts(failed.fn, args, kwargs)
+        ):
+            # The call does not fit the impl's parameters: the caller's error, as the generated
+            # trampolines raise it before any impl runs. The generic (*args, **kwargs) one only
+            # finds out here, on the exception path, so its calls cost no check.
+            raise exc
         manager = self._get_manager()
         op = self.op
         errors: list[tuple[str, Exception]] = []
@@ -409,6 +418,19 @@ class Binding:
             self._set("_strict", get_policy().strict)
             self._record_use(nxt, fallback=True, traced=traced)
             manager.selection_installed()
+
+
+def _accepts(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
+    """Whether ``fn``'s parameters take these arguments (True where it has no signature)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 class BindingTable:
