@@ -18,8 +18,9 @@ Each layer gets a `Reach`:
 - ``disabled``: the plugin's class, but vLLM bound another method than its dispatch
   (``compilation_config.custom_ops`` disabled the op), or the policy kept vLLM's class although
   the manifest has an op for it;
-- ``attention``, ``router``: reached through the attention backend the platform chose, through
-  the vLLM functions the plugin routes (the router's top-k);
+- ``attention``, ``router``, ``kernel``: reached through the attention backend the platform
+  chose, through the vLLM functions the plugin routes (the router's top-k), through the plugin's
+  kernel class in a quantized layer's method (vLLM's kernel tables, `vllm_fl.quant`);
 - ``vllm``: nothing of the plugin.
 """
 
@@ -31,12 +32,13 @@ from typing import Any
 
 from .vllm_code import VllmCode, classify
 
-REPLACED, SUBCLASS, DISABLED, ATTENTION, ROUTER, VLLM = (
+REPLACED, SUBCLASS, DISABLED, ATTENTION, ROUTER, KERNEL, VLLM = (
     "replaced",
     "subclass",
     "disabled",
     "attention",
     "router",
+    "kernel",
     "vllm",
 )
 
@@ -91,6 +93,11 @@ class Layer:
     vllm_code: VllmCode = field(default_factory=lambda: VllmCode("-"))
     note: str = ""
 
+    @property
+    def dispatched(self) -> bool:
+        """Whether the built model reaches this layer through the dispatch (its ``ops``)."""
+        return self.reach in (REPLACED, ATTENTION, ROUTER, KERNEL)
+
 
 def _our_classes() -> dict[type, str]:
     """The plugin's replacement class -> the in-tree name it replaces."""
@@ -124,7 +131,7 @@ def _vllm_base(cls: type) -> type:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, with_code: bool) -> None:
         from vllm.model_executor.custom_op import CustomOp, PluggableLayer
         from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
@@ -135,6 +142,10 @@ class _Walker:
         self.in_tree_names = set(self.by_name)
         self.rows: dict[tuple[str, str], Layer] = {}
         self.seen: set[int] = set()  # a module two parents hold (a MoE gate) counts once
+        self.with_code = with_code
+
+    def code(self, roots: list[tuple[Any, Any]]) -> VllmCode:
+        return classify(roots) if self.with_code else VllmCode("-")
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -172,6 +183,8 @@ class _Walker:
             return False
         if cls in self.ours:
             return self.replaced(module, path, module)
+        if quant_method is not None and self.kernel(module, path, quant_method):
+            return False
         is_layer = isinstance(module, self.layer_types)
         has_state = bool(module._parameters) or bool(module._buffers)
         children = list(module.children())
@@ -210,7 +223,7 @@ class _Walker:
                 row.note = f"computed by {type(computing).__name__}"
             if not dispatched:
                 native = getattr(base, "forward_native", None)
-                row.vllm_code = classify([(native, computing)])
+                row.vllm_code = self.code([(native, computing)])
                 row.note = (
                     f"the manifest has {', '.join(row.ops)} but vLLM bound "
                     f"{getattr(forward, '__qualname__', forward)} (compilation_config.custom_ops)"
@@ -239,7 +252,7 @@ class _Walker:
                 reach=reach,
                 in_tree=in_tree,
                 ops=_ops_of(in_tree) if in_tree else (),
-                vllm_code=classify(_roots(module)),
+                vllm_code=self.code(_roots(module)),
                 note=note,
             )
 
@@ -262,10 +275,36 @@ class _Walker:
             if not ops:
                 impl = getattr(module, "impl", None)
                 roots = [(getattr(impl, "forward", None), impl)] if impl is not None else []
-                row.vllm_code = classify(roots + _roots(module))
+                row.vllm_code = self.code(roots + _roots(module))
             return row
 
         self._add(f"{_qualname(cls)}|{backend_name}", path, make)
+
+    def kernel(self, module: Any, path: str, quant_method: Any) -> bool:
+        """Record a layer whose quant method computes through one of the plugin's kernel classes
+        (one attribute deep: vLLM keeps the kernel it chose on the method); whether it did."""
+        parts = [quant_method, *vars(quant_method).values()]
+        plugin = [p for p in parts if type(p).__module__.startswith("vllm_fl.")]
+        if not plugin:
+            return False
+        ops = tuple(op for part in plugin for op in _bound_ops(type(part).__module__))
+        if not ops:
+            return False
+        cls = type(module)
+        names = ", ".join(type(p).__name__ for p in plugin)
+        key = f"{_qualname(cls)}|{names}"
+        self._add(
+            key,
+            path,
+            lambda: Layer(
+                name=cls.__name__,
+                qualname=_qualname(cls),
+                reach=KERNEL,
+                ops=tuple(dict.fromkeys(ops)),
+                note=f"computed by {names}",
+            ),
+        )
+        return True
 
     def router(self, router: Any, path: str) -> None:
         cls = type(router)
@@ -277,11 +316,26 @@ class _Walker:
                 qualname=_qualname(cls),
                 reach=ROUTER if ops else VLLM,
                 ops=ops,
-                vllm_code=classify([(getattr(router, "select_experts", None), router)]),
+                vllm_code=self.code([(getattr(router, "select_experts", None), router)]),
                 note="the MoE router (no module)",
             )
 
         self._add(_qualname(cls), path, make)
+
+
+def _bound_ops(module_name: str) -> list[str]:
+    """The ops whose dispatch is bound as an attribute of module ``module_name``
+    (``functions.bind``: how the plugin's kernel and backend classes call ops)."""
+    import sys
+
+    from vllm_fl.dispatch import get_default_manager
+
+    module = sys.modules.get(module_name)
+    if module is None:
+        return []
+    manager = get_default_manager()
+    values = {id(v) for v in vars(module).values()}
+    return [op for op in manager.registry.list_operators() if id(manager.binding(op).fn) in values]
 
 
 def _roots(module: Any) -> list[tuple[Any, Any]]:
@@ -299,8 +353,9 @@ def _roots(module: Any) -> list[tuple[Any, Any]]:
     return roots
 
 
-def census(model: Any) -> list[Layer]:
-    """Every layer class of ``model``, in the order of first appearance."""
-    walker = _Walker()
+def census(model: Any, with_code: bool = True) -> list[Layer]:
+    """Every layer class of ``model``, in the order of first appearance; ``with_code``: classify
+    vLLM's own code of the layers left to it (reads their source, `vllm_code.classify`)."""
+    walker = _Walker(with_code)
     walker.walk(model)
     return list(walker.rows.values())

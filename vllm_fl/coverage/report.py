@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .census import ATTENTION, DISABLED, REPLACED, ROUTER, SUBCLASS, VLLM, Layer
+from .census import ATTENTION, DISABLED, KERNEL, REPLACED, ROUTER, SUBCLASS, VLLM, Layer
 
 #: the policies reported unless ``--policy`` says otherwise: name -> variables over the environment
 NAMED_POLICIES: dict[str, dict[str, str]] = {
@@ -119,7 +119,7 @@ def verdicts(layers: list[Layer], policies: list[Policy]) -> list[dict[str, Verd
                     row[pol.name] = Verdict(True, ops)
                 else:
                     row[pol.name] = Verdict(False, why="the policy keeps vLLM's function")
-            elif layer.reach == ATTENTION:
+            elif layer.reach in (ATTENTION, KERNEL):
                 row[pol.name] = Verdict(True, ops)
             else:
                 row[pol.name] = Verdict(False, why=layer.note)
@@ -131,6 +131,7 @@ REACH_TEXT = {
     REPLACED: "dispatched",
     ATTENTION: "dispatched (backend)",
     ROUTER: "dispatched (function)",
+    KERNEL: "dispatched (kernel)",
     SUBCLASS: "subclass, vLLM's code",
     DISABLED: "manifest op, not dispatched",
     VLLM: "left to vLLM",
@@ -203,7 +204,7 @@ class Coverage:
         head = ("layer", "n", "how", "op", *names, "vLLM's own code here")
         rows: list[tuple[str, ...]] = [head]
         for layer, verdict in zip(self.layers, self.verdicts):
-            code = "-" if layer.reach in (REPLACED, ATTENTION, ROUTER) else str(layer.vllm_code)
+            code = "-" if layer.reach in (REPLACED, ATTENTION, ROUTER, KERNEL) else str(layer.vllm_code)
             lines = max(1, len(layer.ops))
             for i in range(lines):
                 op = layer.ops[i] if i < len(layer.ops) else "-"
