@@ -7,7 +7,12 @@ from contextlib import AbstractContextManager, nullcontext
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_fl.worker import finish_verification, reload_following, start_verification
+from vllm_fl.worker import (
+    finish_verification,
+    log_model_ops,
+    reload_following,
+    start_verification,
+)
 
 
 def _ensure_workspace_manager() -> None:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from vllm.v1.worker.gpu_worker import Worker
 
-from vllm_fl.worker import finish_verification, reload_following, start_verification
+from vllm_fl.worker import (
+    finish_verification,
+    log_model_ops,
+    reload_following,
+    start_verification,
+)
 
 
 class WorkerFL(Worker):
