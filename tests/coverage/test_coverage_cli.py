@@ -73,7 +73,9 @@ def test_tiny_llama_norm_activation_rotary_and_attention_are_dispatched(llama):
     _assert_dispatched(layers["RotaryEmbedding"], ["rotary_embedding"])
     attention = layers["Attention"]
     assert attention["reach"] == "attention" and attention["count"] == 2
-    _assert_dispatched(attention, ["attention_backend", "reshape_and_cache_flash", "paged_attention"])
+    _assert_dispatched(
+        attention, ["attention_backend", "reshape_and_cache_flash", "paged_attention"]
+    )
     assert llama["json"]["ops_used"]["shipped"] == [
         "rotary_embedding",
         "attention_backend",
@@ -112,7 +114,9 @@ def test_tiny_qwen3_moe_experts_and_router_are_dispatched():
     report = _report("tiny-qwen3-moe", shared.folder_once("tiny-qwen3-moe", build_tiny_qwen3_moe))
     layers = _layers(report)
     assert report["json"]["architecture"] == "Qwen3MoeForCausalLM"
-    experts = next(layer for layer in layers.values() if layer["replaces"] == "UnquantizedFusedMoEMethod")
+    experts = next(
+        layer for layer in layers.values() if layer["replaces"] == "UnquantizedFusedMoEMethod"
+    )
     assert experts["reach"] == "replaced" and experts["count"] == 2
     _assert_dispatched(experts, ["fused_experts"])
     _assert_dispatched(layers["FusedTopKRouter"], ["topk_softmax"])

@@ -193,8 +193,10 @@ class _Walker:
         if is_layer and (has_state or not children or self._replaceable(cls)):
             self.left(module, path)
             return True
-        if not is_layer and not children and not _vllm_base(cls).__module__.startswith(
-            "vllm.model_executor.models"
+        if (
+            not is_layer
+            and not children
+            and not _vllm_base(cls).__module__.startswith("vllm.model_executor.models")
         ):
             self.left(module, path)
         return True

@@ -89,9 +89,7 @@ def _choices(policy: Any) -> dict[str, OpChoice]:
 
     out: dict[str, OpChoice] = {}
     for info in explain_ops(policy=policy):
-        unavailable = [
-            impl for impl, why in info["rejected"] if str(why).startswith("unavailable")
-        ]
+        unavailable = [impl for impl, why in info["rejected"] if str(why).startswith("unavailable")]
         anywhere = policy.order(info["op"], list(info["candidates"]) + unavailable)
         out[info["op"]] = OpChoice(
             info["op"], info["selected"], anywhere[0].impl_id if anywhere else None
@@ -186,8 +184,7 @@ class Coverage:
                         name: {
                             "dispatched": v.dispatched,
                             "ops": [
-                                {"op": c.op, "here": c.here, "anywhere": c.anywhere}
-                                for c in v.ops
+                                {"op": c.op, "here": c.here, "anywhere": c.anywhere} for c in v.ops
                             ],
                             "why": v.why,
                         }
@@ -204,7 +201,11 @@ class Coverage:
         head = ("layer", "n", "how", "op", *names, "vLLM's own code here")
         rows: list[tuple[str, ...]] = [head]
         for layer, verdict in zip(self.layers, self.verdicts):
-            code = "-" if layer.reach in (REPLACED, ATTENTION, ROUTER, KERNEL) else str(layer.vllm_code)
+            code = (
+                "-"
+                if layer.reach in (REPLACED, ATTENTION, ROUTER, KERNEL)
+                else str(layer.vllm_code)
+            )
             lines = max(1, len(layer.ops))
             for i in range(lines):
                 op = layer.ops[i] if i < len(layer.ops) else "-"

@@ -43,7 +43,12 @@ def log_model_ops(worker) -> list[str]:
     from vllm_fl.coverage.census import census
     from vllm_fl.dispatch import get_default_manager
 
-    ops = [op for layer in census(worker.get_model(), with_code=False) if layer.dispatched for op in layer.ops]
+    ops = [
+        op
+        for layer in census(worker.get_model(), with_code=False)
+        if layer.dispatched
+        for op in layer.ops
+    ]
     return get_default_manager().log_selections(ops)
 
 
