@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm_fl.quant",),
     ("vllm_fl.registration",),
     ("vllm_fl.testing",),
-    ("vllm_fl.verify",),
+    ("vllm_fl.verify", "vllm_fl.coverage"),
     ("vllm_fl.worker", "vllm_fl.cli"),
     ("vllm_fl",),
 )

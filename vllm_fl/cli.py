@@ -44,6 +44,11 @@ COMMANDS: dict[str, Command] = {
         "verify bisect MODEL: the ops that change the greedy tokens",
         "vllm_fl.verify.cli:main",
     ),
+    "coverage": Command(
+        "coverage MODEL: per layer of the model, dispatched (to which impl, per policy) or left "
+        "to vLLM (compiled kernel, Triton or PyTorch); --json FILE",
+        "vllm_fl.coverage.cli:main",
+    ),
 }
 
 

@@ -43,7 +43,7 @@ def test_without_a_command_it_lists_every_command(capsys):
     assert cli.main(["genrate"]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "vllm-fl: unknown command 'genrate', expected one of generate, vendor, explain, verify\n"
+        "vllm-fl: unknown command 'genrate', expected one of generate, vendor, explain, verify, coverage\n"
     )
 
 

@@ -39,7 +39,9 @@ sub-modules are its internals. The names outside the policy and the calls:
   ``attrs``, ``flatten``) and ``check_shape`` for its impls;
 - the generated contract: ``FLBackendBase`` (``spec``) and ``CHECKS`` (``checks``);
 - ``wrap_selections``, the hook bring-up mode (``vllm_fl.verify``) gives every op's eager calls
-  its verifying function by.
+  its verifying function by;
+- ``explain_ops``, what ``explain`` reports as data: per op under a given policy, the candidates
+  in order, those that are not and why, the selection (``vllm-fl coverage`` reads it).
 
 Importing the package imports the policy, the managers, the settings table and the logger; a
 name whose module imports torch or is needed only by a backend or the verifier (the backend
@@ -85,6 +87,7 @@ from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError,
 if TYPE_CHECKING:
     from .backend import Backend
     from .checks import CHECKS
+    from .explain import explain_ops
     from .runtime.registration import (
         CustomOp,
         DeclaredBackend,
@@ -105,6 +108,7 @@ _LAZY = {
     "CustomOp": ".runtime.registration",
     "DeclaredBackend": ".runtime.registration",
     "FLBackendBase": ".spec",
+    "explain_ops": ".explain",
     "Impl": ".runtime.registration",
     "Registrations": ".runtime.registration",
     "attrs": ".runtime.registration",
@@ -151,6 +155,7 @@ __all__ = [
     "configure_logger",
     "dispatch_method",
     "env_text",
+    "explain_ops",
     "flatten",
     "get_config",
     "get_default_manager",

@@ -1,0 +1,170 @@
+"""`vllm-fl coverage MODEL`: the tiny models' layers, dispatched or left to vLLM, on the plugin's
+CPU platform; one line for input it cannot use. Each model is reported by a `vllm-fl` child
+process (the command makes the plugin's platform vLLM's, which a pytest process that already
+resolved vLLM's platform cannot undo), once per session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import shared
+from tests.support.plugin_env import REPO
+from vllm_fl.testing.launch import vllm_available
+from vllm_fl.testing.models import build_tiny_llama, build_tiny_qwen3_moe
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+
+REFERENCE = "reference.torch"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env.pop("VLLM_FL_PLATFORM", None)  # the command picks the CPU host mode here by itself
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_fl.cli", "coverage", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def _report(name: str, model: Path) -> dict:
+    def make() -> dict:
+        out = shared.shared_dir() / f"coverage-{name}.json"
+        proc = _run(str(model), "--json", str(out))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return {"json": json.loads(out.read_text()), "table": proc.stdout}
+
+    return shared.once(f"coverage of {name}", make)
+
+
+def _layers(report: dict) -> dict[str, dict]:
+    return {layer["name"]: layer for layer in report["json"]["layers"]}
+
+
+@pytest.fixture(scope="module")
+def llama() -> dict:
+    return _report("tiny-llama", shared.folder_once("tiny-llama", build_tiny_llama))
+
+
+def _assert_dispatched(layer: dict, ops: list[str]) -> None:
+    assert layer["ops"] == ops, layer
+    for name, verdict in layer["policies"].items():
+        assert verdict["dispatched"], (name, layer)
+        assert all(choice["here"] == REFERENCE for choice in verdict["ops"]), (name, layer)
+        assert all(choice["anywhere"] for choice in verdict["ops"]), (name, layer)
+
+
+def test_tiny_llama_norm_activation_rotary_and_attention_are_dispatched(llama):
+    layers = _layers(llama)
+    assert llama["json"]["architecture"] == "LlamaForCausalLM"
+    assert llama["json"]["platform"] == "cpu"
+    assert set(llama["json"]["policies"]) == {"shipped", "flagos", "portable"}
+    assert layers["RMSNorm"]["count"] == 5  # 2 per decoder layer, and the final norm
+    _assert_dispatched(layers["RMSNorm"], ["rms_norm"])
+    _assert_dispatched(layers["SiluAndMul"], ["silu_and_mul"])
+    _assert_dispatched(layers["RotaryEmbedding"], ["rotary_embedding"])
+    attention = layers["Attention"]
+    assert attention["reach"] == "attention" and attention["count"] == 2
+    _assert_dispatched(
+        attention, ["attention_backend", "reshape_and_cache_flash", "paged_attention"]
+    )
+    assert llama["json"]["ops_used"]["shipped"] == [
+        "rotary_embedding",
+        "attention_backend",
+        "reshape_and_cache_flash",
+        "paged_attention",
+        "silu_and_mul",
+        "rms_norm",
+    ]
+
+
+def test_tiny_llama_linears_and_embedding_are_left_to_vllm(llama):
+    layers = _layers(llama)
+    for name in ("QKVParallelLinear", "RowParallelLinear", "MergedColumnParallelLinear"):
+        layer = layers[name]
+        assert layer["reach"] == "vllm" and layer["ops"] == [], layer
+        assert not any(v["dispatched"] for v in layer["policies"].values())
+        # the plugin's platform is neither CUDA nor CPU to vLLM: F.linear
+        assert layer["vllm_code"]["kind"] == "pytorch", layer
+    assert layers["RowParallelLinear"]["count"] == 4  # o_proj and down_proj of 2 layers
+    embedding = layers["VocabParallelEmbedding"]
+    assert embedding["reach"] == "vllm"
+    # its tensor-parallel path names vLLM's compiled vocab_parallel_embedding
+    assert embedding["vllm_code"]["kind"] == "compiled"
+    assert "vocab_parallel_embedding" in embedding["vllm_code"]["evidence"]
+
+
+def test_the_table_lists_each_layer_with_its_impls(llama):
+    table = llama["table"]
+    assert "LlamaForCausalLM" in table
+    rows = {line.split("|")[0].strip(): line for line in table.splitlines() if "|" in line}
+    assert "dispatched" in rows["RMSNorm"] and REFERENCE in rows["RMSNorm"]
+    assert "left to vLLM" in rows["QKVParallelLinear"]
+
+
+def test_tiny_qwen3_moe_experts_and_router_are_dispatched():
+    report = _report("tiny-qwen3-moe", shared.folder_once("tiny-qwen3-moe", build_tiny_qwen3_moe))
+    layers = _layers(report)
+    assert report["json"]["architecture"] == "Qwen3MoeForCausalLM"
+    experts = next(
+        layer for layer in layers.values() if layer["replaces"] == "UnquantizedFusedMoEMethod"
+    )
+    assert experts["reach"] == "replaced" and experts["count"] == 2
+    _assert_dispatched(experts, ["fused_experts"])
+    _assert_dispatched(layers["FusedTopKRouter"], ["topk_softmax"])
+
+
+def test_a_rope_scaled_llama_is_a_subclass_left_to_vllm(tmp_path):
+    llama = shared.folder_once("tiny-llama", build_tiny_llama)
+    config = json.loads((llama / "config.json").read_text())
+    config["rope_scaling"] = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    path = tmp_path / "llama3-rope.json"  # a config file of any name
+    path.write_text(json.dumps(config))
+    out = tmp_path / "report.json"
+    proc = _run(str(path), "--json", str(out), "--policy", "shipped")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    layers = _layers({"json": json.loads(out.read_text())})
+    rotary = layers["Llama3RotaryEmbedding"]
+    assert rotary["reach"] == "subclass" and rotary["replaces"] == "RotaryEmbedding"
+    assert not rotary["policies"]["shipped"]["dispatched"]
+    assert rotary["vllm_code"]["kind"] == "pytorch"  # forward_native on an out-of-tree platform
+    assert "RotaryEmbedding" not in layers
+    assert "subclass of RotaryEmbedding" in proc.stdout
+
+
+def test_a_missing_path_is_one_line(tmp_path):
+    proc = _run(str(tmp_path / "nowhere"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"vllm-fl coverage: {tmp_path / 'nowhere'}: no such file or directory"
+    ]
+
+
+def test_an_unknown_architecture_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForLM"]}))
+    proc = _run(str(tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"vllm-fl coverage: {tmp_path}: architecture 'NoSuchModelForLM'")
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_policy_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    proc = _run(str(tmp_path), "--policy", "fastest")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("vllm-fl coverage: policy 'fastest'")
