@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -33,9 +34,8 @@ def main(argv: list[str] | None = None, prog: str = "vllm-fl coverage") -> int:
     )
     args = parser.parse_args(argv)
     if not args.verbose:
-        # vLLM logs its configuration at INFO; the report is the output here
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("VLLM_FL_LOG_LEVEL", "WARNING")
+        # vLLM and the plugin log their configuration at INFO; the report is the output here
+        logging.disable(logging.INFO)
     try:
         if not os.path.exists(args.model):  # before importing vLLM: a typo fails at once
             raise CoverageError(f"{args.model}: no such file or directory")
