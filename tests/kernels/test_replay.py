@@ -165,6 +165,18 @@ def decode(plannable, monkeypatch):
             num_seqs=len(seqused_k),
         )
 
+    # The scratch is allocated with torch.empty and kept; the stand-in kernel reads its first
+    # element, so a fresh one filled with a known value (memory a long-lived process reuses can
+    # hold a NaN, and NaN never compares equal)
+    scratch = attention.decode_scratch
+
+    def filled_scratch(*args, **kwargs):
+        found = scratch(*args, **kwargs)
+        found[1].fill_(0.25)
+        return found
+
+    monkeypatch.setattr(attention, "_scratch", {})
+    monkeypatch.setattr(attention, "decode_scratch", filled_scratch)
     monkeypatch.setattr(vllm_attention_ops, "unified_attention", unified_attention)
     monkeypatch.setattr(vllm_attention_ops, "kernel_unified_attention", kernel)
     monkeypatch.setattr(attention, "_decode_replays", {})
