@@ -7,7 +7,8 @@ INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one,
 `build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one, `build_tiny_fp8_block_llama` as a
 block-quantized FP8 one (or its dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same
 size; `build_tiny_deepseek_v3` a DeepSeek-V3 of that hidden size (multi-head latent attention,
-grouped MoE routing). Their weights come from a fixed seed and are scaled up so the logits are far
+grouped MoE routing); `build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`,
+`build_tiny_falcon_h1` and `build_tiny_nemotron_h` one of each of those families. Their weights come from a fixed seed and are scaled up so the logits are far
 from ties, which makes greedy decoding a sharp comparison between two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
@@ -359,6 +360,106 @@ def build_tiny_mamba2(path: str | Path) -> Path:
         n_groups=1,
         state_size=16,
         conv_kernel=4,
+        chunk_size=16,
+        layer_norm_epsilon=1e-6,
+    )
+
+
+def build_tiny_qwen3_next(path: str | Path) -> Path:
+    """A tiny random Qwen3-Next and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers (a gated-delta-net linear attention, then a gated full attention of 2 heads of
+    head_dim 32, a quarter of it rotated), each followed by a MoE of 4 experts with 2 active
+    (moe_intermediate_size 32) and a gated shared expert; the linear attention has 2 key heads
+    and 4 value heads of dim 128 (the one head size vLLM's CPU kernel takes, as the real model's),
+    conv kernel 4. vLLM's CPU gated-delta-net kernels take bfloat16 only: run it in bfloat16."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    return build_tiny_model(
+        path,
+        Qwen3NextConfig,
+        Qwen3NextForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        layer_types=["linear_attention", "full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        partial_rotary_factor=0.25,
+        intermediate_size=2 * HIDDEN_SIZE,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        shared_expert_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        decoder_sparse_step=1,
+        norm_topk_prob=True,
+    )
+
+
+def build_tiny_falcon_h1(path: str | Path) -> Path:
+    """A tiny random Falcon-H1 and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers, each an attention of 2 heads of head_dim 32 beside a Mamba2 mixer (4 heads of
+    head_dim 32, 1 group, state 16, conv kernel 4, gated RMSNorm) and an MLP; every muP
+    multiplier is set away from 1 so that a layer that drops one changes the tokens."""
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    return build_tiny_model(
+        path,
+        FalconH1Config,
+        FalconH1ForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        intermediate_size=2 * HIDDEN_SIZE,
+        mamba_d_ssm=2 * HIDDEN_SIZE,
+        mamba_n_heads=4,
+        mamba_d_head=32,
+        mamba_n_groups=1,
+        mamba_d_state=16,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=16,
+        mamba_rms_norm=True,
+        embedding_multiplier=1.5,
+        lm_head_multiplier=0.75,
+        mlp_multipliers=[1.25, 0.8],
+        key_multiplier=0.9,
+        attention_in_multiplier=1.1,
+        attention_out_multiplier=0.7,
+        ssm_in_multiplier=1.2,
+        ssm_out_multiplier=0.6,
+        ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3],
+    )
+
+
+def build_tiny_nemotron_h(path: str | Path) -> Path:
+    """A tiny random Nemotron-H and its tokenizer in `path` (created if missing): hidden 64,
+    3 layers (``M-*``: a Mamba2 mixer of 4 heads of head_dim 32, 1 group, state 16, conv
+    kernel 4; an MLP with the squared-ReLU activation; an attention of 2 heads of head_dim 32
+    without rotary embedding)."""
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    return build_tiny_model(
+        path,
+        NemotronHConfig,
+        NemotronHForCausalLM,
+        hybrid_override_pattern="M-*",
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        intermediate_size=2 * HIDDEN_SIZE,
+        mlp_hidden_act="relu2",
+        mamba_num_heads=4,
+        mamba_head_dim=32,
+        n_groups=1,
+        ssm_state_size=16,
+        conv_kernel=4,
+        expand=2,
         chunk_size=16,
         layer_norm_epsilon=1e-6,
     )
