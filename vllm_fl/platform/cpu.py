@@ -45,7 +45,8 @@ class PlatformFLCpu(CpuPlatform):
         ``topk_softmax`` and its MoE oracle would bypass the plugin's method. In vLLM's mamba
         package the question only chooses between its CPU kernels and Triton ones, and a plugin
         platform answering False there sent Mamba2, Falcon-H1, Nemotron-H and Qwen3-Next to
-        Triton, which cannot run here. Asked once per import or layer, never per token."""
+        Triton, which cannot run here (Qwen3-Next's gated-delta-net layer is in that package
+        too: ``mamba.gdn``). Asked once per import or layer, never per token."""
         if self._enum == PlatformEnum.CPU:  # compat.keep_cpu_batch_defaults' window
             return True
         return asks_for_cpu_kernels(sys._getframe(1).f_globals.get("__name__", ""))
