@@ -4,8 +4,7 @@
 the plugin's platforms call it from `init_device` (see `vllm_fl.worker`), after every general
 plugin of the process has loaded and the device is set, before `load_model`. It registers every
 class (`register_oot_classes`) and resolves every op through the dispatch manager, so that
-selection happens before torch.compile traces a model (the plugin's workers log the selections,
-`Op '<op>' using '<impl_id>'`, of the ops their model uses once it is built).
+selection (and its `Op '<op>' using '<impl_id>'` log) happens before torch.compile traces a model.
 A process that only builds the configuration or serves requests (vLLM's front-end) never gets
 here: it imports neither the generated classes nor any kernel library, and keeps CUDA untouched.
 
@@ -218,18 +217,14 @@ def register_oot_classes(policy=None) -> dict[str, str]:
     return dict(_replaced)
 
 
-def prepare_model_process(vllm_config=None, log_selections: bool = True) -> dict[str, str]:
+def prepare_model_process(vllm_config=None) -> dict[str, str]:
     """The plugin's step in a process about to build the model (the plugin's workers call it
     from `init_device`): register the classes, enable their ops where the user left
     `custom_ops` at vLLM's default (`vllm_fl.platform.apply_custom_ops_default`), resolve every
     op, after routing the vLLM functions ops.yaml replaces through the dispatch
     (`vllm_fl.functions.install`), giving vLLM's quantized-linear kernel tables their
     out-of-tree rows (`vllm_fl.quant.install_linear_kernels`) and vLLM's quantized MoE oracles
-    the plugin's experts (`vllm_fl.quant.install_moe_experts`). Returns `register_oot_classes()`.
-
-    ``log_selections=False`` resolves every op without its ``Op '<op>' using`` line: the plugin's
-    workers log the selections of the ops their model uses once it is built
-    (`vllm_fl.worker.log_model_ops`), so the log names those and not the whole manifest."""
+    the plugin's experts (`vllm_fl.quant.install_moe_experts`). Returns `register_oot_classes()`."""
     from vllm_fl import functions, quant
 
     replaced = register_oot_classes()
@@ -246,16 +241,15 @@ def prepare_model_process(vllm_config=None, log_selections: bool = True) -> dict
             for name, target in replaced.items()
         ]
         apply_custom_ops_default(vllm_config.compilation_config, op_names)
-    resolve_ops(log=log_selections)
+    resolve_ops()
     return replaced
 
 
-def resolve_ops(log: bool = True) -> None:
-    """Resolve every op through the dispatch manager now, before any model is traced; ``log``:
-    with the ``Op '<op>' using`` line of each."""
+def resolve_ops() -> None:
+    """Resolve every op through the dispatch manager now, before any model is traced."""
     from vllm_fl.dispatch import get_default_manager
 
-    get_default_manager().resolve_all(log=log)
+    get_default_manager().resolve_all()
 
 
 def _reset_for_tests() -> None:

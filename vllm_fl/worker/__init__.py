@@ -4,8 +4,6 @@ A worker runs in the process that runs the model (vLLM's engine core, or one pro
 after every general plugin of that process has loaded. Its `init_device` (device set, model not
 built yet) calls `vllm_fl.registration.prepare_model_process`: register the generated layer
 classes, apply the plugin's `custom_ops` default where the user left vLLM's, resolve every op.
-Once vLLM has built the model (`load_model`), `log_model_ops` logs the selection of each op the
-model uses (`Op '<op>' using '<impl>'`), found from its layers as `vllm-fl coverage` finds them.
 That is why nothing of this happens in vLLM's front-end, which must stay free of CUDA so that vLLM
 may fork.
 
@@ -31,25 +29,6 @@ package holds the steps both share and imports no vLLM module.
 """
 
 from __future__ import annotations
-
-
-def log_model_ops(worker) -> list[str]:
-    """Log the selected impl of every op the worker's model uses (its dispatched layers, its
-    attention backend's ops, its MoE router's, its quantized layers' kernels); returns them.
-
-    Every op was resolved before the model was built, quietly, so that nothing is resolved
-    while torch.compile traces; an op the model calls that this census misses still shows
-    in `vllm-fl explain` and in the log when it falls back."""
-    from vllm_fl.coverage.census import census
-    from vllm_fl.dispatch import get_default_manager
-
-    ops = [
-        op
-        for layer in census(worker.get_model(), with_code=False)
-        if layer.dispatched
-        for op in layer.ops
-    ]
-    return get_default_manager().log_selections(ops)
 
 
 def start_verification(worker) -> None:

@@ -9,7 +9,6 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_fl.worker import (
     finish_verification,
-    log_model_ops,
     reload_following,
     start_verification,
 )
@@ -35,16 +34,11 @@ class CPUWorkerFL(CPUWorker):
         super().init_device()
         from vllm_fl.registration import prepare_model_process
 
-        prepare_model_process(self.vllm_config, log_selections=False)
+        prepare_model_process(self.vllm_config)
         _ensure_workspace_manager()
 
     def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
         return nullcontext()
-
-    def load_model(self, *args, **kwargs):
-        result = super().load_model(*args, **kwargs)
-        log_model_ops(self)
-        return result
 
     def compile_or_warm_up_model(self):
         result = super().compile_or_warm_up_model()

@@ -7,7 +7,6 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from vllm_fl.worker import (
     finish_verification,
-    log_model_ops,
     reload_following,
     start_verification,
 )
@@ -23,12 +22,7 @@ class WorkerFL(Worker):
         from vllm_fl.registration import prepare_model_process
 
         route_unreplaced_ops_to_cuda()
-        prepare_model_process(self.vllm_config, log_selections=False)
-
-    def load_model(self, *args, **kwargs):
-        result = super().load_model(*args, **kwargs)
-        log_model_ops(self)
-        return result
+        prepare_model_process(self.vllm_config)
 
     def compile_or_warm_up_model(self):
         result = super().compile_or_warm_up_model()

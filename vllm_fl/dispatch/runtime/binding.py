@@ -168,13 +168,11 @@ class Binding:
 
     # -- resolution --------------------------------------------------------------------------
 
-    def select(self, traced: bool = False, log: bool = True) -> tuple[OpImpl, bool]:
+    def select(self, traced: bool = False) -> tuple[OpImpl, bool]:
         """(the impl for an eager call, or one traced by torch.compile; strict mode).
 
         Installs the selection unless the dispatch state changed while it was being resolved;
-        then the result serves only this call and the next call resolves again. ``log=False``
-        installs it without the ``Op '<op>' using`` line: a process that resolves every op
-        before it knows which its model uses says so later (``log_use``).
+        then the result serves only this call and the next call resolves again.
         """
         manager = self._get_manager()  # outside the lock: may build the default manager
         with sync.LOCK:
@@ -203,8 +201,8 @@ class Binding:
                 self._set("_traced", self._supported_call_traced if gate_traced else traced_impl.fn)
                 self.active, self.active_traced = impl, traced_impl
                 self.in_use = True
-                self._record_use(impl, fallback=False, log=log)
-                self._record_use(traced_impl, fallback=False, traced=True, log=log and split)
+                self._record_use(impl, fallback=False)
+                self._record_use(traced_impl, fallback=False, traced=True, log=split)
                 manager.selection_installed()
         return (traced_impl if traced else impl), policy.strict
 
@@ -217,30 +215,15 @@ class Binding:
         else:
             self.used = impl
         if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
-            self._log_selection(impl, fallback, traced)
-
-    def _log_selection(self, impl: OpImpl, fallback: bool, traced: bool) -> None:
-        logger.info(
-            "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
-            self.op,
-            "fallback to" if fallback else "using",
-            impl.impl_id,
-            " under torch.compile" if traced else "",
-            impl.kind.value,
-            impl.vendor,
-        )
-
-    def log_use(self) -> bool:
-        """Log the selection in force (and the one for calls traced by torch.compile where it
-        differs) as ``select`` does; False when nothing is selected yet."""
-        with sync.LOCK:
-            used, used_traced = self.used, self.used_traced
-        if used is None:
-            return False
-        self._log_selection(used, False, False)
-        if used_traced is not None and used_traced is not used:
-            self._log_selection(used_traced, False, True)
-        return True
+            logger.info(
+                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
+                self.op,
+                "fallback to" if fallback else "using",
+                impl.impl_id,
+                " under torch.compile" if traced else "",
+                impl.kind.value,
+                impl.vendor,
+            )
 
     def forget_use(self) -> None:
         """Forget the selections installed last (their manager is gone)."""

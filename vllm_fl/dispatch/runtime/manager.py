@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import sync
 from ..config.selection import SelectionPolicy
@@ -198,30 +198,19 @@ class OpManager:
     def get_selected_impl_id(self, op_name: str) -> str:
         return self.resolve_candidates(op_name)[0].impl_id
 
-    def resolve_all(self, log: bool = True) -> dict[str, str | None]:
+    def resolve_all(self) -> dict[str, str | None]:
         """Resolve and install every registered op now (before torch.compile traces, say);
-        op -> selected impl id, or None where no implementation can run here. ``log=False``:
-        without the ``Op '<op>' using`` lines, for a caller that logs the ops its model uses
-        once it knows them (``log_selections``)."""
+        op -> selected impl id, or None where no implementation can run here."""
         out: dict[str, str | None] = {}
         for op in self._registry.list_operators():
             try:
-                impl, _ = self.bindings.get(op).select(log=log)
+                impl, _ = self.bindings.get(op).select()
             except DispatchError as exc:
                 logger.info("%s", exc)
                 out[op] = None
                 continue
             out[op] = impl.impl_id
         return out
-
-    def log_selections(self, ops: Iterable[str]) -> list[str]:
-        """Log the selection of each of ``ops`` that is resolved (the ``Op '<op>' using`` line
-        ``select`` writes); returns the ops logged. Unknown or unresolved ops are skipped."""
-        logged = []
-        for op in dict.fromkeys(ops):
-            if op in self._registry and self.bindings.get(op).log_use():
-                logged.append(op)
-        return logged
 
     # -- calling -----------------------------------------------------------------------------
 
