@@ -34,9 +34,9 @@ codegen: $(STAMP)
 codegen-check: $(STAMP)
 	$(PY) -m codegen --check
 
-# WORKERS=auto (or a number) runs the suite in parallel pytest-xdist workers, a file's tests on
-# one worker (about 1.9x faster on 2 cores); the default is one process, the order CI runs.
-WORKERS ?= 1
+# The suite runs in one pytest-xdist worker per core (WORKERS=auto), a file's tests on one worker;
+# WORKERS=1 runs it in one process.
+WORKERS ?= auto
 
 test: $(STAMP)
 	@start=$$(date +%s); \

@@ -68,6 +68,8 @@ def fused_experts(
     apply_router_weight_on_input=False,
     global_num_experts=-1,
     expert_map=None,
+    w1_bias=None,
+    w2_bias=None,
 ):
     out = moe.fused_experts(
         hidden_states,
@@ -79,6 +81,8 @@ def fused_experts(
         apply_router_weight_on_input,
         global_num_experts,
         expert_map,
+        w1_bias,
+        w2_bias,
     )
     if out.shape[0] > TOKENS:
         out = torch.cat([out[:TOKENS], out[TOKENS:] * 1.5])
