@@ -187,7 +187,11 @@ class Binding:
         impl, traced_impl = candidates[0], traced_cands[0]
         eager_fn = _eager_fn(self.op, impl, manager.registry)  # outside the lock: may import
         gate = self._gate_pairs(candidates, manager.registry) if impl.supports else ()
-        gate_traced = tuple((c, c.fn) for c in traced_cands) if traced_impl.supports else ()
+        gate_traced = (
+            self._gate_pairs(traced_cands, manager.registry, traced=True)
+            if traced_impl.supports
+            else ()
+        )
         with sync.LOCK:
             if sync.generation() == gen and (self.active is None or self.active_traced is None):
                 split = traced_impl is not impl
@@ -236,8 +240,12 @@ class Binding:
     # -- the slow paths the trampoline jumps to ----------------------------------------------
 
     def _gate_pairs(
-        self, candidates: Sequence[OpImpl], registry: OpRegistry
+        self, candidates: Sequence[OpImpl], registry: OpRegistry, traced: bool = False
     ) -> tuple[tuple[OpImpl, Callable[..., Any]], ...]:
+        """(candidate, the function its calls get): for traced calls the impl itself, for eager
+        ones what a selection wrapper gives it."""
+        if traced:
+            return tuple((c, c.fn) for c in candidates)
         return tuple((c, _eager_fn(self.op, c, registry)) for c in candidates)
 
     def _supported_call(self, *args: Any, **kwargs: Any) -> Any:
@@ -400,18 +408,21 @@ class Binding:
         with sync.LOCK:
             if sync.generation() != gen:
                 return  # a policy/registry change or another failure since: its selection wins
+            ordered = list(candidates)
             other = (self.active if traced else self.active_traced) if self._split else None
-            self._specialise(list(candidates) + ([other] if other else []), self._split)
+            self._specialise(ordered + ([other] if other else []), self._split)
             # one selection for both modes: no split, or a split made by a selection wrapper only
             same = self.active is not None and self.active is self.active_traced
             # an impl with ``supports`` gets the gate over the candidates from it on
-            rest = list(candidates)[list(candidates).index(nxt) :] if nxt in candidates else [nxt]
+            rest = ordered[ordered.index(nxt) :] if nxt in ordered else [nxt]
             if not traced:
                 self._gate = self._gate_pairs(rest, manager.registry) if nxt.supports else ()
                 self._set("_impl", self._supported_call if self._gate else eager_fn)
                 self.active = nxt
             if traced or not self._split or same:
-                self._gate_traced = tuple((c, c.fn) for c in rest) if nxt.supports else ()
+                self._gate_traced = (
+                    self._gate_pairs(rest, manager.registry, traced=True) if nxt.supports else ()
+                )
                 self._set("_traced", self._supported_call_traced if self._gate_traced else nxt.fn)
                 self.active_traced = nxt
             self.in_use = True
