@@ -36,7 +36,7 @@ class Stub:
 
 def expected_params(op: m.Op, annotated: bool) -> str:
     args = [a.python() if annotated else a.python_plain() for a in op.schema.arguments]
-    return ", ".join((["self"] if op.layer else []) + args)
+    return ", ".join((["self"] if op.has_self else []) + args)
 
 
 @dataclass
@@ -247,9 +247,9 @@ def _check(
 ) -> None:
     names, defaults, printable = _actual(fn)
     want_names = list(op.schema.arg_names)
-    if op.layer and names:  # the calling layer: ``self`` by convention, any name (signatures.py)
+    if op.has_self and names:  # the caller: ``self`` by convention, any name (signatures.py)
         want_names.insert(0, names[0])
-    elif op.layer:
+    elif op.has_self:
         want_names.insert(0, "self")
     want_defaults = {a.name: a.default_value for a in op.schema.arguments if a.has_default}
     ok = (

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from . import model as m
-from .dest import builtin_backends, checks, docs, oot, parity, register_ops, spec, trampolines
+from .dest import (
+    builtin_backends,
+    checks,
+    collectives,
+    docs,
+    oot,
+    parity,
+    register_ops,
+    spec,
+    trampolines,
+)
 from .errors import ManifestError
 
 #: the package the generated runtime files live in; backends may always live inside it
@@ -23,7 +33,15 @@ HOME = "vllm_fl"
 FOREIGN = ("codegen", "tests")
 #: folders whose every file the generator writes: no backend package inside them
 GENERATED_DIRS = (oot.DIR, parity.DIR)
-FIXED = (spec.PATH, trampolines.PATH, checks.PATH, builtin_backends.PATH, oot.INIT, docs.PATH)
+FIXED = (
+    spec.PATH,
+    trampolines.PATH,
+    checks.PATH,
+    builtin_backends.PATH,
+    oot.INIT,
+    collectives.PATH,
+    docs.PATH,
+)
 #: files earlier versions of the generator wrote: a record may still list them, and the next run
 #: deletes them as stale (``vllm_fl/dispatch/ops.py`` held the backend contract before spec.py)
 RETIRED = ("vllm_fl/dispatch/ops.py",)

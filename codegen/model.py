@@ -296,6 +296,8 @@ class Op:
     declared_in: str | None = None
     #: the paged KV-cache arguments, or None
     cache: Cache | None = None
+    #: the method of vLLM's device communicator the op replaces (a collective), or None
+    collective: str | None = None
 
     @property
     def camel(self) -> str:
@@ -308,12 +310,19 @@ class Op:
         return None
 
     @property
+    def has_self(self) -> bool:
+        """Whether impls take a caller first (``self``): the vLLM layer, or the communicator of
+        a collective."""
+        return self.layer is not None or self.collective is not None
+
+    @property
     def opaque_ok(self) -> bool:
         """Whether opaque backends wrap this op as a torch.library custom op (tensor returns).
 
         Ops that write into ``mutates`` arguments are registered unwrapped: vLLM calls them
-        inside its own opaque custom ops (``vllm.moe_forward``), never under a Dynamo trace."""
-        return self.schema.returns.all_tensors and not self.mutates
+        inside its own opaque custom ops (``vllm.moe_forward``), never under a Dynamo trace;
+        so are collectives, which vLLM calls inside its ``vllm.all_reduce``-style custom ops."""
+        return self.schema.returns.all_tensors and not self.mutates and self.collective is None
 
 
 @dataclass(frozen=True)

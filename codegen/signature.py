@@ -2,8 +2,9 @@
 
     rms_norm(Tensor x, Tensor? residual=None) -> Tensor | (Tensor, Tensor)
 
-Types are ``Tensor``, ``int``, ``float``, ``bool`` and ``str``, each optionally followed by ``?``
-(may be None). A return is one type, a parenthesised tuple of types, or alternatives joined by
+Types are ``Tensor``, ``int``, ``float``, ``bool``, ``str``, ``int[]`` (a sequence of ints, such
+as a shape) and ``ScalarType`` (a ``torch.dtype``), each optionally followed by ``?`` (may be
+None). A return is one type, a parenthesised tuple of types, or alternatives joined by
 ``|``, or ``None`` alone for an op that only writes into caller-provided tensors (declared in
 ops.yaml as ``mutates``). Defaults are Python literals (``None``, ``True``, ``False``, numbers, quoted strings).
 Every class has ``parse(text)`` and a ``__str__`` that round-trips: ``parse(str(s)) == s``.
@@ -16,13 +17,15 @@ import math
 import re
 from dataclasses import dataclass
 
-BASE_TYPES = ("Tensor", "int", "float", "bool", "str")
+BASE_TYPES = ("Tensor", "int", "float", "bool", "str", "int[]", "ScalarType")
 _PY_BASE = {
     "Tensor": "torch.Tensor",
     "int": "int",
     "float": "float",
     "bool": "bool",
     "str": "str",
+    "int[]": "list[int]",
+    "ScalarType": "torch.dtype",
 }
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -30,7 +33,7 @@ _TOKEN = re.compile(
       | (?P<string>'[^'\\]*'|"[^"\\]*")
       | (?P<number>-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-      | (?P<punct>[?(),=|])
+      | (?P<punct>[?(),=|\[\]])
     )""",
     re.VERBOSE,
 )
@@ -72,7 +75,7 @@ class Type:
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         if self.base == "str":
             return isinstance(value, str)
-        return False  # a Tensor has no literal other than None
+        return False  # a Tensor, a list or a dtype has no literal other than None
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,9 @@ class _Parser:
 
     def type_(self) -> Type:
         base = self.name("a type (" + ", ".join(BASE_TYPES) + ")")
+        if self.accept("["):
+            self.expect("]", "']' after '['")
+            base += "[]"
         if base not in BASE_TYPES:
             raise SignatureError(f"unknown type {base!r}, wanted one of " + ", ".join(BASE_TYPES))
         return Type(base, self.accept("?"))

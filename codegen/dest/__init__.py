@@ -7,6 +7,7 @@
 - ``builtin_backends``: the list of built-in backend packages;
 - ``register_ops``: every backend's table of registrations (impls, adapters, custom ops);
 - ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
+- ``collectives``: the collectives as methods of the plugin's device communicator;
 - ``parity``: the parity tests under ``tests/generated``;
 - ``docs``: ``docs/operators.md`` and the operator table of the README.
 
@@ -19,7 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import model as m
-from . import builtin_backends, checks, docs, oot, parity, register_ops, spec, trampolines
+from . import (
+    builtin_backends,
+    checks,
+    collectives,
+    docs,
+    oot,
+    parity,
+    register_ops,
+    spec,
+    trampolines,
+)
 
 
 def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
@@ -33,6 +44,7 @@ def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
     for backend in manifest.backends:
         out.update(register_ops.emit(manifest, backend))
     out.update(oot.emit(manifest))
+    out.update(collectives.emit(manifest))
     out.update(parity.emit(manifest))
     out.update(docs.emit(manifest, root))
     return out

@@ -57,7 +57,7 @@ def _view(manifest: m.Manifest, op: m.Op) -> _CheckView:
     return _CheckView(
         op=op.name,
         args=op.schema.arg_names,
-        layer=op.layer is not None,
+        layer=op.has_self,
         mutates=op.mutates,
         inplace=op.inplace,
         dtype_from=_dtype_from(op),

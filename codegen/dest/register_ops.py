@@ -105,7 +105,7 @@ def _adapter(backend: m.Backend, op: m.Op, fn: str, eager: str | None, custom_op
     op."""
     args = [a.name for a in op.schema.arguments]
     params = [a.python() for a in op.schema.arguments]
-    if op.layer is not None:
+    if op.has_self:
         args.insert(0, "self")
         params.insert(0, "self")
     call = ", ".join(args)

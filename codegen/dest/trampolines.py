@@ -33,7 +33,7 @@ class _TrampolineView:
 
 
 def _view(op: m.Op) -> _TrampolineView:
-    layer = [LAYER] if op.layer is not None else []
+    layer = [LAYER] if op.has_self else []
     names = layer + list(op.schema.arg_names)
     params = layer + [arg.python_plain() for arg in op.schema.arguments]
     args = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"

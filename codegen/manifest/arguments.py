@@ -45,8 +45,10 @@ def check_mutates(
     mutates: tuple[str, ...],
     sig_line: int,
     inplace_entry: Entry | None,
+    collective: bool = False,
 ) -> None:
-    """An op returns None exactly when it declares ``mutates``; never with ``inplace`` too."""
+    """An op returns None exactly when it declares ``mutates`` (a collective may return None:
+    a send); never with ``inplace`` too."""
     returns_none = any(form.is_none for form in schema.returns.forms)
     if mutates and not returns_none:
         raise r.error(
@@ -54,7 +56,7 @@ def check_mutates(
             f"{what} declares 'mutates' but returns {schema.returns}",
             "-> None: an op writes into its mutates arguments or returns its results",
         )
-    if returns_none and not mutates:
+    if returns_none and not mutates and not collective:
         raise r.error(
             sig_line,
             f"{what} returns None but declares no 'mutates' arguments",

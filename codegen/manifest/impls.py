@@ -93,9 +93,7 @@ def read_impl(
             f"eager variant of {sub} is the impl itself",
             "a separate in-place function, e.g. normalization.rms_norm_inplace",
         )
-    return m.Impl(
-        backend, module, function, priority, requires, entry.key_line, eager, supports
-    )
+    return m.Impl(backend, module, function, priority, requires, entry.key_line, eager, supports)
 
 
 def read_supports(

@@ -11,7 +11,7 @@ from .. import model as m
 from .arguments import check_mutates, read_cache, read_tensor_args
 from .impls import read_impls
 from .reader import Reader
-from .targets import RESERVED, read_function, read_layer, read_reads
+from .targets import RESERVED, read_collective, read_function, read_layer, read_reads
 from .tests import read_tests
 from ..signature import FunctionSchema, SignatureError
 from ..yamlnodes import Entry, Node
@@ -21,6 +21,7 @@ KEYS = (
     "doc",
     "layer",
     "function",
+    "collective",
     "reads",
     "inplace",
     "mutates",
@@ -50,6 +51,14 @@ def read_op(
             f"{what} has both 'layer' and 'function'",
             "'layer' for a vLLM CustomOp class, 'function' for a function vLLM calls",
         )
+    collective_entry = f.pop("collective")
+    collective = read_collective(r, collective_entry.value, what) if collective_entry else None
+    if collective_entry is not None and (layer is not None or function is not None):
+        raise r.error(
+            collective_entry.key_line,
+            f"{what} has 'collective' and also '{'layer' if layer else 'function'}'",
+            "'collective' alone: the method of vLLM's device communicator the op replaces",
+        )
     reads_entry = f.pop("reads")
     reads: tuple[m.Attr, ...] = ()
     if reads_entry is not None:
@@ -72,7 +81,7 @@ def read_op(
         if mutates_entry
         else ()
     )
-    check_mutates(r, what, schema, mutates, sig_node.line, inplace_entry)
+    check_mutates(r, what, schema, mutates, sig_node.line, inplace_entry, collective is not None)
     cache_entry = f.pop("cache")
     cache = read_cache(r, cache_entry, what, schema, mutates) if cache_entry else None
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
@@ -115,6 +124,7 @@ def read_op(
         function,
         mutates,
         cache=cache,
+        collective=collective,
     )
     _check_reference(r, op, backends, sig_node.line, tests_entry)
     return op

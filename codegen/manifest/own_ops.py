@@ -71,12 +71,13 @@ def _check(r: Reader, item: Entry, op: m.Op, vendor: m.Backend) -> None:
     what = f"op {op.name!r}"
     node = item.value
     assert isinstance(node, Map)  # read_op read it as one
-    for key, target in (("layer", op.layer), ("function", op.function)):
+    targets = (("layer", op.layer), ("function", op.function), ("collective", op.collective))
+    for key, target in targets:
         if target is not None:
+            path = target if isinstance(target, str) else target.path
             raise r.error(
                 node.entries[key].key_line,
-                f"{what} replaces vLLM's {target.path}, which only an op of the plugin's ops.yaml "
-                "may",
+                f"{what} replaces vLLM's {path}, which only an op of the plugin's ops.yaml may",
                 f"no '{key}': an op of a vendor package is a function op, called with "
                 f"vllm_fl.dispatch.call_op({op.name!r}, ...)",
             )

@@ -1,5 +1,6 @@
 """What an op replaces in vLLM: a ``layer`` (a CustomOp class, with the attributes its impls
-``reads``) or a ``function`` vLLM calls; and the check that no two ops replace the same one."""
+``reads``), a ``function`` vLLM calls or a ``collective`` (a method of vLLM's device
+communicator); and the check that no two ops replace the same one."""
 
 from __future__ import annotations
 
@@ -20,6 +21,32 @@ def read_layer(r: Reader, node: Node, what: str) -> m.Layer:
 
 def read_function(r: Reader, node: Node, what: str) -> m.Function:
     return m.Function(*r.import_path(node, f"function of {what}", "vllm._custom_ops.topk_softmax"))
+
+
+#: the methods of vLLM's ``DeviceCommunicatorBase`` a collective op may replace: those vLLM's
+#: ``GroupCoordinator`` calls with tensors (the rest are set-up and bookkeeping)
+COMMUNICATOR_METHODS = (
+    "all_reduce",
+    "all_gather",
+    "all_gatherv",
+    "reduce_scatter",
+    "reduce_scatterv",
+    "gather",
+    "send",
+    "recv",
+)
+
+
+def read_collective(r: Reader, node: Node, what: str) -> str:
+    method = r.ident(node, f"collective of {what}")
+    if method not in COMMUNICATOR_METHODS:
+        raise r.error(
+            node.line,
+            f"collective of {what} is {method!r}, no method of vLLM's device communicator "
+            "the plugin replaces",
+            "one of " + ", ".join(COMMUNICATOR_METHODS),
+        )
+    return method
 
 
 def read_reads(r: Reader, node: Node, what: str, schema: FunctionSchema) -> tuple[m.Attr, ...]:
@@ -49,7 +76,18 @@ def check_targets(r: Reader, ops: tuple[m.Op, ...]) -> None:
     by_cls: dict[str, m.Op] = {}
     by_module: dict[str, m.Op] = {}
     by_function: dict[str, m.Op] = {}
+    by_method: dict[str, m.Op] = {}
     for op in ops:
+        if op.collective is not None:
+            other = by_method.get(op.collective)
+            if other is not None:
+                raise r.error(
+                    op.line,
+                    f"op {op.name!r} replaces the communicator's {op.collective}, already "
+                    f"replaced by op {other.name!r} (line {other.line})",
+                    "one op per communicator method",
+                )
+            by_method[op.collective] = op
         if op.function is not None:
             other = by_function.get(op.function.path)
             if other is not None:

@@ -21,7 +21,7 @@ def test_every_op_with_a_reference_has_its_manifest_entry():
             continue
         entry = CHECKS[op.name]
         assert entry["args"] == op.schema.arg_names
-        assert entry["layer"] is (op.layer is not None)
+        assert entry["layer"] is op.has_self
         assert (entry["mutates"], entry["inplace"]) == (op.mutates, op.inplace)
         assert set(entry["dtype_from"]) <= set(op.schema.arg_names)
         own = {d: (t.atol, t.rtol) for d, t in op.tests.tolerances} if op.tests else {}

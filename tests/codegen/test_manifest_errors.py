@@ -283,6 +283,28 @@ CASES = [
         "    function: vllm._custom_ops.scale_into",
     ),
     (
+        "collective-unknown-method",
+        "    collective: all_reduce\n",
+        "    collective: broadcast\n",
+        "collective of op 'all_reduce' is 'broadcast', no method of vLLM's device communicator "
+        "the plugin replaces, expected one of all_reduce, all_gather",
+        "    collective: broadcast",
+    ),
+    (
+        "collective-and-function",
+        "    collective: all_reduce\n",
+        "    collective: all_reduce\n    function: vllm._custom_ops.all_reduce\n",
+        "op 'all_reduce' has 'collective' and also 'function', expected 'collective' alone",
+        "    collective: all_reduce",
+    ),
+    (
+        "collective-replaced-twice",
+        "    collective: send\n",
+        "    collective: all_reduce\n",
+        "op 'send' replaces the communicator's all_reduce, already replaced by op 'all_reduce'",
+        "  send:",
+    ),
+    (
         "function-without-module",
         "function: vllm._custom_ops.scale_into",
         "function: scale_into",

@@ -99,13 +99,15 @@ def schemas(draw):
             else:
                 value = {
                     "Tensor": None,
+                    "int[]": None,
+                    "ScalarType": None,
                     "int": draw(st.integers(-5, 5)),
                     "float": draw(st.floats(-1e6, 1e6, allow_nan=False)),
                     "bool": draw(st.booleans()),
                     "str": draw(st.sampled_from(["none", "tanh", "a b"])),
                 }[type_.base]
-                if value is None:
-                    type_ = Type("Tensor", True)
+                if value is None:  # no literal but None: make the type optional
+                    type_ = Type(type_.base, True)
                 default = repr(value)
         args.append(Argument(name, type_, default))
     returns = Returns(tuple(draw(st.lists(forms, min_size=1, max_size=3))))

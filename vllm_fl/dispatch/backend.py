@@ -17,7 +17,11 @@ The hooks:
   implementation of that op would otherwise compile on a served step (``vllm_fl.moe.warm_up``);
 - ``selection_listeners``: called with the manager after every selection it installs, for a
   backend that must tell its library which ops it runs (``sync.LOCK`` held: they must not
-  dispatch).
+  dispatch);
+- ``communicator_setup``: called with a new ``vllm_fl.distributed.CommunicatorFL`` on every rank
+  of its group, before any collective runs on it, when a collective of the group selected one of
+  the backend's implementations: what the backend's collectives need per group (a communicator
+  of its library, made collectively). What it returns is ``communicator.backend_state[name]``.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from typing import Any, Callable, Mapping
 
 from .types import OpImpl
 
-__all__ = ["Backend", "SelectionListener", "PreparedCheck"]
+__all__ = ["Backend", "CommunicatorSetup", "SelectionListener", "PreparedCheck"]
 
 #: called with the manager (an ``OpManager``) after it installed a selection
 SelectionListener = Callable[[Any], None]
+#: called with a new communicator on every rank; returns the backend's state for that group
+CommunicatorSetup = Callable[[Any], object]
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +50,7 @@ class Backend:
     prepare: Callable[[], object] | None = None
     warm_up: Mapping[str, Callable[..., int]] = field(default_factory=dict)
     selection_listeners: tuple[SelectionListener, ...] = ()
+    communicator_setup: CommunicatorSetup | None = None
     _prepared: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     def prepare_once(self) -> None:

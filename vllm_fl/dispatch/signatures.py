@@ -26,14 +26,14 @@ class ImplSignatureError(TypeError):
 
 @functools.cache
 def contract(op: str) -> tuple[bool, tuple[tuple[str, Any], ...]] | None:
-    """(whether the op has a layer, its arguments as ``(name, default)``) from FLBackendBase;
-    None for an op it does not declare."""
+    """(whether the op has a caller, its arguments as ``(name, default)``) from FLBackendBase;
+    None for an op it does not declare. The caller is a layer, or a collective's communicator."""
     from .spec import FLBackendBase
 
     if op not in FLBackendBase.OPS:
         return None
     params = list(inspect.signature(getattr(FLBackendBase, op)).parameters.values())[1:]
-    has_layer = bool(params) and params[0].name == "layer"
+    has_layer = bool(params) and params[0].name in ("layer", "communicator")
     args = params[1:] if has_layer else params
     return has_layer, tuple((p.name, p.default) for p in args)
 

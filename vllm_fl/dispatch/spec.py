@@ -81,6 +81,20 @@ class RotaryEmbeddingLayer(Protocol):
     is_neox_style: bool
 
 
+class Communicator(Protocol):
+    """What a collective's implementation may read from the calling communicator
+    (``vllm_fl.distributed.CommunicatorFL``, a vLLM ``DeviceCommunicatorBase``)."""
+
+    cpu_group: "torch.distributed.ProcessGroup"
+    device_group: "torch.distributed.ProcessGroup | None"
+    device: "torch.device"
+    world_size: int
+    rank_in_group: int
+    ranks: list[int]
+    #: backend name -> what that backend's ``communicator_setup`` hook returned
+    backend_state: dict[str, object]
+
+
 class FLBackendBase(abc.ABC):
     """One abstract method per operator of ops.yaml (see the module docstring)."""
 
@@ -116,6 +130,13 @@ class FLBackendBase(abc.ABC):
         "scaled_fp8_quant",
         "w8a8_block_fp8_matmul",
         "fp8_scaled_mm",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "reduce_scatterv",
+        "gather",
+        "send",
+        "recv",
     )
 
     @abc.abstractmethod
@@ -685,4 +706,105 @@ class FLBackendBase(abc.ABC):
         (float32), bias [N] in out_dtype.
 
         Signature: ``fp8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, str out_dtype, Tensor? bias=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def all_reduce(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor,
+    ) -> torch.Tensor:
+        """The sum of input_ over the ranks of the group, on every rank, as a new tensor of input_'s
+        shape and dtype.
+
+        Signature: ``all_reduce(Tensor input_) -> Tensor``.
+        Replaces vLLM's ``DeviceCommunicatorBase.all_reduce``.
+        """
+
+    @abc.abstractmethod
+    def all_gather(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor,
+        dim: int = -1,
+    ) -> torch.Tensor:
+        """The ranks' input_ tensors (one shape on every rank) concatenated along dim in rank order,
+        on every rank.
+
+        Signature: ``all_gather(Tensor input_, int dim=-1) -> Tensor``.
+        Replaces vLLM's ``DeviceCommunicatorBase.all_gather``.
+        """
+
+    @abc.abstractmethod
+    def reduce_scatter(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor,
+        dim: int = -1,
+    ) -> torch.Tensor:
+        """The sum of input_ over the ranks, split along dim into world_size equal chunks; rank r
+        gets chunk r.
+
+        Signature: ``reduce_scatter(Tensor input_, int dim=-1) -> Tensor``.
+        Replaces vLLM's ``DeviceCommunicatorBase.reduce_scatter``.
+        """
+
+    @abc.abstractmethod
+    def reduce_scatterv(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor,
+        dim: int = -1,
+        sizes: list[int] | None = None,
+    ) -> torch.Tensor:
+        """reduce_scatter with chunks of the given sizes along dim (sizes[r] for rank r; equal
+        chunks without sizes): what vLLM's all-gather/reduce-scatter all-to-all combines MoE outputs
+        with under data and expert parallelism.
+
+        Signature: ``reduce_scatterv(Tensor input_, int dim=-1, int[]? sizes=None) -> Tensor``.
+        Replaces vLLM's ``DeviceCommunicatorBase.reduce_scatterv``.
+        """
+
+    @abc.abstractmethod
+    def gather(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor,
+        dst: int = 0,
+        dim: int = -1,
+    ) -> torch.Tensor | None:
+        """The ranks' input_ tensors concatenated along dim in rank order, on rank dst of the group
+        only (the others get None); vLLM gathers the logits of tensor-parallel LM heads with it.
+
+        Signature: ``gather(Tensor input_, int dst=0, int dim=-1) -> Tensor?``.
+        Replaces vLLM's ``DeviceCommunicatorBase.gather``.
+        """
+
+    @abc.abstractmethod
+    def send(
+        self,
+        communicator: Communicator,
+        tensor: torch.Tensor,
+        dst: int | None = None,
+    ) -> None:
+        """Sends tensor to rank dst of the group (the next rank without dst), blocking until the
+        receiver's recv takes it: pipeline parallelism's hand-over between stages.
+
+        Signature: ``send(Tensor tensor, int? dst=None) -> None``.
+        Replaces vLLM's ``DeviceCommunicatorBase.send``.
+        """
+
+    @abc.abstractmethod
+    def recv(
+        self,
+        communicator: Communicator,
+        size: list[int],
+        dtype: torch.dtype,
+        src: int | None = None,
+    ) -> torch.Tensor:
+        """Receives a tensor of the given size and dtype from rank src of the group (the previous
+        rank without src), sent by that rank's send.
+
+        Signature: ``recv(int[] size, ScalarType dtype, int? src=None) -> Tensor``.
+        Replaces vLLM's ``DeviceCommunicatorBase.recv``.
         """

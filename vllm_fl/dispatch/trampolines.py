@@ -1785,6 +1785,230 @@ def split_fp8_scaled_mm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) ->
     return fp8_scaled_mm
 
 
+def plain_all_reduce(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_reduce``: every call goes to ``_impl``."""
+
+    def all_reduce(self, input_):
+        try:
+            return (_f := _impl)(self, input_)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_), {}, _traced)
+
+    return all_reduce
+
+
+def split_all_reduce(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_reduce``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def all_reduce(self, input_):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_), {}, _traced)
+
+    return all_reduce
+
+
+def plain_all_gather(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_gather``: every call goes to ``_impl``."""
+
+    def all_gather(self, input_, dim=-1):
+        try:
+            return (_f := _impl)(self, input_, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim), {}, _traced)
+
+    return all_gather
+
+
+def split_all_gather(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_gather``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def all_gather(self, input_, dim=-1):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim), {}, _traced)
+
+    return all_gather
+
+
+def plain_reduce_scatter(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``reduce_scatter``: every call goes to ``_impl``."""
+
+    def reduce_scatter(self, input_, dim=-1):
+        try:
+            return (_f := _impl)(self, input_, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim), {}, _traced)
+
+    return reduce_scatter
+
+
+def split_reduce_scatter(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``reduce_scatter``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def reduce_scatter(self, input_, dim=-1):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim), {}, _traced)
+
+    return reduce_scatter
+
+
+def plain_reduce_scatterv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``reduce_scatterv``: every call goes to ``_impl``."""
+
+    def reduce_scatterv(self, input_, dim=-1, sizes=None):
+        try:
+            return (_f := _impl)(self, input_, dim, sizes)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim, sizes), {}, _traced)
+
+    return reduce_scatterv
+
+
+def split_reduce_scatterv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``reduce_scatterv``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def reduce_scatterv(self, input_, dim=-1, sizes=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_, dim, sizes)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim, sizes), {}, _traced)
+
+    return reduce_scatterv
+
+
+def plain_gather(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gather``: every call goes to ``_impl``."""
+
+    def gather(self, input_, dst=0, dim=-1):
+        try:
+            return (_f := _impl)(self, input_, dst, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dst, dim), {}, _traced)
+
+    return gather
+
+
+def split_gather(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gather``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def gather(self, input_, dst=0, dim=-1):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_, dst, dim)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dst, dim), {}, _traced)
+
+    return gather
+
+
+def plain_send(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``send``: every call goes to ``_impl``."""
+
+    def send(self, tensor, dst=None):
+        try:
+            return (_f := _impl)(self, tensor, dst)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, tensor, dst), {}, _traced)
+
+    return send
+
+
+def split_send(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``send``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def send(self, tensor, dst=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, tensor, dst)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, tensor, dst), {}, _traced)
+
+    return send
+
+
+def plain_recv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``recv``: every call goes to ``_impl``."""
+
+    def recv(self, size, dtype, src=None):
+        try:
+            return (_f := _impl)(self, size, dtype, src)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, size, dtype, src), {}, _traced)
+
+    return recv
+
+
+def split_recv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``recv``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def recv(self, size, dtype, src=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, size, dtype, src)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, size, dtype, src), {}, _traced)
+
+    return recv
+
+
 #: op -> (plain factory, split factory)
 TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "silu_and_mul": (plain_silu_and_mul, split_silu_and_mul),
@@ -1820,4 +2044,11 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "scaled_fp8_quant": (plain_scaled_fp8_quant, split_scaled_fp8_quant),
     "w8a8_block_fp8_matmul": (plain_w8a8_block_fp8_matmul, split_w8a8_block_fp8_matmul),
     "fp8_scaled_mm": (plain_fp8_scaled_mm, split_fp8_scaled_mm),
+    "all_reduce": (plain_all_reduce, split_all_reduce),
+    "all_gather": (plain_all_gather, split_all_gather),
+    "reduce_scatter": (plain_reduce_scatter, split_reduce_scatter),
+    "reduce_scatterv": (plain_reduce_scatterv, split_reduce_scatterv),
+    "gather": (plain_gather, split_gather),
+    "send": (plain_send, split_send),
+    "recv": (plain_recv, split_recv),
 }

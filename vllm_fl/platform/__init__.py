@@ -42,6 +42,9 @@ logger = logging.getLogger("vllm_fl.vllm")
 
 CPU_WORKER_FL = "vllm_fl.worker.cpu.CPUWorkerFL"
 GPU_WORKER_FL = "vllm_fl.worker.gpu.WorkerFL"
+#: the device communicators the platforms hand vLLM: collectives through the dispatch
+COMMUNICATOR_FL = "vllm_fl.distributed.communicator.CommunicatorFL"
+CUDA_COMMUNICATOR_FL = "vllm_fl.distributed.cuda.CudaCommunicatorFL"
 
 # Set on the CompilationConfig (it travels with the VllmConfig to the engine core and workers)
 # when the user left custom_ops at vLLM's default.

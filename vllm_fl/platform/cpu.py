@@ -11,7 +11,12 @@ from vllm.platforms import PlatformEnum
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_fl import compat
-from vllm_fl.platform import CPU_WORKER_FL, note_custom_ops_default, select_attention_backend
+from vllm_fl.platform import (
+    COMMUNICATOR_FL,
+    CPU_WORKER_FL,
+    note_custom_ops_default,
+    select_attention_backend,
+)
 
 
 #: vLLM packages whose ``current_platform.is_cpu()`` `PlatformFLCpu` answers True: code the
@@ -68,6 +73,13 @@ class PlatformFLCpu(CpuPlatform):
         parallel_config = vllm_config.parallel_config
         if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):
             parallel_config.worker_cls = CPU_WORKER_FL
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        """The plugin's communicator: collectives through the dispatch (the reference's
+        ``torch.distributed`` on the gloo group here, where vLLM's own CPU communicator runs its
+        compiled shared-memory all-reduce)."""
+        return COMMUNICATOR_FL
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from vllm_fl import compat
 from vllm_fl.platform import (
+    CUDA_COMMUNICATOR_FL,
     GPU_WORKER_FL,
     cuda_build_missing,
     note_custom_ops_default,
@@ -49,6 +50,12 @@ class PlatformFL(CudaPlatform):
         parallel_config = vllm_config.parallel_config
         if parallel_config.worker_cls in ("auto", compat.GPU_WORKER_CLS):
             parallel_config.worker_cls = GPU_WORKER_FL
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        """The plugin's communicator: collectives through the dispatch; with the cuda backend
+        selected, vLLM's own CUDA communicator runs them."""
+        return CUDA_COMMUNICATOR_FL
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):

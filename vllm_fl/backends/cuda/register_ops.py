@@ -33,6 +33,7 @@ from vllm_fl.dispatch import (
 )
 from vllm_fl.backends.cuda.impl import activation as _cuda_activation
 from vllm_fl.backends.cuda.impl import attention as _cuda_attention
+from vllm_fl.backends.cuda.impl import collectives as _cuda_collectives
 from vllm_fl.backends.cuda.impl import mla as _cuda_mla
 from vllm_fl.backends.cuda.impl import moe as _cuda_moe
 from vllm_fl.backends.cuda.impl import moe_quant as _cuda_moe_quant
@@ -1035,11 +1036,18 @@ IMPLS = (
         adapter=fp8_scaled_mm,
         custom_op=CustomOp(_fp8_scaled_mm_kernel, _fp8_scaled_mm_fake),
     ),
+    Impl("all_reduce", _cuda_collectives.all_reduce),
+    Impl("all_gather", _cuda_collectives.all_gather),
+    Impl("reduce_scatter", _cuda_collectives.reduce_scatter),
+    Impl("reduce_scatterv", _cuda_collectives.reduce_scatterv),
+    Impl("gather", _cuda_collectives.gather),
+    Impl("send", _cuda_collectives.send),
+    Impl("recv", _cuda_collectives.recv),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 29 implementation(s) of backend ``cuda``."""
+    """Register the 36 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

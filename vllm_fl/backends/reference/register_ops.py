@@ -9,6 +9,7 @@ implements in ops.yaml; ``vllm_fl.dispatch.Registrations`` builds them from the 
 from vllm_fl.dispatch import BackendImplKind, DeclaredBackend, Impl, OpRegistry, Registrations
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import attention as _reference_attention
+from vllm_fl.backends.reference.impl import collectives as _reference_collectives
 from vllm_fl.backends.reference.impl import mla as _reference_mla
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
@@ -51,11 +52,18 @@ IMPLS = (
     Impl("scaled_fp8_quant", _reference_quant.scaled_fp8_quant),
     Impl("w8a8_block_fp8_matmul", _reference_quant.w8a8_block_fp8_matmul),
     Impl("fp8_scaled_mm", _reference_quant.fp8_scaled_mm),
+    Impl("all_reduce", _reference_collectives.all_reduce),
+    Impl("all_gather", _reference_collectives.all_gather),
+    Impl("reduce_scatter", _reference_collectives.reduce_scatter),
+    Impl("reduce_scatterv", _reference_collectives.reduce_scatterv),
+    Impl("gather", _reference_collectives.gather),
+    Impl("send", _reference_collectives.send),
+    Impl("recv", _reference_collectives.recv),
 )
 
 REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 30 implementation(s) of backend ``reference``."""
+    """Register the 37 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -1,0 +1,49 @@
+"""Collectives through vLLM's own CUDA communicator (custom all-reduce, pynccl, symmetric
+memory), so the shipped policy keeps vLLM's speed and its CUDA-graph behaviour.
+
+``self`` is the plugin's ``CudaCommunicatorFL``, which is a vLLM ``CudaCommunicator``: the cuda
+backend's ``communicator_setup`` hook built vLLM's state in it (``vllm_fl.backends.cuda``). Each
+impl is vLLM's method of that class, whatever the installed vLLM does in it.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
+
+
+def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
+    """vLLM's all-reduce (custom all-reduce, symmetric memory or pynccl, by size)."""
+    return CudaCommunicator.all_reduce(self, input_)
+
+
+def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """vLLM's all-gather."""
+    return CudaCommunicator.all_gather(self, input_, dim)
+
+
+def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """vLLM's reduce-scatter (pynccl)."""
+    return CudaCommunicator.reduce_scatter(self, input_, dim)
+
+
+def reduce_scatterv(
+    self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None
+) -> torch.Tensor:
+    """vLLM's reduce-scatter of uneven chunks (pynccl)."""
+    return CudaCommunicator.reduce_scatterv(self, input_, dim, sizes)
+
+
+def gather(self, input_: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:
+    """vLLM's gather."""
+    return CudaCommunicator.gather(self, input_, dst, dim)
+
+
+def send(self, tensor: torch.Tensor, dst: int | None = None) -> None:
+    """vLLM's send (pynccl)."""
+    CudaCommunicator.send(self, tensor, dst)
+
+
+def recv(self, size: list[int], dtype: torch.dtype, src: int | None = None) -> torch.Tensor:
+    """vLLM's recv (pynccl)."""
+    return CudaCommunicator.recv(self, size, dtype, src)

@@ -1,0 +1,94 @@
+"""Collectives with ``torch.distributed`` on the group vLLM gave the communicator, whatever its
+device backend (nccl, gloo, hccl, ...): the ground truth every collective impl is compared with.
+
+Each impl takes the communicator first (``self``: ``device_group``, ``world_size``,
+``rank_in_group``, ``ranks``, ``device``) and returns new tensors; none writes into its input.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
+    """The sum over the ranks, on every rank."""
+    out = input_.clone()
+    dist.all_reduce(out, group=self.device_group)
+    return out
+
+
+def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """The ranks' tensors concatenated along ``dim`` in rank order."""
+    dim = dim % input_.dim()
+    gathered = torch.empty(
+        (self.world_size * input_.shape[0],) + tuple(input_.shape[1:]),
+        dtype=input_.dtype,
+        device=input_.device,
+    )
+    dist.all_gather_into_tensor(gathered, input_.contiguous(), group=self.device_group)
+    # [world * n0, ...] -> [world, n0, ...] -> the world axis beside dim, then merged into it
+    stacked = gathered.reshape((self.world_size,) + tuple(input_.shape)).movedim(0, dim)
+    shape = list(input_.shape)
+    shape[dim] *= self.world_size
+    return stacked.reshape(shape)
+
+
+def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Chunk ``rank_in_group`` (of ``world_size`` equal ones along ``dim``) of the sum."""
+    dim = dim % input_.dim()
+    if input_.shape[dim] % self.world_size:
+        raise ValueError(
+            f"reduce_scatter: dimension {dim} of size {input_.shape[dim]} does not split into "
+            f"{self.world_size} equal chunks"
+        )
+    moved = input_.movedim(dim, 0).contiguous()
+    out = torch.empty(
+        (moved.shape[0] // self.world_size,) + tuple(moved.shape[1:]),
+        dtype=input_.dtype,
+        device=input_.device,
+    )
+    dist.reduce_scatter_tensor(out, moved, group=self.device_group)
+    return out.movedim(0, dim).contiguous()
+
+
+def reduce_scatterv(
+    self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None
+) -> torch.Tensor:
+    """Chunk ``rank_in_group`` of the sum, chunk r being ``sizes[r]`` long along ``dim``."""
+    if sizes is None or len(set(sizes)) == 1:
+        return reduce_scatter(self, input_, dim)
+    dim = dim % input_.dim()
+    if len(sizes) != self.world_size or sum(sizes) != input_.shape[dim]:
+        raise ValueError(
+            f"reduce_scatterv: sizes {list(sizes)} do not split dimension {dim} of size "
+            f"{input_.shape[dim]} among {self.world_size} ranks"
+        )
+    total = all_reduce(self, input_)
+    start = sum(sizes[: self.rank_in_group])
+    return total.narrow(dim, start, sizes[self.rank_in_group]).contiguous()
+
+
+def gather(self, input_: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:
+    """The ranks' tensors concatenated along ``dim`` on rank ``dst`` of the group, else None."""
+    receiving = self.rank_in_group == dst
+    parts = [torch.empty_like(input_) for _ in range(self.world_size)] if receiving else None
+    dist.gather(input_.contiguous(), parts, dst=self.ranks[dst], group=self.device_group)
+    return torch.cat(parts, dim=dim) if parts is not None else None
+
+
+def send(self, tensor: torch.Tensor, dst: int | None = None) -> None:
+    """Blocking send to rank ``dst`` of the group (the next one by default)."""
+    if dst is None:
+        dst = (self.rank_in_group + 1) % self.world_size
+    dist.send(tensor.contiguous(), self.ranks[dst], group=self.device_group)
+
+
+def recv(self, size: list[int], dtype: torch.dtype, src: int | None = None) -> torch.Tensor:
+    """A tensor of ``size`` and ``dtype`` from rank ``src`` of the group (the previous one by
+    default)."""
+    if src is None:
+        src = (self.rank_in_group - 1) % self.world_size
+    out = torch.empty(size, dtype=dtype, device=self.device)
+    dist.recv(out, self.ranks[src], group=self.device_group)
+    return out
