@@ -7,19 +7,21 @@
 #                                  libcuda.so.1 and NCCL's libnccl.so.2 are not copied: the
 #                                  first comes with the GPU driver, the second with torch's
 #                                  nvidia-nccl wheel, loaded by `import torch`)
+#   PREFIX/lib/libgloo.so          with --host gloo: the Gloo library it was linked against
 #   PREFIX/include/flagcx.h        the C API
 #   PREFIX/BUILD_INFO              options, source commit, and `ldd` of the library
 #
 # Usage:
-#   scripts/build_flagcx.sh [--device nvidia] [--host bootstrap|gloo|mpi] [--src DIR]
+#   scripts/build_flagcx.sh [--device nvidia] [--host bootstrap|gloo] [--src DIR]
 #                           [--cuda-home DIR] [--nccl-home DIR] [--host-ccl-home DIR]
 #                           [--build-dir DIR] [--jobs N] PREFIX
 #
 # FlagCX's Makefile builds one device adaptor (USE_NVIDIA, USE_ASCEND, ...: the vendor runtime
 # and its CCL, here CUDA + NCCL) together with one host adaptor (USE_BOOTSTRAP, the default and
-# self-contained; USE_GLOO, which needs libgloo; USE_MPI). Every build has a device adaptor: the
-# host adaptor only moves data that the device adaptor staged through host memory between
-# clusters of different vendors, so there is no CPU-only FlagCX.
+# self-contained; USE_GLOO, which needs libgloo; USE_MPI, not wired up here). Every build has a
+# device adaptor, and every communicator a device CCL communicator (flagcxCommInitRank always
+# makes one): the host adaptor only carries data that the device adaptor staged through host
+# memory between clusters of different vendors. So there is no CPU-only FlagCX.
 #
 # Nothing is downloaded. Inputs (a flag wins over its environment variable):
 #   --src DIR        FLAGCX_SRC  FlagCX source tree (read only; objects go to the build dir)
@@ -29,7 +31,7 @@
 #                                headers: no device code is compiled, nvcc is never run)
 #   --nccl-home DIR  NCCL_HOME   an NCCL build (include/nccl.h, lib/libnccl.so*), or a pip target
 #                                dir holding nvidia-nccl-cu12
-#   --host-ccl-home  GLOO_HOME / MPI_HOME, for --host gloo / mpi (include/, lib/)
+#   --host-ccl-home  GLOO_HOME   for --host gloo: a Gloo install (include/gloo, lib/libgloo.so)
 # Requires g++, make and patchelf.
 set -euo pipefail
 
@@ -65,13 +67,14 @@ done
 [[ $device == nvidia ]] || die "--device $device: only nvidia is wired up here"
 case $host in
   bootstrap) host_flags=(USE_BOOTSTRAP=1) ;;
-  gloo) host_flags=(USE_GLOO=1 "HOST_CCL_HOME=${host_ccl_home:-${GLOO_HOME:-}}") ;;
-  mpi) host_flags=(USE_MPI=1 "MPI_HOME=${host_ccl_home:-${MPI_HOME:-}}") ;;
-  *) die "--host $host: expected bootstrap, gloo or mpi" ;;
+  gloo)
+    host_ccl_home=${host_ccl_home:-${GLOO_HOME:-}}
+    [[ -f $host_ccl_home/include/gloo/context.h && -e $host_ccl_home/lib/libgloo.so ]] \
+      || die "--host gloo needs a Gloo install (include/gloo/, lib/libgloo.so) at '${host_ccl_home}' (give --host-ccl-home or GLOO_HOME)"
+    host_ccl_home=$(cd "$host_ccl_home" && pwd)
+    host_flags=(USE_GLOO=1 "HOST_CCL_HOME=$host_ccl_home") ;;
+  *) die "--host $host: expected bootstrap or gloo" ;;
 esac
-if [[ $host != bootstrap && ${host_flags[1]#*=} == "" ]]; then
-  die "--host $host needs --host-ccl-home (include/ and lib/ of $host)"
-fi
 [[ -n $src && -f $src/Makefile && -f $src/flagcx/include/flagcx.h ]] \
   || die "no FlagCX source tree at '${src}' (give --src or FLAGCX_SRC)"
 [[ -n $cuda_home && -d $cuda_home ]] || die "no CUDA at '${cuda_home}' (give --cuda-home or CUDA_HOME)"
@@ -154,6 +157,10 @@ mkdir -p "$prefix/lib" "$prefix/include"
 install -m 0755 "$build_dir/out/lib/libflagcx.so" "$prefix/lib/libflagcx.so"
 patchelf --set-rpath '$ORIGIN' "$prefix/lib/libflagcx.so"
 install -m 0644 "$cudart" "$prefix/lib/$cudart_soname"
+if [[ $host == gloo ]]; then
+  gloo_lib=$(readlink -f "$host_ccl_home/lib/libgloo.so")
+  install -m 0644 "$gloo_lib" "$prefix/lib/$(patchelf --print-soname "$gloo_lib")"
+fi
 install -m 0644 "$src/flagcx/include/flagcx.h" "$prefix/include/flagcx.h"
 
 commit=${FLAGCX_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
