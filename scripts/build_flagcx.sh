@@ -33,6 +33,13 @@
 #                                dir holding nvidia-nccl-cu12
 #   --host-ccl-home  GLOO_HOME   for --host gloo: a Gloo install (include/gloo, lib/libgloo.so)
 # Requires g++, make and patchelf.
+#
+# The NVIDIA build made for torch 2.11 machines (any NCCL >= 2.19 at run time, CUDA driver >= 12):
+#   pip install --no-deps --target DEPS nvidia-cuda-runtime-cu12==12.9.79 \
+#     nvidia-cuda-cccl-cu12==12.9.27 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-nccl-cu12==2.27.7
+#   git --git-dir=<FlagCX clone> archive HEAD | tar -x -C SRC
+#   FLAGCX_COMMIT=<its commit> scripts/build_flagcx.sh --src SRC --cuda-home DEPS --nccl-home DEPS PREFIX
+# The library needs glibc >= 2.34 and libstdc++ >= GCC 11's where it runs, when built on Debian 12.
 set -euo pipefail
 
 die() { echo "build_flagcx: $*" >&2; exit 1; }
