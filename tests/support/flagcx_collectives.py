@@ -70,9 +70,7 @@ def report(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _rank_main(
-    rank: int, world_size: int, port: int, flagcx_path: str, queue: Any
-) -> None:
+def _rank_main(rank: int, world_size: int, port: int, flagcx_path: str, queue: Any) -> None:
     import torch
     import torch.distributed as dist
 
@@ -80,9 +78,7 @@ def _rank_main(
 
     torch.cuda.set_device(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    timeout = datetime.timedelta(
-        seconds=180
-    )  # a hung rank fails the run instead of stalling it
+    timeout = datetime.timedelta(seconds=180)  # a hung rank fails the run instead of stalling it
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timeout)
     lib = FlagcxLibrary.load(flagcx_path)
     holder = [lib.unique_id() if rank == 0 else None]
@@ -176,9 +172,7 @@ def _nccl_broadcast(dist, x):
 def _nccl_send_recv(dist, x):
     """The previous rank's ``x``, by torch's all-gather."""
     world_size = dist.get_world_size()
-    return _nccl_all_gather(dist, x).view(world_size, -1)[
-        (dist.get_rank() - 1) % world_size
-    ]
+    return _nccl_all_gather(dist, x).view(world_size, -1)[(dist.get_rank() - 1) % world_size]
 
 
 _CASES: dict[str, Callable[..., Any]] = {
