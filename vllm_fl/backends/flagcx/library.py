@@ -186,7 +186,12 @@ class FlagcxLibrary:
 
         Raises FlagcxUnavailable, naming the path, when ``path`` is None, is no directory,
         holds no library, or the library fails to load or lacks a function bound here."""
-        library = _find_library(path).resolve()
+        try:
+            library = _find_library(path).resolve()
+        except OSError as error:  # e.g. a directory this user may not read
+            raise FlagcxUnavailable(
+                f"cannot search FlagCX directory {str(path)!r}: {error}"
+            ) from error
         if library not in cls._loaded:
             cls._loaded[library] = cls(library, _bind(_open(library), library))
         return cls._loaded[library]
