@@ -3,8 +3,11 @@
 The impl is a trivial function (returns its input), so every nanosecond above the direct call is
 dispatch overhead. Rows:
   direct impl call           impl(layer, x)
-  layer.forward_oot(x)       through dispatch_method (the trampoline installed on the class)
+  layer.forward_oot(x)       through dispatch_method: the op has one candidate, so nothing can
+                             fall back and the class holds the impl itself (direct binding)
   bound forward_oot          what vLLM's CustomOp stores in _forward_method at __init__
+  trampoline (2 candidates)  layer.forward_oot(x) of an op with a second candidate to fall back
+                             to (strict off): the class holds the op's trampoline
   call_op                    call_op("bench_op", layer, x) on the default manager: an op
                              outside ops.yaml, so through the generic (*args, **kwargs)
                              trampoline (vllm_fl.dispatch.runtime.trampoline)
@@ -13,7 +16,8 @@ dispatch overhead. Rows:
                              (vllm_fl.functions.install), against the impl called directly
   manager.call               OpManager.call("rms_norm", layer, x)
   fallback path              first impl raises on every call (strict off): it is excluded after
-                             the first failure, so steady state is the second impl; the row
+                             the first failure, so steady state is the second impl, the last
+                             candidate left (so bound directly); the row
                              "fallback (reselect+raise)" forgets the failure before each call:
                              re-resolution + the raise + the fallback to the next impl.
 
@@ -131,6 +135,22 @@ def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
     layer.forward_oot(1)  # resolve + install
     bound = layer.forward_oot
 
+    # an op with a candidate to fall back to: the class holds the trampoline
+    treg = OpRegistry()
+    treg.register_many(
+        [
+            OpImpl("rms_norm", "default.flagos", "flagos", impl),
+            OpImpl("rms_norm", "reference.torch", "reference", impl),
+        ]
+    )
+    tm = OpManager(registry=treg)
+
+    class T:
+        forward_oot = dispatch_method("rms_norm", manager=tm)
+
+    tlayer = T()
+    tlayer.forward_oot(1)  # resolve + install
+
     # a function op: the trampoline installed as a module attribute, as vllm_fl.functions does
     freg_fn = OpRegistry()
     freg_fn.register_impl(OpImpl("moe_sum", "reference.torch", "reference", function_impl))
@@ -168,6 +188,7 @@ def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
     g = dict(
         impl=impl,
         layer=layer,
+        tlayer=tlayer,
         bound=bound,
         bound_impl=MethodType(impl, layer),
         call_op=call_op,
@@ -184,6 +205,7 @@ def measure_paths(n: int, r: int) -> list[tuple[str, float]]:
             ("layer.forward_oot(x)", "layer.forward_oot(x)", 0),
             ("bound impl (MethodType)", "bound_impl(x)", 0),
             ("bound forward_oot(x)", "bound(x)", 0),
+            ("trampoline (2 candidates)", "tlayer.forward_oot(x)", 0),
             ("call_op(op, layer, x)", "call_op('bench_op', layer, x)", 0),
             ("direct function impl", "function_impl(x, x)", 0),
             ("replaced function mod.fn(x)", "vllm_module.moe_sum(x, x)", 0),

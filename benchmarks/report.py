@@ -360,16 +360,29 @@ def dispatch(result: dict) -> str:
     if compared | {"replaced function mod.fn(x)"} <= ns.keys():
         layer = ns["layer.forward_oot(x)"] - ns["direct impl call"]
         function = ns["replaced function mod.fn(x)"] - ns["direct function impl"]
-        sentence = (
-            'A function op as vLLM calls it ("replaced function": the module attribute holding '
-            f"the op's trampoline) adds {function:.0f} ns to calling its impl directly, a layer's "
-            f"`forward_oot` {layer:.0f} ns."
-        )
+        trampoline = ns.get("trampoline (2 candidates)")
+        if trampoline is None:  # results from before direct binding: every layer had a trampoline
+            sentence = (
+                'A function op as vLLM calls it ("replaced function": the module attribute holding '
+                f"the op's trampoline) adds {function:.0f} ns to calling its impl directly, a "
+                f"layer's `forward_oot` {layer:.0f} ns."
+            )
+            base, check = ns["layer.forward_oot(x)"], "check per eager call"
+        else:
+            sentence = (
+                f"A layer's `forward_oot` differs from calling its impl directly by {layer:+.0f} ns "
+                "where nothing can fall back from the impl (one candidate, or strict mode: the "
+                f"class holds the impl itself), and adds {trampoline - ns['direct impl call']:.0f} "
+                "ns where a fallback is possible (the class holds the op's trampoline); a function "
+                'op as vLLM calls it ("replaced function": the module attribute holding the op\'s '
+                f"trampoline) adds {function:.0f} ns."
+            )
+            base, check = trampoline, "check per eager call in its trampoline"
         if "forward_oot, compile_prefer" in ns:
-            extra = ns["forward_oot, compile_prefer"] - ns["layer.forward_oot(x)"]
+            extra = ns["forward_oot, compile_prefer"] - base
             sentence += (
                 " An op that selects another impl under `torch.compile` (`compile_prefer`) pays "
-                f"one `torch.compiler.is_compiling()` check per eager call: {extra:.0f} ns more."
+                f"one `torch.compiler.is_compiling()` {check}: {extra:.0f} ns more."
             )
         lines += ["", _paragraph(sentence)]
     return "\n".join(lines)

@@ -10,7 +10,9 @@ here: it imports neither the generated classes nor any kernel library, and keeps
 
 `register_oot_classes()`, for each entry of `vllm_fl.ops.OOT_CLASSES` the OOT policy allows,
 checks the class (a subclass of the in-tree class, with `forward_oot` and no `__init__` of its
-own) and registers it with `CustomOp.register_oot(_decorated_op_cls=cls, name=<in-tree name>)`,
+own), gives it a `dispatch_forward` that keeps vLLM's `_forward_method` following the dispatch
+(`_follow_forward_method`), and registers it with
+`CustomOp.register_oot(_decorated_op_cls=cls, name=<in-tree name>)`,
 unless another plugin registered a class under that name: that one is kept and named once at
 INFO. A plugin that registers after us takes the layer over the same way instead of failing
 vLLM's duplicate-name assert (`compat.guard_oot_registry`). The registered class keeps the
@@ -97,6 +99,27 @@ def _in_tree_base(cls: type, in_tree_name: str) -> type:
             f"{in_tree_name}'s arguments"
         )
     return base
+
+
+def _follow_forward_method(cls: type) -> None:
+    """vLLM's `CustomOp.__init__` binds `self.forward_oot` into `self._forward_method` (through
+    `dispatch_forward`). While no fallback is possible the dispatch puts the selected impl itself
+    on the class as `forward_oot`, so that bound method would keep calling that impl after a
+    change of policy: `cls` gets a `dispatch_forward` that has the dispatch follow it
+    (`follow_bound_method`). Idempotent; a class whose `forward_oot` is no dispatch site (the
+    integration classes) is left alone."""
+    if "dispatch_forward" in vars(cls) or "forward_oot" not in vars(cls):
+        return
+    from vllm_fl.dispatch import follow_bound_method
+
+    def dispatch_forward(self, *args, **kwargs):
+        method = super(cls, self).dispatch_forward(*args, **kwargs)
+        if getattr(method, "__self__", None) is self and method.__func__ is type(self).forward_oot:
+            follow_bound_method(self, "_forward_method", "forward_oot")
+        return method
+
+    dispatch_forward.__qualname__ = f"{cls.__qualname__}.dispatch_forward"
+    cls.dispatch_forward = dispatch_forward
 
 
 #: vLLM CustomOps replaced by hand-written integration classes: their out-of-tree path is more than
@@ -197,6 +220,7 @@ def register_oot_classes(policy=None) -> dict[str, str]:
                 if other is not None:
                     foreign.append((in_tree_name, other))
                 continue
+            _follow_forward_method(cls)
             if registry.get(in_tree_name) is not cls:
                 compat.register_oot(cls, in_tree_name)
                 newly.append(f"{in_tree_name} -> {cls.__name__}")

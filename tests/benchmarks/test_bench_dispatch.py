@@ -10,6 +10,7 @@ PATHS = [
     "layer.forward_oot(x)",
     "bound impl (MethodType)",
     "bound forward_oot(x)",
+    "trampoline (2 candidates)",
     "call_op(op, layer, x)",
     "direct function impl",
     "replaced function mod.fn(x)",

@@ -177,6 +177,27 @@ def test_dispatch_costs_are_measured_against_the_matching_direct_call():
     assert "check per eager call: 60 ns more." in text
 
 
+def test_dispatch_costs_name_the_direct_binding_and_the_trampoline():
+    paths = {
+        "direct impl call": 30.0,
+        "layer.forward_oot(x)": 28.0,
+        "trampoline (2 candidates)": 90.0,
+        "direct function impl": 50.0,
+        "replaced function mod.fn(x)": 75.0,
+        "forward_oot, compile_prefer": 130.0,
+    }
+    rows = [{"path": p, "ns": ns, "overhead_ns": ns - 30.0} for p, ns in paths.items()]
+    result = dict(python="3.11", machine="m", date="d", repeat=3, number=10, rows=rows)
+    text = " ".join(report.dispatch(result).split())
+    assert "differs from calling its impl directly by -2 ns where nothing can fall back" in text
+    assert "adds 60 ns where a fallback is possible" in text
+    assert (
+        '("replaced function": the module attribute holding the op\'s trampoline) adds 25 ns.'
+        in text
+    )
+    assert "check per eager call in its trampoline: 40 ns more." in text
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

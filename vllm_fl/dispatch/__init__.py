@@ -40,6 +40,8 @@ sub-modules are its internals. The names outside the policy and the calls:
 - the generated contract: ``FLBackendBase`` (``spec``) and ``CHECKS`` (``checks``);
 - ``wrap_selections``, the hook bring-up mode (``vllm_fl.verify``) gives every op's eager calls
   its verifying function by;
+- ``follow_bound_method``, how the vLLM integration keeps a layer's ``_forward_method`` (a
+  method vLLM bound from ``forward_oot``) current when the dispatch changes what the class holds;
 - ``explain_ops``, what ``explain`` reports as data: per op under a given policy, the candidates
   in order, those that are not and why, the selection (``vllm-fl coverage`` reads it).
 
@@ -81,6 +83,7 @@ from .runtime.default_manager import (
     resolve_op,
     used_impls,
 )
+from .runtime.binding import follow_bound_method
 from .runtime.manager import OpManager, wrap_selections
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
@@ -157,6 +160,7 @@ __all__ = [
     "env_text",
     "explain_ops",
     "flatten",
+    "follow_bound_method",
     "get_config",
     "get_default_manager",
     "get_logger",

@@ -18,11 +18,22 @@ An impl that declares ``supports`` (ops.yaml) serves only calls whose arguments 
 lists. When the selected impl declares it, the trampoline calls the binding's gate instead
 (``_supported_call``): per call it gives the arguments to the first candidate that serves them.
 Ops whose selected impl declares nothing keep the plain trampoline: the check costs them nothing.
+
+Direct binding: a selection that nothing can fall back from (strict mode, or one candidate for
+eager and traced calls alike), with no gate, no split and no selection wrapper, puts the impl's
+function itself on the classes that hold the op (``add_site``: ``layer.forward_oot(x)`` is then
+one call of the impl, no trampoline frame); every change of selection (``invalidate``) puts the
+trampoline back first, so the next call resolves again. Module attributes (``vllm_fl.functions``)
+keep the trampoline: a later ``from module import fn`` would keep whatever it found. A method
+bound from the class while it holds the impl keeps calling that impl, unless its holder is
+registered with ``follow_bound_method`` (vLLM's ``_forward_method``, see
+``vllm_fl.registration``): those are re-bound with every change of what the class holds.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -34,7 +45,14 @@ from ..types import DispatchError, OpImpl
 from .failures import FailureLog
 from .trampoline import build, same_key, signature_key, tracing_now
 
-__all__ = ["Binding", "BindingTable", "Resolver", "all_failed_error", "set_selection_wrapper"]
+__all__ = [
+    "Binding",
+    "BindingTable",
+    "Resolver",
+    "all_failed_error",
+    "follow_bound_method",
+    "set_selection_wrapper",
+]
 
 logger = get_logger()
 
@@ -70,6 +88,46 @@ def _eager_fn(op: str, impl: OpImpl, registry: OpRegistry) -> Callable[..., Any]
             "attributes; it must return a function (or None for the impl itself)"
         ) from None
     return fn
+
+
+#: class -> {attribute -> the binding whose function (trampoline or impl) the attribute holds}
+_CLASS_SITES: "weakref.WeakKeyDictionary[type, dict[str, Binding]]" = weakref.WeakKeyDictionary()
+
+
+def follow_bound_method(instance: Any, attr: str, name: str) -> bool:
+    """``instance.attr`` holds (or is about to hold) ``instance.name`` bound to ``instance``,
+    where ``name`` is an op's site on the instance's class: re-bind it whenever the op's binding
+    changes what the class holds (the trampoline or, with no fallback possible, the impl itself).
+    False (nothing followed) where the class got ``name`` from no binding."""
+    for cls in type(instance).__mro__:
+        if name in cls.__dict__:
+            binding = _CLASS_SITES.get(cls, {}).get(name)
+            if binding is None:
+                return False
+            binding.follow(instance, attr)
+            return True
+    return False
+
+
+def _direct_fn(
+    impl: OpImpl,
+    eager_fn: Callable[..., Any],
+    candidates: Sequence[OpImpl],
+    traced_candidates: Sequence[OpImpl],
+    strict: bool,
+) -> Callable[..., Any] | None:
+    """The function class sites may hold instead of the trampoline: the impl's own, when every
+    call (eager or traced) goes to it and nothing can fall back from it; None otherwise.
+
+    Only a plain Python function binds ``self`` as a method does (a builtin or a callable object
+    on a class would be called without the layer)."""
+    if eager_fn is not impl.fn or impl.supports or type(impl.fn) is not types.FunctionType:
+        return None
+    if traced_candidates[0] is not impl or traced_candidates[0].supports:
+        return None
+    if strict or (len(candidates) == 1 and len(traced_candidates) == 1):
+        return impl.fn
+    return None
 
 
 class Resolver(Protocol):
@@ -108,6 +166,13 @@ class Binding:
         self._gate_traced: tuple[tuple[OpImpl, Callable[..., Any]], ...] = ()
         self._refusals_logged: set[tuple[str, str]] = set()
         self.sites: list[tuple[weakref.ref, str]] = []
+        # The impl's function the class sites hold instead of the trampoline (direct binding)
+        self.direct: Callable[..., Any] | None = None
+        # Every function class sites held (trampolines and impls): a bound method of one of them
+        # that ``follow`` keeps is this binding's to re-bind
+        self._held: "weakref.WeakSet[Callable[..., Any]]" = weakref.WeakSet()
+        # id(instance) -> (instance, attribute) holding a method bound from a class site
+        self._followed: dict[int, tuple[weakref.ref, str]] = {}
         self.fn = build(op_name, None)
         self._cells = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
         self._set("_impl", self._resolve_and_call)
@@ -128,6 +193,7 @@ class Binding:
             self.active = self.active_traced = None
             self._set("_impl", self._resolve_and_call)
             self._set("_traced", self._resolve_and_call)
+            self._set_direct(None)
             if registry_changed:
                 self.in_use = False
                 if self._key is not None or self._split:
@@ -155,16 +221,67 @@ class Binding:
         self.fn = new
         self._key = key
         self._split = split
+        self._put_sites(old, self.direct)
+
+    def _set_direct(self, fn: Callable[..., Any] | None) -> None:
+        """Class sites hold ``fn`` (None: the trampoline) from now on."""
+        if fn is not self.direct:
+            old, self.direct = self.direct, fn
+            self._put_sites(self.fn, old)
+
+    def _site_fn(self, owner: Any) -> Callable[..., Any]:
+        return self.direct if self.direct is not None and isinstance(owner, type) else self.fn
+
+    def _put_sites(self, old_fn: Callable[..., Any], old_direct: Callable[..., Any] | None) -> None:
+        """Give every site what it holds now, where it still holds what this binding gave it
+        (``old_fn``, the trampoline, or ``old_direct`` for a class); re-bind the methods
+        ``follow`` keeps."""
         for ref, name in self.sites:
             owner = ref()
-            if owner is not None and owner.__dict__.get(name) is old:
+            if owner is None:
+                continue
+            was = old_direct if old_direct is not None and isinstance(owner, type) else old_fn
+            new = self._site_fn(owner)
+            if new is not was and owner.__dict__.get(name) is was:
                 setattr(owner, name, new)
+                if isinstance(owner, type):
+                    self._held.add(new)
+        for key, (ref, attr) in list(self._followed.items()):
+            instance = ref()
+            if instance is not None:
+                self._rebind(instance, attr)
+
+    def _rebind(self, instance: Any, attr: str) -> None:
+        method = instance.__dict__.get(attr)
+        if type(method) is not types.MethodType or method.__self__ is not instance:
+            return
+        new = self._site_fn(type(instance))
+        if method.__func__ is not new and method.__func__ in self._held:
+            instance.__dict__[attr] = types.MethodType(new, instance)
 
     def add_site(self, owner: type, name: str) -> None:
-        """``owner.name`` holds this op's trampoline; keep it the current one."""
+        """``owner.name`` holds this op's trampoline (or, for a class, the impl itself while no
+        fallback is possible); keep it the current one."""
         with sync.LOCK:
             self.sites.append((weakref.ref(owner), name))
-            setattr(owner, name, self.fn)
+            fn = self._site_fn(owner)
+            setattr(owner, name, fn)
+            if isinstance(owner, type):
+                self._held.add(fn)
+                _CLASS_SITES.setdefault(owner, {})[name] = self
+
+    def follow(self, instance: Any, attr: str) -> None:
+        """Keep ``instance.attr``, a method bound from a class site, bound to what the class holds
+        (``follow_bound_method``)."""
+        key = id(instance)
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            if self._followed.get(key, (None,))[0] is ref:
+                self._followed.pop(key, None)
+
+        with sync.LOCK:
+            self._followed[key] = (weakref.ref(instance, forget), attr)
+            self._rebind(instance, attr)
 
     # -- resolution --------------------------------------------------------------------------
 
@@ -203,6 +320,11 @@ class Binding:
                 self._gate, self._gate_traced = gate, gate_traced
                 self._set("_impl", self._supported_call if gate else eager_fn)
                 self._set("_traced", self._supported_call_traced if gate_traced else traced_impl.fn)
+                self._set_direct(
+                    None
+                    if gate or gate_traced or split
+                    else _direct_fn(impl, eager_fn, candidates, traced_cands, policy.strict)
+                )
                 self.active, self.active_traced = impl, traced_impl
                 self.in_use = True
                 self._record_use(impl, fallback=False)
@@ -425,8 +547,14 @@ class Binding:
                 )
                 self._set("_traced", self._supported_call_traced if self._gate_traced else nxt.fn)
                 self.active_traced = nxt
+            policy = get_policy()
+            # nothing left to fall back to (the failed ones are excluded): the impl itself
+            alone = not self._split and not policy.splits_traced
+            self._set_direct(
+                _direct_fn(nxt, eager_fn, candidates, candidates, policy.strict) if alone else None
+            )
             self.in_use = True
-            self._set("_strict", get_policy().strict)
+            self._set("_strict", policy.strict)
             self._record_use(nxt, fallback=True, traced=traced)
             manager.selection_installed()
 

@@ -2,9 +2,11 @@
 
 Hot path: each op has one trampoline (``trampoline``) installed by its ``Binding`` (``binding``);
 ``dispatch_method`` puts it on the layer class as a plain function, so ``layer.forward_oot(x)``
-costs one extra Python frame over calling the impl directly. A policy or registry change puts the
-resolver back in the trampoline, so the next call re-resolves, also for layers whose
-``forward_oot`` (or vLLM's ``_forward_method``) already holds it.
+costs one extra Python frame over calling the impl directly, and none while nothing can fall back
+from the selected impl (the class then holds the impl itself, see ``binding``). A policy or
+registry change puts the resolver back in the trampoline (and the trampoline back on the class),
+so the next call re-resolves, also for layers whose ``forward_oot`` (or vLLM's
+``_forward_method``) already holds it.
 """
 
 from __future__ import annotations
