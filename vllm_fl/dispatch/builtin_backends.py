@@ -10,5 +10,6 @@ BUILTIN_BACKENDS: tuple[str, ...] = (
     "vllm_fl.backends.flaggems",
     "vllm_fl.backends.reference",
     "vllm_fl.backends.cuda",
+    "vllm_fl.backends.flagcx",
     "vllm_fl.backends.ascend",
 )

@@ -69,6 +69,16 @@ class CommunicatorFL(CollectivesFL, DeviceCommunicatorBase):
         torch.distributed.all_gather_object(out, obj, group=self.cpu_group)
         return out
 
+    def broadcast_object(self, obj: object, src: int = 0) -> Any:
+        """``obj`` of rank ``src`` of the group, on every rank, over the CPU group (for a
+        backend's ``communicator_setup``: a library's unique id)."""
+        broadcast = getattr(self.cpu_group, "broadcast_obj", None)
+        if broadcast is not None:  # vLLM's StatelessProcessGroup
+            return broadcast(obj, src=src)
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=self.ranks[src], group=self.cpu_group)
+        return box[0]
+
     def _check_same_on_every_rank(self, ids: dict[str, str]) -> None:
         """Raise ``DispatchError`` naming the ranks and their implementations when the ranks of
         the group did not select the same implementation of every collective."""

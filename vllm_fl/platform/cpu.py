@@ -11,6 +11,7 @@ from vllm.platforms import PlatformEnum
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_fl import compat
+from vllm_fl.distributed.preflight import check_flagcx
 from vllm_fl.platform import (
     COMMUNICATOR_FL,
     CPU_WORKER_FL,
@@ -71,6 +72,7 @@ class PlatformFLCpu(CpuPlatform):
     def check_and_update_config(cls, vllm_config) -> None:
         super().check_and_update_config(vllm_config)
         parallel_config = vllm_config.parallel_config
+        check_flagcx(parallel_config.world_size)
         if parallel_config.worker_cls in ("auto", compat.CPU_WORKER_CLS):
             parallel_config.worker_cls = CPU_WORKER_FL
 

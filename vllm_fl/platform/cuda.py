@@ -8,6 +8,7 @@ an error that says what to do instead (`vllm_fl.platform.cuda_build_missing`).
 from __future__ import annotations
 
 from vllm_fl import compat
+from vllm_fl.distributed.preflight import check_flagcx
 from vllm_fl.platform import (
     CUDA_COMMUNICATOR_FL,
     GPU_WORKER_FL,
@@ -48,6 +49,7 @@ class PlatformFL(CudaPlatform):
     def check_and_update_config(cls, vllm_config) -> None:
         super().check_and_update_config(vllm_config)
         parallel_config = vllm_config.parallel_config
+        check_flagcx(parallel_config.world_size)
         if parallel_config.worker_cls in ("auto", compat.GPU_WORKER_CLS):
             parallel_config.worker_cls = GPU_WORKER_FL
 

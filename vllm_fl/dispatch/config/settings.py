@@ -239,9 +239,10 @@ SETTINGS: tuple[Setting, ...] = (
             (EnvVar("FLAGGEMS_ENABLE_OPLIST_PATH"),), parse=v.parse_output_file,
             default=DEFAULT_OPLIST_PATH),
     Setting("flagcx_path", PROCESS,
-            "FlagCX library directory; reserved: accepted and validated so that existing "
-            "environments keep working, nothing in vllm_fl reads it",
-            (EnvVar("FLAGCX_PATH"),), parse=v.parse_existing_dir, default=None, reserved=True),
+            "FlagCX library directory (holding lib/libflagcx.so, as scripts/build_flagcx.sh "
+            "builds it): enables the `vendor:flagcx` backend of the collectives, preferred over "
+            "vLLM's own CUDA communicator",
+            (EnvVar("FLAGCX_PATH"),), parse=v.parse_existing_dir, default=None),
     Setting("moe_warm_up", PROCESS,
             "before serving, the GPU worker lets the selected `fused_experts` backend compile "
             "its kernel variants; `false` skips it (a faster cold start, compilation on first "

@@ -20,36 +20,52 @@ def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
 
 def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """The ranks' tensors concatenated along ``dim`` in rank order."""
-    dim = dim % input_.dim()
-    gathered = torch.empty(
-        (self.world_size * input_.shape[0],) + tuple(input_.shape[1:]),
-        dtype=input_.dtype,
-        device=input_.device,
-    )
+    gathered = gather_buffer(input_, self.world_size)
     dist.all_gather_into_tensor(gathered, input_.contiguous(), group=self.device_group)
+    return concatenated_along(gathered, input_, dim, self.world_size)
+
+
+def gather_buffer(input_: torch.Tensor, world_size: int) -> torch.Tensor:
+    """The buffer an all-gather of ``input_`` fills: the ranks' tensors one after another
+    along dimension 0, [world_size * n0, ...]."""
+    shape = (world_size * input_.shape[0],) + tuple(input_.shape[1:])
+    return torch.empty(shape, dtype=input_.dtype, device=input_.device)
+
+
+def concatenated_along(
+    gathered: torch.Tensor, input_: torch.Tensor, dim: int, world_size: int
+) -> torch.Tensor:
+    """A filled ``gather_buffer`` as the ranks' tensors concatenated along ``dim``."""
+    dim = dim % input_.dim()
     # [world * n0, ...] -> [world, n0, ...] -> the world axis beside dim, then merged into it
-    stacked = gathered.reshape((self.world_size,) + tuple(input_.shape)).movedim(0, dim)
+    stacked = gathered.reshape((world_size,) + tuple(input_.shape)).movedim(0, dim)
     shape = list(input_.shape)
-    shape[dim] *= self.world_size
+    shape[dim] *= world_size
     return stacked.reshape(shape)
 
 
 def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Chunk ``rank_in_group`` (of ``world_size`` equal ones along ``dim``) of the sum."""
+    moved, out = scatter_buffers(input_, dim, self.world_size)
+    dist.reduce_scatter_tensor(out, moved, group=self.device_group)
+    return out.movedim(0, dim % input_.dim()).contiguous()
+
+
+def scatter_buffers(
+    input_: torch.Tensor, dim: int, world_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reduce-scatter's input with ``dim`` moved first (contiguous) and its output buffer
+    (one of ``world_size`` equal chunks along that dimension); the output's ``movedim(0, dim)``
+    is the result."""
     dim = dim % input_.dim()
-    if input_.shape[dim] % self.world_size:
+    if input_.shape[dim] % world_size:
         raise ValueError(
             f"reduce_scatter: dimension {dim} of size {input_.shape[dim]} does not split into "
-            f"{self.world_size} equal chunks"
+            f"{world_size} equal chunks"
         )
     moved = input_.movedim(dim, 0).contiguous()
-    out = torch.empty(
-        (moved.shape[0] // self.world_size,) + tuple(moved.shape[1:]),
-        dtype=input_.dtype,
-        device=input_.device,
-    )
-    dist.reduce_scatter_tensor(out, moved, group=self.device_group)
-    return out.movedim(0, dim).contiguous()
+    shape = (moved.shape[0] // world_size,) + tuple(moved.shape[1:])
+    return moved, torch.empty(shape, dtype=input_.dtype, device=input_.device)
 
 
 def reduce_scatterv(

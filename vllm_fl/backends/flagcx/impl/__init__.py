@@ -1,0 +1,1 @@
+"""The FlagCX backend's implementations (see ops.yaml)."""
