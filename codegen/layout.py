@@ -95,12 +95,14 @@ def outputs(manifest: m.Manifest) -> list[Output]:
                     out.append(Output(path, impl.line, f"impl module {module!r} of op {op.name!r}"))
     shorts: set[str] = set()
     for op in manifest.ops:
-        if op.layer is not None and op.layer.short_module not in shorts:
-            shorts.add(op.layer.short_module)
+        for cls in op.classes:
+            if cls.short_module in shorts:
+                continue
+            shorts.add(cls.short_module)
             out.append(
                 Output(
-                    oot.module_path(op.layer),
-                    op.line,
+                    oot.module_path(cls),
+                    cls.line if isinstance(cls, m.Subclass) else op.line,
                     f"the out-of-tree module of op {op.name!r}",
                 )
             )

@@ -113,6 +113,16 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Subclass(Layer):
+    """A vLLM subclass of an op's layer that computes what the layer computes (``subclasses:``):
+    it differs in how it is built (a RoPE scaling's ``cos_sin_cache``), not in its ``forward_*``
+    methods, so it gets a generated class of its own that dispatches the same op. vLLM replaces
+    classes by exact name, which is why the layer's class alone does not reach it."""
+
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Function:
     """A function vLLM calls (``vllm._custom_ops.topk_softmax``) that an op replaces."""
 
@@ -298,6 +308,13 @@ class Op:
     cache: Cache | None = None
     #: the method of vLLM's device communicator the op replaces (a collective), or None
     collective: str | None = None
+    #: vLLM subclasses of ``layer`` that compute what it computes (manifest order)
+    subclasses: tuple[Subclass, ...] = ()
+
+    @property
+    def classes(self) -> tuple[Layer, ...]:
+        """Every vLLM class the op replaces: its layer, then the layer's subclasses."""
+        return () if self.layer is None else (self.layer, *self.subclasses)
 
     @property
     def camel(self) -> str:

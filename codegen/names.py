@@ -142,12 +142,13 @@ class _Checker:
             self.public(arg.name, f"argument of {what}", op.line)
         for attr in op.reads:
             self.public(attr.name, f"attribute read by {what}", op.line)
-        if op.layer is not None:
-            self.dotted(op.layer.path, f"layer of {what}", op.line)
-            if op.layer.cls.startswith("_") or op.layer.cls in OOT_MODULE_NAMES:
+        for cls in op.classes:
+            kind, line = _kind_line(op, cls)
+            self.dotted(cls.path, f"{kind} of {what}", line)
+            if cls.cls.startswith("_") or cls.cls in OOT_MODULE_NAMES:
                 raise self.error(
-                    op.line,
-                    f"layer class {op.layer.cls!r} of {what} cannot be imported next to the "
+                    line,
+                    f"{kind} class {cls.cls!r} of {what} cannot be imported next to the "
                     "generated code's names",
                     "a public class name other than " + ", ".join(sorted(OOT_MODULE_NAMES)),
                 )
@@ -169,22 +170,22 @@ class _Checker:
 
     def layers(self) -> None:
         """Per out-of-tree module: imported classes, generated classes; per ops.py: protocols."""
-        names: dict[tuple[str, str], m.Op] = {}
+        names: dict[tuple[str, str], tuple[m.Op, m.Layer]] = {}
         for op in self.manifest.ops:
-            if op.layer is None:
-                continue
-            for name in (op.layer.cls, op.layer.oot_cls):
-                key = (op.layer.short_module, name)
-                other = names.get(key)
-                if other is not None and other is not op:
-                    raise self.error(
-                        op.line,
-                        f"layer of op {op.name!r} binds {name} in vllm_fl/ops/"
-                        f"{op.layer.short_module}.py, which op {other.name!r} (line {other.line}) "
-                        "binds too",
-                        "layer classes whose names and <name>FL differ",
-                    )
-                names[key] = op
+            for cls in op.classes:
+                kind, line = _kind_line(op, cls)
+                for name in (cls.cls, cls.oot_cls):
+                    key = (cls.short_module, name)
+                    other, other_cls = names.get(key, (None, None))
+                    if other is not None and other_cls is not cls:
+                        raise self.error(
+                            line,
+                            f"{kind} {cls.cls} of op {op.name!r} binds {name} in vllm_fl/ops/"
+                            f"{cls.short_module}.py, which op {other.name!r} (line "
+                            f"{_kind_line(other, other_cls)[1]}) binds too",
+                            "layer classes whose names and <name>FL differ",
+                        )
+                    names[key] = (op, cls)
         protocols: dict[str, m.Op] = {}
         for op in self.manifest.ops:
             if op.layer is None:
@@ -261,3 +262,10 @@ class _Checker:
                         impl.line,
                         f"the import of module {ref_impl.module} of backend {reference.name!r}",
                     )
+
+
+def _kind_line(op: m.Op, cls: m.Layer) -> tuple[str, int]:
+    """How errors name one of an op's classes ('layer' or 'subclass') and its manifest line."""
+    if isinstance(cls, m.Subclass):
+        return "subclass", cls.line
+    return "layer", op.line

@@ -19,12 +19,22 @@ vLLM's duplicate-name assert (`compat.guard_oot_registry`). The registered class
 in-tree op name (`rms_norm`), so `compilation_config.custom_ops` means for it what it means for
 vLLM's class.
 
+vLLM replaces classes by exact name, so a subclass of a replaced layer (Llama-3.1's
+`Llama3RotaryEmbedding`, vLLM's YaRN, linear and NTK scalings, the Transformers backend's
+`TPAwareRMSNorm`) would keep vLLM's code. ops.yaml lists under an op's `subclasses` those whose
+computation is the layer's, and each has a generated class of its own (`vllm_fl.ops.OOT_SUBCLASSES`),
+registered under the subclass's name like the layer's. Before one is registered it is checked
+against the installed vLLM: a subclass this vLLM lacks is left out (named once in the start-up
+summary), and one whose classes between it and the layer define a `forward_*` method (vLLM gave
+it a computation of its own) keeps vLLM's class, with a WARNING naming the method.
+
 Which classes are replaced is the dispatch policy's decision (`current_policy()`): the switch
 `VLLM_FL_PREFER_ENABLED`, `VLLM_FL_OOT_ENABLED`, and `VLLM_FL_OOT_WHITELIST` /
 `VLLM_FL_OOT_BLACKLIST` / the config file's `oot_blacklist`. An entry matches the in-tree class
 name (`RMSNorm`), vLLM's registered op name (`rms_norm`) or the op of ops.yaml the replacement
 dispatches (which `explain` shows; for vLLM's `ReLUSquaredActivation`, registered as `relu2`, it
-may be `relu_squared`), case-insensitively.
+may be `relu_squared`), case-insensitively; a subclass's entry also matches the names of the
+layer it subclasses (blacklisting `RotaryEmbedding` keeps vLLM's RoPE scalings too).
 """
 
 from __future__ import annotations
@@ -43,6 +53,9 @@ _replaced: dict[str, str] = {}  # in-tree name -> "module:Class" registered by u
 _yielded: set[str] = set()  # in-tree names another plugin took over after we registered
 _foreign_logged: set[str] = set()
 _logged = False
+#: listed subclasses left out: in-tree name -> why (absent from this vLLM / own forward_*)
+_absent: dict[str, str] = {}
+_diverged: dict[str, str] = {}
 
 
 def current_policy():
@@ -129,10 +142,59 @@ INTEGRATION_CLASSES: dict[str, str] = {
 }
 
 
+def _subclasses() -> dict[str, tuple[str, str]]:
+    """In-tree subclass name -> (in-tree name of the layer it subclasses, "module:Class")."""
+    from vllm_fl.ops import OOT_SUBCLASSES
+
+    return dict(OOT_SUBCLASSES)
+
+
 def _oot_classes() -> dict[str, str]:
     from vllm_fl.ops import OOT_CLASSES
 
-    return {**OOT_CLASSES, **INTEGRATION_CLASSES}
+    subclasses = {name: target for name, (_, target) in _subclasses().items()}
+    return {**OOT_CLASSES, **INTEGRATION_CLASSES, **subclasses}
+
+
+def own_forward(vllm_cls: type, layer_name: str) -> str:
+    """Why `vllm_cls` (a vLLM subclass of the layer called `layer_name`) may not compute what the
+    layer computes: a `forward_*` method one of its classes before the layer defines, or that it
+    does not subclass the layer at all; '' when it only inherits them."""
+    mro = vllm_cls.__mro__
+    layer = next((c for c in mro if c.__name__ == layer_name), None)
+    if layer is None:
+        return f"it does not subclass {layer_name}"
+    own = [
+        f"{c.__qualname__}.{name}"
+        for c in mro[: mro.index(layer)]
+        for name in vars(c)
+        if name.startswith("forward_")
+    ]
+    return f"it defines {', '.join(own)}" if own else ""
+
+
+def _load_subclass(in_tree_name: str, target: str, layer_name: str) -> type | None:
+    """The generated class of a listed subclass, or None where it is left out: this vLLM lacks
+    the subclass (its module or the class), or it computes differently (`own_forward`)."""
+    try:
+        cls = _load_class(target)
+    except (ImportError, AttributeError) as exc:
+        _absent[in_tree_name] = f"{type(exc).__name__}: {exc}"
+        return None
+    problem = own_forward(_in_tree_base(cls, in_tree_name), layer_name)
+    if problem:
+        if in_tree_name not in _diverged:
+            logger.warning(
+                "vllm_fl: vLLM's %s is listed in ops.yaml as a subclass of %s computing what it "
+                "computes, but %s: vLLM's class is kept for it (drop it from the op's "
+                "`subclasses`, or give it an op of its own)",
+                in_tree_name,
+                layer_name,
+                problem,
+            )
+        _diverged[in_tree_name] = problem
+        return None
+    return cls
 
 
 def _manifest_op(in_tree_name: str) -> str:
@@ -155,11 +217,18 @@ def allowed_classes(policy=None) -> dict[str, type]:
     if not policy.oot_active:
         return {}
     allowed: dict[str, type] = {}
+    subclasses = _subclasses()
     for in_tree_name, target in _oot_classes().items():
-        cls = _load_class(target)
+        layer_name = subclasses[in_tree_name][0] if in_tree_name in subclasses else ""
+        if layer_name:
+            cls = _load_subclass(in_tree_name, target, layer_name)
+            if cls is None:
+                continue
+        else:
+            cls = _load_class(target)
         base = _in_tree_base(cls, in_tree_name)
-        aliases = (name for name in (op_name_of(base), _manifest_op(in_tree_name)) if name)
-        if policy.oot_allowed(in_tree_name, *aliases):
+        names = (op_name_of(base), _manifest_op(in_tree_name), layer_name)
+        if policy.oot_allowed(in_tree_name, *(name for name in names if name)):
             allowed[in_tree_name] = cls
     return allowed
 
@@ -211,7 +280,9 @@ def register_oot_classes(policy=None) -> dict[str, str]:
     with _lock:
         registry = compat.oot_registry()
         newly: list[str] = []
-        excluded = [name for name in targets if name not in allowed]
+        left_out = set(_absent) | set(_diverged)
+        excluded = [name for name in targets if name not in allowed and name not in left_out]
+        absent = sorted(name for name in _absent if name in targets)
         foreign: list[tuple[str, type]] = []
         for in_tree_name, cls in allowed.items():
             other = _foreign(registry, in_tree_name, cls)
@@ -234,10 +305,13 @@ def register_oot_classes(policy=None) -> dict[str, str]:
             logger.info("vllm_fl: OOT layer replacement disabled (%s)", _describe(policy))
         else:
             logger.info(
-                "vllm_fl: replaced vLLM layers: %s%s",
+                "vllm_fl: replaced vLLM layers: %s%s%s",
                 ", ".join(newly) or "none",
                 (f"; kept vLLM's ({_describe(policy)}): {', '.join(excluded)}" if excluded else ""),
+                (f"; not in this vLLM: {', '.join(absent)}" if absent else ""),
             )
+            for name in absent:
+                logger.debug("vllm_fl: %s left out: %s", name, _absent[name])
     return dict(_replaced)
 
 
@@ -286,4 +360,6 @@ def _reset_for_tests() -> None:
         _replaced.clear()
         _yielded.clear()
         _foreign_logged.clear()
+        _absent.clear()
+        _diverged.clear()
         _logged = False

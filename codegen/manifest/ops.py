@@ -11,7 +11,14 @@ from .. import model as m
 from .arguments import check_mutates, read_cache, read_tensor_args
 from .impls import read_impls
 from .reader import Reader
-from .targets import RESERVED, read_collective, read_function, read_layer, read_reads
+from .targets import (
+    RESERVED,
+    read_collective,
+    read_function,
+    read_layer,
+    read_reads,
+    read_subclasses,
+)
 from .tests import read_tests
 from ..signature import FunctionSchema, SignatureError
 from ..yamlnodes import Entry, Node
@@ -20,6 +27,7 @@ KEYS = (
     "signature",
     "doc",
     "layer",
+    "subclasses",
     "function",
     "collective",
     "reads",
@@ -43,6 +51,16 @@ def read_op(
     doc = _doc(r, f.require("doc", "a one-paragraph description").value, what)
     layer_entry = f.pop("layer")
     layer = read_layer(r, layer_entry.value, what) if layer_entry else None
+    subclasses_entry = f.pop("subclasses")
+    subclasses: tuple[m.Subclass, ...] = ()
+    if subclasses_entry is not None:
+        if layer is None:
+            raise r.error(
+                subclasses_entry.key_line,
+                f"{what} has 'subclasses' but no 'layer'",
+                "'subclasses' only for ops with a layer (subclasses of it)",
+            )
+        subclasses = read_subclasses(r, subclasses_entry.value, what, layer)
     function_entry = f.pop("function")
     function = read_function(r, function_entry.value, what) if function_entry else None
     if function_entry is not None and layer is not None:
@@ -125,6 +143,7 @@ def read_op(
         mutates,
         cache=cache,
         collective=collective,
+        subclasses=subclasses,
     )
     _check_reference(r, op, backends, sig_node.line, tests_entry)
     return op

@@ -1,6 +1,7 @@
 """What an op replaces in vLLM: a ``layer`` (a CustomOp class, with the attributes its impls
-``reads``), a ``function`` vLLM calls or a ``collective`` (a method of vLLM's device
-communicator); and the check that no two ops replace the same one."""
+``reads``, and the ``subclasses`` of it that compute what it computes), a ``function`` vLLM
+calls or a ``collective`` (a method of vLLM's device communicator); and the check that no two
+ops replace the same one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,55 @@ def read_layer(r: Reader, node: Node, what: str) -> m.Layer:
     return m.Layer(
         *r.import_path(node, f"layer of {what}", "vllm.model_executor.layers.layernorm.RMSNorm")
     )
+
+
+SUBCLASS_EXAMPLE = "vllm.model_executor.layers.rotary_embedding.llama3_rope.Llama3RotaryEmbedding"
+
+
+def read_subclasses(r: Reader, node: Node, what: str, layer: m.Layer) -> tuple[m.Subclass, ...]:
+    """``subclasses``: import paths of vLLM classes that subclass ``layer`` and compute what it
+    computes. Each is a class path (a capitalised last part) in the layer's package, neither the
+    layer itself nor listed twice; whether vLLM has it and keeps the layer's ``forward_*`` is
+    checked where vLLM is (`vllm_fl.registration`), since it differs between vLLM versions."""
+    key = f"subclasses of {what}"
+    items = r.seq(node, key, f"a list of vLLM class paths like [{SUBCLASS_EXAMPLE}]")
+    out: list[m.Subclass] = []
+    for item in items.items:
+        entry = f"entry of {key}"
+        module, cls = r.import_path(item, entry, SUBCLASS_EXAMPLE)
+        path = f"{module}.{cls}"
+        if not cls[:1].isupper():
+            raise r.error(
+                item.line,
+                f"{entry} {path!r} does not name a class ({cls!r} is not capitalised)",
+                f"the import path of a vLLM class like {SUBCLASS_EXAMPLE}",
+            )
+        top = layer.module.split(".")[0]
+        if module.split(".")[0] != top:
+            raise r.error(
+                item.line,
+                f"{entry} {path!r} lies outside {top!r}, the package of the layer {layer.path}",
+                f"a class of {top} that subclasses {layer.cls}",
+            )
+        if cls == layer.cls:
+            raise r.error(
+                item.line,
+                f"{entry} {path!r} has the name of the layer {layer.path}",
+                f"a subclass of {layer.cls} with a name of its own (vLLM replaces classes by name)",
+            )
+        other = next((s for s in out if s.cls == cls), None)
+        if other is not None:
+            raise r.error(
+                item.line,
+                f"{entry} {path!r} is listed already (line {other.line}"
+                + (f": {other.path}" if other.path != path else "")
+                + ")",
+                "each class once (vLLM replaces classes by name)",
+            )
+        out.append(m.Subclass(module, cls, item.line))
+    if not out:
+        raise r.error(items.line, f"{key} is an empty list", "at least one class path, or no key")
+    return tuple(out)
 
 
 def read_function(r: Reader, node: Node, what: str) -> m.Function:
@@ -74,7 +124,7 @@ def read_reads(r: Reader, node: Node, what: str, schema: FunctionSchema) -> tupl
 def check_targets(r: Reader, ops: tuple[m.Op, ...]) -> None:
     """One op per vLLM class and per vLLM function; OOT modules with distinct names."""
     by_cls: dict[str, m.Op] = {}
-    by_module: dict[str, m.Op] = {}
+    by_module: dict[str, tuple[m.Layer, m.Op]] = {}
     by_function: dict[str, m.Op] = {}
     by_method: dict[str, m.Op] = {}
     for op in ops:
@@ -98,23 +148,24 @@ def check_targets(r: Reader, ops: tuple[m.Op, ...]) -> None:
                     "one op per vLLM function",
                 )
             by_function[op.function.path] = op
-        if op.layer is None:
-            continue
-        other = by_cls.get(op.layer.cls)
-        if other is not None:
-            raise r.error(
-                op.line,
-                f"op {op.name!r} replaces {op.layer.cls}, already "
-                f"replaced by op {other.name!r} (line {other.line})",
-                "one op per vLLM class",
-            )
-        by_cls[op.layer.cls] = op
-        other = by_module.get(op.layer.short_module)
-        if other is not None and other.layer is not None and other.layer.module != op.layer.module:
-            raise r.error(
-                op.line,
-                f"layer module {op.layer.module} of op {op.name!r} "
-                f"ends like {other.layer.module} (op {other.name!r})",
-                "vLLM modules with distinct last names",
-            )
-        by_module[op.layer.short_module] = op
+        for cls in op.classes:
+            line = cls.line if isinstance(cls, m.Subclass) else op.line
+            other = by_cls.get(cls.cls)
+            if other is not None and other is not op:
+                raise r.error(
+                    line,
+                    f"op {op.name!r} replaces {cls.cls}, already "
+                    f"replaced by op {other.name!r} (line {other.line})",
+                    "one op per vLLM class (vLLM replaces classes by name)",
+                )
+            by_cls[cls.cls] = op
+            seen = by_module.get(cls.short_module)
+            if seen is not None and seen[0].module != cls.module:
+                first, owner = seen
+                raise r.error(
+                    line,
+                    f"{'subclass' if isinstance(cls, m.Subclass) else 'layer'} module {cls.module} of op "
+                    f"{op.name!r} ends like {first.module} (op {owner.name!r})",
+                    "vLLM modules with distinct last names",
+                )
+            by_module[cls.short_module] = (cls, op)

@@ -710,6 +710,86 @@ CASES = [
         "supports: {}",
     ),
     ("empty-manifest", VALID, "", "the manifest is empty", None),
+    # subclasses: vLLM subclasses of the layer that compute what it computes
+    (
+        "subclass-not-dotted",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.layers.layer-norm.ScaledRMSNorm\n",
+        "entry of subclasses of op 'rms_norm' 'vllm.model_executor.layers.layer-norm.ScaledRMSNorm' "
+        "is not a dotted Python name",
+        "layer-norm.ScaledRMSNorm",
+    ),
+    (
+        "subclass-without-module",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - ScaledRMSNorm\n",
+        "entry of subclasses of op 'rms_norm' 'ScaledRMSNorm' has no module",
+        "      - ScaledRMSNorm",
+    ),
+    (
+        "subclass-not-a-class",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.layers.layernorm.scaled_rms_norm\n",
+        "entry of subclasses of op 'rms_norm' 'vllm.model_executor.layers.layernorm.scaled_rms_norm' "
+        "does not name a class",
+        "layernorm.scaled_rms_norm",
+    ),
+    (
+        "subclass-outside-vllm",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - mypkg.norms.ScaledRMSNorm\n",
+        "entry of subclasses of op 'rms_norm' 'mypkg.norms.ScaledRMSNorm' lies outside 'vllm'",
+        "mypkg.norms.ScaledRMSNorm",
+    ),
+    (
+        "subclass-is-the-layer",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.layers.layernorm.RMSNorm\n",
+        "entry of subclasses of op 'rms_norm' 'vllm.model_executor.layers.layernorm.RMSNorm' has the "
+        "name of the layer",
+        "      - vllm.model_executor.layers.layernorm.RMSNorm",
+    ),
+    (
+        "subclass-twice",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n"
+        "      - vllm.model_executor.layers.other.ScaledRMSNorm\n",
+        "entry of subclasses of op 'rms_norm' 'vllm.model_executor.layers.other.ScaledRMSNorm' is "
+        "listed already",
+        "layers.other.ScaledRMSNorm",
+    ),
+    (
+        "subclass-of-another-ops-layer",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.layers.activation.SiluAndMul\n",
+        "op 'rms_norm' replaces SiluAndMul, already replaced by op 'silu_and_mul'",
+        "      - vllm.model_executor.layers.activation.SiluAndMul",
+    ),
+    (
+        "subclass-module-name-clash",
+        "      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "      - vllm.model_executor.models.layernorm.ScaledRMSNorm\n",
+        "subclass module vllm.model_executor.models.layernorm of op 'rms_norm' ends like "
+        "vllm.model_executor.layers.layernorm",
+        "models.layernorm.ScaledRMSNorm",
+    ),
+    (
+        "subclasses-not-a-list",
+        "    subclasses:\n      - vllm.model_executor.layers.layernorm.ScaledRMSNorm\n"
+        "      - vllm.model_executor.models.transformers.fusers.rms_norm.TPAwareRMSNorm\n",
+        "    subclasses: vllm.model_executor.layers.layernorm.ScaledRMSNorm\n",
+        "subclasses of op 'rms_norm' is the string",
+        "    subclasses: vllm",
+    ),
+    (
+        "subclasses-without-layer",
+        "    doc: The attention backend class path.\n",
+        "    doc: The attention backend class path.\n"
+        "    subclasses: [vllm.model_executor.layers.layernorm.ScaledRMSNorm]\n",
+        "op 'pick_backend' has 'subclasses' but no 'layer', expected 'subclasses' only for ops "
+        "with a layer",
+        "    subclasses: [vllm",
+    ),
 ]
 
 

@@ -122,7 +122,9 @@ def test_tiny_qwen3_moe_experts_and_router_are_dispatched():
     _assert_dispatched(layers["FusedTopKRouter"], ["topk_softmax"])
 
 
-def test_a_rope_scaled_llama_is_a_subclass_left_to_vllm(tmp_path):
+def test_a_rope_scaled_llama_dispatches_its_rotary_subclass(tmp_path):
+    """Llama-3.1's RoPE scaling is vLLM's Llama3RotaryEmbedding, a subclass of RotaryEmbedding
+    that ops.yaml lists under rotary_embedding's `subclasses`: replaced, and dispatched."""
     llama = shared.folder_once("tiny-llama", build_tiny_llama)
     config = json.loads((llama / "config.json").read_text())
     config["rope_scaling"] = {
@@ -139,11 +141,10 @@ def test_a_rope_scaled_llama_is_a_subclass_left_to_vllm(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     layers = _layers({"json": json.loads(out.read_text())})
     rotary = layers["Llama3RotaryEmbedding"]
-    assert rotary["reach"] == "subclass" and rotary["replaces"] == "RotaryEmbedding"
-    assert not rotary["policies"]["shipped"]["dispatched"]
-    assert rotary["vllm_code"]["kind"] == "pytorch"  # forward_native on an out-of-tree platform
+    assert rotary["reach"] == "replaced", rotary
+    _assert_dispatched(rotary, ["rotary_embedding"])
     assert "RotaryEmbedding" not in layers
-    assert "subclass of RotaryEmbedding" in proc.stdout
+    assert "subclass of RotaryEmbedding" not in proc.stdout
 
 
 def test_a_missing_path_is_one_line(tmp_path):

@@ -42,3 +42,37 @@ FAKE_OOT_CLASSES = {
     "RMSNorm": "fake_oot:RMSNormFake",
     "SiluAndMul": "fake_oot:SiluAndMulFake",
 }
+
+
+# Subclasses of a replaced layer (ops.yaml `subclasses:`), as vLLM might define them: one that
+# only builds itself differently, one whose chain to the layer defines a forward_* method.
+class ScaledRMSNorm(RMSNorm):
+    def __init__(self, hidden_size, eps=1e-6, scale=2.0):
+        super().__init__(hidden_size, eps=eps)
+        self.scale = scale
+
+
+class OwnMathsRMSNorm(RMSNorm):
+    def forward_native(self, x, residual=None):
+        return super().forward_native(x * 2, residual)
+
+
+class OwnMathsChild(OwnMathsRMSNorm):
+    pass
+
+
+class ScaledRMSNormFake(ScaledRMSNorm):
+    forward_oot = RMSNormFake.forward_oot
+
+
+class OwnMathsChildFake(OwnMathsChild):
+    forward_oot = RMSNormFake.forward_oot
+
+
+#: in-tree subclass name -> (the layer's in-tree name, "module:Class"), as vllm_fl.ops has them;
+#: the last one names a module no vLLM has
+FAKE_OOT_SUBCLASSES = {
+    "ScaledRMSNorm": ("RMSNorm", "fake_oot:ScaledRMSNormFake"),
+    "OwnMathsChild": ("RMSNorm", "fake_oot:OwnMathsChildFake"),
+    "MissingRMSNorm": ("RMSNorm", "fake_oot_missing_module:MissingRMSNormFake"),
+}

@@ -197,3 +197,96 @@ def test_classes_are_checked_before_registration(fresh, monkeypatch, target, mes
     with pytest.raises(TypeError, match=message):
         registration.register_oot_classes()
     assert name not in registry
+
+
+@pytest.fixture
+def with_subclasses(fresh, monkeypatch):
+    """`fresh` plus the fake subclass entries (ops.yaml's `subclasses`)."""
+    registry, configure = fresh
+    subclasses = dict(fake_oot.FAKE_OOT_SUBCLASSES)
+    monkeypatch.setattr(registration, "_subclasses", lambda: subclasses)
+    monkeypatch.setattr(
+        registration,
+        "_oot_classes",
+        lambda: {**fake_oot.FAKE_OOT_CLASSES, **{n: t for n, (_, t) in subclasses.items()}},
+    )
+    for name in subclasses:
+        registry.pop(name, None)
+    registration._absent.clear()
+    registration._diverged.clear()
+    yield registry, configure
+    for name in subclasses:
+        registry.pop(name, None)
+    registration._absent.clear()
+    registration._diverged.clear()
+
+
+def test_a_subclass_that_computes_what_its_layer_computes_is_replaced_by_name(
+    with_subclasses, vllm_config, caplog
+):
+    """vLLM looks classes up by exact name: ScaledRMSNorm gets its own generated class, which
+    vLLM builds with ScaledRMSNorm's constructor, bound to forward_oot and named rms_norm."""
+    registry, _ = with_subclasses
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
+    registered = registration.register_oot_classes()
+    assert registered["ScaledRMSNorm"] == "fake_oot:ScaledRMSNormFake"
+    assert registry["ScaledRMSNorm"] is fake_oot.ScaledRMSNormFake
+    layer = fake_oot.ScaledRMSNorm(64, scale=3.0)
+    assert type(layer) is fake_oot.ScaledRMSNormFake and layer.scale == 3.0
+    assert fake_oot.ScaledRMSNormFake.name == "rms_norm"
+    summary = [r.getMessage() for r in caplog.records if "replaced vLLM layers" in r.getMessage()]
+    assert "ScaledRMSNorm -> ScaledRMSNormFake" in summary[0]
+
+
+def test_a_subclass_this_vllm_lacks_is_left_out_and_named(with_subclasses, caplog):
+    registry, _ = with_subclasses
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
+    registered = registration.register_oot_classes()
+    assert "MissingRMSNorm" not in registered and "MissingRMSNorm" not in registry
+    assert "RMSNorm" in registered  # the others are not held up
+    summary = [r.getMessage() for r in caplog.records if "replaced vLLM layers" in r.getMessage()]
+    assert "; not in this vLLM: MissingRMSNorm" in summary[0]
+    assert "kept vLLM's" not in summary[0]
+
+
+def test_a_subclass_with_its_own_forward_keeps_vllms_class(with_subclasses, caplog):
+    """OwnMathsChild inherits a forward_native that OwnMathsRMSNorm (between it and RMSNorm)
+    defines: its computation is not rms_norm's, so it is not routed, and a WARNING says why."""
+    registry, _ = with_subclasses
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
+    assert "OwnMathsChild" not in registration.register_oot_classes()
+    assert "OwnMathsChild" not in registry
+    registration.register_oot_classes()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "OwnMathsChild" in warnings[0] and "OwnMathsRMSNorm.forward_native" in warnings[0]
+
+
+@pytest.mark.parametrize("entry", ["RMSNorm", "rms_norm", "ScaledRMSNorm"])
+def test_blacklisting_a_layer_keeps_vllms_subclasses_too(with_subclasses, entry):
+    registry, configure = with_subclasses
+    configure(VLLM_FL_OOT_BLACKLIST=entry)
+    registered = registration.register_oot_classes()
+    assert "ScaledRMSNorm" not in registered and "ScaledRMSNorm" not in registry
+    assert ("RMSNorm" in registered) == (entry == "ScaledRMSNorm")
+
+
+def test_every_listed_subclass_of_this_vllm_computes_what_its_layer_computes():
+    """Each subclass ops.yaml lists either is absent from the installed vLLM (a class of another
+    version) or subclasses its layer without a forward_* of its own; this vLLM has the RoPE
+    scalings of real checkpoints."""
+    from vllm_fl.ops import OOT_CLASSES, OOT_SUBCLASSES
+
+    present = set()
+    for name, (layer_name, target) in OOT_SUBCLASSES.items():
+        assert layer_name in OOT_CLASSES
+        try:
+            cls = registration._load_class(target)
+        except ImportError as exc:  # the vLLM module or class is missing, nothing else
+            assert "vllm." in str(exc) or name in str(exc), exc
+            continue
+        present.add(name)
+        base = registration._in_tree_base(cls, name)
+        assert base.__module__.startswith("vllm."), base
+        assert registration.own_forward(base, layer_name) == "", name
+    assert {"Llama3RotaryEmbedding", "YaRNScalingRotaryEmbedding"} <= present

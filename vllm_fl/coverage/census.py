@@ -12,9 +12,12 @@ Each layer gets a `Reach`:
 
 - ``replaced``: the plugin's class replaced vLLM's (``vllm_fl.ops.OOT_CLASSES`` and the
   hand-written integration classes), its ops dispatched;
-- ``subclass``: a subclass of a class the plugin replaces, which vLLM builds as it is (vLLM swaps
-  classes by exact name) and so runs vLLM's code: the RoPE scaling variants
-  (``Llama3RotaryEmbedding``, ``YaRNScalingRotaryEmbedding``, ...);
+- ``replaced`` too: a subclass ops.yaml lists under its layer's op (``subclasses``: the RoPE
+  scalings ``Llama3RotaryEmbedding``, ``YaRNScalingRotaryEmbedding``, ..., ``TPAwareRMSNorm``),
+  which has a generated class of its own;
+- ``subclass``: any other subclass of a class the plugin replaces, which vLLM builds as it is
+  (vLLM swaps classes by exact name) and so runs vLLM's code (``FourierRotaryEmbedding``, whose
+  ``forward_native`` is its own);
 - ``disabled``: the plugin's class, but vLLM bound another method than its dispatch
   (``compilation_config.custom_ops`` disabled the op), or the policy kept vLLM's class although
   the manifest has an op for it;
@@ -101,13 +104,19 @@ class Layer:
 
 def _our_classes() -> dict[type, str]:
     """The plugin's replacement class -> the in-tree name it replaces."""
-    from vllm_fl.ops import OOT_CLASSES
+    from vllm_fl.ops import OOT_CLASSES, OOT_SUBCLASSES
     from vllm_fl.registration import INTEGRATION_CLASSES
 
     out: dict[type, str] = {}
     for in_tree, target in {**OOT_CLASSES, **INTEGRATION_CLASSES}.items():
         module, _, name = target.partition(":")
         out[getattr(importlib.import_module(module), name)] = in_tree
+    for in_tree, (_, target) in OOT_SUBCLASSES.items():
+        module, _, name = target.partition(":")
+        try:  # a subclass of a vLLM version other than the installed one
+            out[getattr(importlib.import_module(module), name)] = in_tree
+        except (ImportError, AttributeError):
+            continue
     return out
 
 

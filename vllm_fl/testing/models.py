@@ -73,10 +73,16 @@ def _train_tokenizer(path: Path) -> None:
     fast.save_pretrained(str(path))
 
 
-def build_tiny_llama(path: str | Path, hidden_size: int = HIDDEN_SIZE) -> Path:
+def build_tiny_llama(
+    path: str | Path, hidden_size: int = HIDDEN_SIZE, rope_scaling: dict | None = None
+) -> Path:
     """Write the tiny model and its tokenizer to `path` (created if missing); return it. Its
-    head_dim is `hidden_size` / 2 (GPU attention kernels are safest with 64)."""
+    head_dim is `hidden_size` / 2 (GPU attention kernels are safest with 64). `rope_scaling`
+    (Hugging Face's, e.g. ``{"rope_type": "llama3", "factor": 8.0, ...}``) gives it a RoPE
+    scaling, which vLLM builds as a subclass of its RotaryEmbedding."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    extra = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
 
     return build_tiny_model(
         path,
@@ -88,6 +94,7 @@ def build_tiny_llama(path: str | Path, hidden_size: int = HIDDEN_SIZE) -> Path:
         num_attention_heads=NUM_HEADS,
         num_key_value_heads=NUM_KV_HEADS,
         head_dim=hidden_size // NUM_HEADS,
+        **extra,
     )
 
 
