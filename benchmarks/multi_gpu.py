@@ -43,10 +43,15 @@ TASK = "benchmarks.multi_gpu:tp_task"
 FLAGCX = {**CONFIGS["flagos-deny-cuda"]}
 
 
-def _config_env(name: str, extra: dict[str, str]) -> dict[str, str]:
+def _config_env(name: str, extra: dict[str, str], flagcx_path: str | None) -> dict[str, str]:
+    """Configuration ``name``'s environment; ``FLAGCX_PATH`` only for ``flagcx``."""
     if name == "flagcx":
-        return {**config_env("flagos-deny-cuda", extra), **FLAGCX}
-    return config_env(name, extra)
+        if flagcx_path is None:
+            raise SystemExit("configuration flagcx needs --flagcx-path")
+        return {**config_env("flagos-deny-cuda", extra), **FLAGCX, "FLAGCX_PATH": flagcx_path}
+    env = config_env(name, extra)
+    env.pop("FLAGCX_PATH", None)
+    return env
 
 
 def worker_kernels(trace_files: list[str]) -> list[dict[str, int]]:
@@ -126,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="eager,compile")
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--flagcx-path", help="FLAGCX_PATH of configuration flagcx")
     add_engine_arguments(parser, shape="llama3-8b", input_len=128)
     parser.set_defaults(prompts=64, output_len=64)
     args = parser.parse_args(argv)
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             work = workload(model, mode, args, task=TASK, llm_args=llm_args)
             log = log_path(args.log_dir, "multi_gpu", name, mode)
             run = run_engine(
-                name, model, work, _config_env(name, dict(args.env)), args.timeout, log
+                name, model, work, _config_env(name, dict(args.env), args.flagcx_path), args.timeout, log
             )
             result = {"config": name, "mode": mode, **run}
             results.append(result)
