@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm_fl.functions",),
     ("vllm_fl.attention",),
     ("vllm_fl.backends",),
+    ("vllm_fl.distributed",),
     ("vllm_fl.platform", "vllm_fl.moe"),
     ("vllm_fl.quant",),
     ("vllm_fl.registration",),

@@ -30,8 +30,12 @@ def _function(backend: m.Backend, module: str, function: str):
 
 
 def _availability(backend: m.Backend, impl: m.Impl) -> str:
-    """The repr of the availability check ops.yaml declares (no backend of ours has a probe)."""
-    assert backend.probe is None
+    """The repr of the availability check ops.yaml declares: the backend package's probe (only
+    the flagcx backend has one), or the Probe of its requires and device."""
+    if backend.probe is not None:
+        assert not (backend.requires or backend.device or impl.requires)
+        package = importlib.import_module(backend.package)
+        return repr(getattr(package, backend.probe))
     base = None
     if backend.requires or backend.device:
         base = f"Probe(requires={backend.requires!r}, device={backend.device!r})"

@@ -54,9 +54,7 @@ def fake_builtins(monkeypatch):
         return ["fake"]
 
     monkeypatch.setattr("vllm_fl.dispatch.builtin.register_builtins", register)
-    monkeypatch.setattr(
-        "vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: []
-    )
+    monkeypatch.setattr("vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: [])
     d.reset_default_manager()
     yield
     d.reset_default_manager()

@@ -3,7 +3,7 @@
 vLLM's CUDA graph capture asserts that a group's device communicator is a ``CudaCommunicator``
 and enters its custom all-reduce's capture context, so the plugin's communicator is one. vLLM's
 own CUDA state (pynccl, the custom all-reduce, symmetric memory) is built only when a collective
-selected the cuda backend (its ``communicator_setup`` hook); otherwise those attributes are None,
+selected the cuda backend (its ``communicator_setup`` hook, ``vllm_fl.backends.cuda``); otherwise those attributes are None,
 as vLLM's own communicator has them when it disables each piece, and no kernel compiled into
 vLLM runs for the group.
 """
@@ -38,14 +38,3 @@ class CudaCommunicatorFL(CommunicatorFL, CudaCommunicator):
             setattr(self, name, None)
         self.use_custom_allreduce = self.use_torch_symm_mem = False
         CommunicatorFL.__init__(self, **init_kwargs)
-
-
-def set_up_vllm_state(communicator: CudaCommunicatorFL) -> None:
-    """The cuda backend's ``communicator_setup``: vLLM's ``CudaCommunicator`` state in
-    ``communicator``, built by vLLM's own constructor (collectively, as vLLM does)."""
-    if not isinstance(communicator, CudaCommunicator):
-        raise TypeError(
-            f"the cuda backend's collectives need vLLM's CudaCommunicator; the platform built "
-            f"{type(communicator).__name__} (a platform other than the plugin's CUDA platform)"
-        )
-    CudaCommunicator.__init__(communicator, **communicator.init_kwargs)

@@ -42,9 +42,7 @@ def listener(monkeypatch):
         return ["fake"]
 
     monkeypatch.setattr("vllm_fl.dispatch.builtin.register_builtins", register)
-    monkeypatch.setattr(
-        "vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: []
-    )
+    monkeypatch.setattr("vllm_fl.dispatch.discovery.metadata.entry_points", lambda group: [])
     d.reset_default_manager()
     yield seen
     d.reset_default_manager()

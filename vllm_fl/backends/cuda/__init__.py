@@ -6,15 +6,23 @@ the collectives, vLLM's own CUDA communicator.
 the group selected this backend.
 """
 
+from typing import Any
+
 from vllm_fl.dispatch import Backend
 
 
-def set_up_communicator(communicator: object) -> None:
-    """``vllm_fl.distributed.cuda.set_up_vllm_state`` (imported on first use: it needs vLLM's
-    CUDA build)."""
-    from vllm_fl.distributed.cuda import set_up_vllm_state
+def set_up_communicator(communicator: Any) -> None:
+    """``communicator_setup``: vLLM's ``CudaCommunicator`` state in ``communicator`` (the
+    plugin's ``CudaCommunicatorFL``), built by vLLM's own constructor, collectively as vLLM
+    does; vLLM is imported here, on first use (it needs vLLM's CUDA build)."""
+    from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
 
-    set_up_vllm_state(communicator)  # type: ignore[arg-type]
+    if not isinstance(communicator, CudaCommunicator):
+        raise TypeError(
+            "the cuda backend's collectives need vLLM's CudaCommunicator; the platform built "
+            f"{type(communicator).__name__} (a platform other than the plugin's CUDA platform)"
+        )
+    CudaCommunicator.__init__(communicator, **communicator.init_kwargs)
 
 
 BACKEND = Backend("cuda", communicator_setup=set_up_communicator)

@@ -8,42 +8,50 @@ impl is vLLM's method of that class, whatever the installed vLLM does in it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
+
+
+def _vllm() -> Any:
+    """vLLM's ``CudaCommunicator`` (imported on first call: impl modules import without vLLM)."""
+    from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
+
+    return CudaCommunicator
 
 
 def all_reduce(self, input_: torch.Tensor) -> torch.Tensor:
     """vLLM's all-reduce (custom all-reduce, symmetric memory or pynccl, by size)."""
-    return CudaCommunicator.all_reduce(self, input_)
+    return _vllm().all_reduce(self, input_)
 
 
 def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """vLLM's all-gather."""
-    return CudaCommunicator.all_gather(self, input_, dim)
+    return _vllm().all_gather(self, input_, dim)
 
 
 def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """vLLM's reduce-scatter (pynccl)."""
-    return CudaCommunicator.reduce_scatter(self, input_, dim)
+    return _vllm().reduce_scatter(self, input_, dim)
 
 
 def reduce_scatterv(
     self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None
 ) -> torch.Tensor:
     """vLLM's reduce-scatter of uneven chunks (pynccl)."""
-    return CudaCommunicator.reduce_scatterv(self, input_, dim, sizes)
+    return _vllm().reduce_scatterv(self, input_, dim, sizes)
 
 
 def gather(self, input_: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:
     """vLLM's gather."""
-    return CudaCommunicator.gather(self, input_, dst, dim)
+    return _vllm().gather(self, input_, dst, dim)
 
 
 def send(self, tensor: torch.Tensor, dst: int | None = None) -> None:
     """vLLM's send (pynccl)."""
-    CudaCommunicator.send(self, tensor, dst)
+    _vllm().send(self, tensor, dst)
 
 
 def recv(self, size: list[int], dtype: torch.dtype, src: int | None = None) -> torch.Tensor:
     """vLLM's recv (pynccl)."""
-    return CudaCommunicator.recv(self, size, dtype, src)
+    return _vllm().recv(self, size, dtype, src)
