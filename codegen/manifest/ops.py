@@ -13,6 +13,7 @@ from .impls import read_impls
 from .reader import Reader
 from .targets import (
     RESERVED,
+    check_collective_tests,
     read_collective,
     read_function,
     read_layer,
@@ -128,6 +129,9 @@ def read_op(
             f"tests of {what} have a round_trip but the op returns {schema.returns}",
             "'round_trip' only for ops that return tensors or write into mutates arguments",
         )
+    if tests is not None and collective is not None:
+        assert tests_entry is not None
+        check_collective_tests(r, tests_entry, what, collective, tests)
     f.done()
     op = m.Op(
         name,
