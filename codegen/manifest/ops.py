@@ -14,6 +14,7 @@ from .reader import Reader
 from .targets import (
     RESERVED,
     check_collective_tests,
+    check_tested_collective,
     read_collective,
     read_function,
     read_layer,
@@ -106,6 +107,8 @@ def read_op(
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
     impls = read_impls(r, impls_entry, what, backends, inplace, schema)
     tests_entry = f.pop("tests")
+    if tests_entry is not None and collective is not None:
+        check_tested_collective(r, tests_entry, what, collective)
     tests = (
         read_tests(r, tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
     )
@@ -131,7 +134,7 @@ def read_op(
         )
     if tests is not None and collective is not None:
         assert tests_entry is not None
-        check_collective_tests(r, tests_entry, what, collective, tests)
+        check_collective_tests(r, tests_entry, what, tests)
     f.done()
     op = m.Op(
         name,

@@ -113,11 +113,9 @@ TESTED_COLLECTIVES = (
 )
 
 
-def check_collective_tests(r: Reader, entry: Entry, what: str, method: str, tests: m.Tests) -> None:
-    """The tests of a collective: a method the harness has an oracle for, inputs it can draw on
-    every rank (shapes, ``{shape, dtype, ...}``, ``{values}``, literals), no canonical form and
-    no round trip."""
-    sub = f"tests of {what}"
+def check_tested_collective(r: Reader, entry: Entry, what: str, method: str) -> None:
+    """A collective with ``tests:`` (``entry``) replaces a method the harness has an oracle for
+    (checked before the tests are read: recv's could not even be written)."""
     if method == "recv":
         raise r.error(
             entry.key_line,
@@ -131,6 +129,12 @@ def check_collective_tests(r: Reader, entry: Entry, what: str, method: str, test
             f"{what} replaces {method}, which the collectives' tests cannot check",
             "tests only for the ops replacing " + ", ".join(TESTED_COLLECTIVES),
         )
+
+
+def check_collective_tests(r: Reader, entry: Entry, what: str, tests: m.Tests) -> None:
+    """The tests of a collective: inputs the harness can draw on every rank (shapes,
+    ``{shape, dtype, ...}``, ``{values}``, literals), no canonical form and no round trip."""
+    sub = f"tests of {what}"
     for key, present in (
         ("canonical", tests.canonical is not None),
         ("round_trip", tests.round_trip is not None),
@@ -162,7 +166,7 @@ def check_collective_pairs(r: Reader, ops: tuple[m.Op, ...]) -> None:
             continue
         if recv is None:
             raise r.error(
-                op.tests.line,
+                op.line,
                 f"op {op.name!r} replaces send and has tests, but no op replaces recv",
                 "an op with 'collective: recv' (send's tests receive with it)",
             )
