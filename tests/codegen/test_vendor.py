@@ -11,11 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from codegen.manifest import load_manifest
 from tests.support.codegen_trees import FIXTURES, REPO, registered
 
 from vllm_fl.dispatch.runtime import registration
 
-FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, scale_into, scaled_mm"
+#: the fixture manifest's ops, as the CLI lists them
+FIXTURE_OPS = ", ".join(
+    op.name for op in load_manifest((FIXTURES / "tree/ops.yaml").read_text()).ops
+)
 
 
 def test_vendor_scaffolds_the_ops_asked_for_and_edits_manifest_in_place(generated, cli):

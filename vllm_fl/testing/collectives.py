@@ -420,7 +420,8 @@ def _worker(
 
 class _Rank:
     """One rank running the spec: the default group carries the ranks' agreements; each impl
-    runs on groups of its own (``GroupStandIn``)."""
+    id runs on groups of its own (a ``GroupStandIn``, its backend's ``communicator_setup`` run
+    once on it; new ones after a rank raised)."""
 
     def __init__(
         self,
@@ -438,6 +439,10 @@ class _Rank:
         self.messages = messages
         self.collective_timeout = timedelta(seconds=collective_timeout)
         self.registry = get_default_manager().registry
+        #: (impl id, backend name) -> its groups (the communicator of every op of the impl, as
+        #: in vLLM, where one communicator serves all the collectives) and the failure of its
+        #: set-up, if any
+        self.groups: dict[tuple[str, str | None], tuple[GroupStandIn, RankResult | None]] = {}
 
     def all_gather(self, obj: object) -> list[Any]:
         """``obj`` of every rank, in rank order (over the default group)."""
@@ -471,8 +476,11 @@ class _Rank:
             return
         assert impls is not None
         backend = self.registry.backend_of(impls[0])
-        self.running(None, f"op {op!r}, impl {impl_id!r}: setting up its groups")
-        group, failure = self.stand_in(impl_id, backend)
+        owner = (impl_id, None if backend is None else backend.name)
+        if owner not in self.groups:
+            self.running(None, f"op {op!r}, impl {impl_id!r}: setting up its groups")
+            self.groups[owner] = self.stand_in(impl_id, backend)
+        group, failure = self.groups[owner]
         for index, key in enumerate(keys):
             if failure is not None:
                 self.report(key, failure)
@@ -491,7 +499,7 @@ class _Rank:
                 # a rank that raised may have left a collective the others entered: the groups
                 # are out of step, so the rest runs on new ones
                 self.running(key, _label(key) + ": setting up new groups after an error")
-                group, failure = self.stand_in(impl_id, backend)
+                self.groups[owner] = group, failure = self.stand_in(impl_id, backend)
 
     def lookup(
         self, op: str, entry: dict[str, Any], impl_id: str
