@@ -1,5 +1,5 @@
 """Collective impls that break the contract, one way each, for the tests of the harness
-``vllm_fl.testing.collectives`` (tests/testing/test_collectives.py): ``register`` is the harness's
+``vllm_fl.testing.collectives`` (tests/testing/test_collectives_harness.py): ``register`` is the harness's
 ``prepare`` hook, run on every rank; each op name below is registered with impl id ``IMPL``."""
 
 from __future__ import annotations
