@@ -269,9 +269,10 @@ def manifest():
 
 
 def bench_cases(op_name: str) -> list[BenchCase]:
-    """The benchmark cases of `op_name`; empty for an op ops.yaml lacks or gives no test cases."""
+    """The benchmark cases of `op_name`; empty for an op ops.yaml lacks or gives no test cases,
+    and for a collective (one process cannot run it: benchmarks.multi_gpu measures them)."""
     op = next((o for o in manifest().ops if o.name == op_name), None)
-    if op is None or op.tests is None:
+    if op is None or op.tests is None or op.collective is not None:
         return []
     sizes = OP_SIZES.get(op_name)
     cases = op.tests.cases

@@ -17,6 +17,7 @@ from . import model as m
 from .dest import (
     builtin_backends,
     checks,
+    collective_tests,
     collectives,
     docs,
     oot,
@@ -106,17 +107,13 @@ def outputs(manifest: m.Manifest) -> list[Output]:
                     f"the out-of-tree module of op {op.name!r}",
                 )
             )
-    if any(op.tests is not None for op in manifest.ops):
+    parity_ops = parity.tested(manifest)
+    if parity_ops:
         out.append(Output(parity.CONFTEST, None, "a generated file"))
-    for op in manifest.ops:
-        if op.tests is not None:
-            out.append(
-                Output(
-                    parity.module_path(op),
-                    op.line,
-                    f"the parity test of op {op.name!r}",
-                )
-            )
+    for op in parity_ops:
+        out.append(Output(parity.module_path(op), op.line, f"the parity test of op {op.name!r}"))
+    if collective_tests.tested(manifest):
+        out.append(Output(collective_tests.PATH, None, "a generated file"))
     return out
 
 

@@ -75,7 +75,11 @@ class Type:
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         if self.base == "str":
             return isinstance(value, str)
-        return False  # a Tensor, a list or a dtype has no literal other than None
+        if self.base == "int[]":
+            return isinstance(value, (list, tuple)) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            )
+        return False  # a Tensor or a dtype has no literal other than None
 
 
 @dataclass(frozen=True)

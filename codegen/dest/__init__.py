@@ -9,6 +9,7 @@
 - ``oot``: the out-of-tree ``CustomOp`` classes under ``vllm_fl/ops``;
 - ``collectives``: the collectives as methods of the plugin's device communicator;
 - ``parity``: the parity tests under ``tests/generated``;
+- ``collective_tests``: the collectives' tests, one module under ``tests/generated``;
 - ``docs``: ``docs/operators.md`` and the operator table of the README.
 
 Views computed here (call expressions, import aliases, table rows) keep the
@@ -23,6 +24,7 @@ from .. import model as m
 from . import (
     builtin_backends,
     checks,
+    collective_tests,
     collectives,
     docs,
     oot,
@@ -46,5 +48,6 @@ def emit_all(manifest: m.Manifest, root: Path) -> dict[str, str]:
     out.update(oot.emit(manifest))
     out.update(collectives.emit(manifest))
     out.update(parity.emit(manifest))
+    out.update(collective_tests.emit(manifest))
     out.update(docs.emit(manifest, root))
     return out

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import model as m
 from ..render import render, render_file
+from . import collective_tests, parity
 
 PATH = "docs/operators.md"
 README = "README.md"
@@ -13,8 +14,29 @@ TABLE_BEGIN = "<!-- BEGIN GENERATED: operator-table -->"
 TABLE_END = "<!-- END GENERATED: operator-table -->"
 
 
+def _test_modules(manifest: m.Manifest) -> dict[str, str]:
+    """op -> the generated module holding its tests."""
+    out = {op.name: parity.module_path(op) for op in parity.tested(manifest)}
+    out.update({op.name: collective_tests.PATH for op in collective_tests.tested(manifest)})
+    return out
+
+
+def _checked_with(manifest: m.Manifest) -> dict[str, str]:
+    """op -> the op whose tests check it (recv: each send's is received by it)."""
+    senders = [op.name for op in collective_tests.tested(manifest) if op.collective == "send"]
+    if not senders:
+        return {}
+    return {op.name: senders[0] for op in manifest.ops if op.collective == "recv"}
+
+
 def emit(manifest: m.Manifest, root: Path) -> dict[str, str]:
-    table = render("operator_table.md.j2", ops=manifest.ops, backends=manifest.backends)
+    checked_with = _checked_with(manifest)
+    table = render(
+        "operator_table.md.j2",
+        ops=manifest.ops,
+        backends=manifest.backends,
+        checked_with=checked_with,
+    )
     out = {
         PATH: render_file(
             "operators.md.j2",
@@ -27,6 +49,8 @@ def emit(manifest: m.Manifest, root: Path) -> dict[str, str]:
                 if not op.opaque_ok and any(manifest.backend(i.backend).opaque for i in op.impls)
             },
             backends_by_name={b.name: b for b in manifest.backends},
+            test_modules=_test_modules(manifest),
+            checked_with=checked_with,
             table=table,
         ),
     }

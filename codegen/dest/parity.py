@@ -1,4 +1,7 @@
-"""``tests/generated``: one parity test module per op with tests, and their shared conftest."""
+"""``tests/generated``: one parity test module per op with tests, and their shared conftest.
+
+Collectives are not among them: they run on several processes, all in one module
+(``collective_tests``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,11 @@ SEED = 20240601
 
 def module_path(op: m.Op) -> str:
     return f"{DIR}/test_parity_{op.name}.py"
+
+
+def tested(manifest: m.Manifest) -> list[m.Op]:
+    """The ops that get a parity module: those with tests, but the collectives."""
+    return [op for op in manifest.ops if op.tests is not None and op.collective is None]
 
 
 @dataclass(frozen=True)
@@ -47,9 +55,20 @@ def _case_view(index: int, case: m.Case, reference_package: str | None) -> _Case
             parts.append(f"{name}=derived")
         else:
             inputs[name] = {"value": spec.value}
-            parts.append(f"{name}={spec.value}")
-    ident = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([f"case{index}"] + parts))
-    return _CaseView(ident, dict(case.init), inputs)
+            parts.append(f"{name}={literal_id(spec.value)}")
+    return _CaseView(case_id(index, parts), dict(case.init), inputs)
+
+
+def literal_id(value: object) -> str:
+    """A literal input in a test id: ``3_2`` for the list [3, 2]."""
+    if isinstance(value, tuple):
+        return "_".join(str(v) for v in value)
+    return str(value)
+
+
+def case_id(index: int, parts: list[str]) -> str:
+    """The id of case ``index`` from its inputs' parts (``x7x256``, ``dim=-1``): pytest-safe."""
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([f"case{index}"] + parts))
 
 
 def _quantized_view(spec: m.QuantizedInput) -> dict[str, object]:
@@ -69,14 +88,14 @@ def _quantized_view(spec: m.QuantizedInput) -> dict[str, object]:
 def emit(manifest: m.Manifest) -> dict[str, str]:
     out: dict[str, str] = {}
     reference = manifest.reference
-    tested = [op for op in manifest.ops if op.tests is not None]
-    if not tested:
+    ops = tested(manifest)
+    if not ops:
         return out
     assert reference is not None
     out[CONFTEST] = render_file(
         "parity_conftest.py.j2", CONFTEST, seed=SEED, reference_id=reference.impl_id
     )
-    for op in tested:
+    for op in ops:
         assert op.tests is not None
         path = module_path(op)
         # the reference is checked on its own (its contract, vLLM's forward_native), never

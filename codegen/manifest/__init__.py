@@ -9,7 +9,8 @@ anything left over is an error. Every error is ``ops.yaml:<line>: <what is wrong
   (``inplace``/``mutates``), ``impls`` and ``tests``.
 
 Cross-references (backends named by impls, reference impls for tests, opaque return forms) are
-checked once the entries they need are read; ``targets.check_targets`` checks the ops together.
+checked once the entries they need are read; ``targets.check_targets`` checks the ops together,
+``targets.check_collective_pairs`` that a tested send has a recv of the same backends.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .. import model as m
 from .backends import read_backends
 from .ops import read_op
 from .reader import Reader, is_dotted, is_identifier
-from .targets import check_targets
+from .targets import check_collective_pairs, check_targets
 from .tolerances import read_tolerances
 from ..resources import PROJECT_MANIFEST
 from ..sources import read_text
@@ -63,4 +64,5 @@ def _document(r: Reader, root: Node | None) -> m.Manifest:
     by_name = {b.name: b for b in backends}
     ops = tuple(read_op(r, entry, by_name, dict(tolerances)) for entry in ops_map.entries.values())
     check_targets(r, ops)
+    check_collective_pairs(r, ops)
     return m.Manifest(r.file, backends, tolerances, ops)

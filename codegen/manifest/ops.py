@@ -13,6 +13,8 @@ from .impls import read_impls
 from .reader import Reader
 from .targets import (
     RESERVED,
+    check_collective_tests,
+    check_tested_collective,
     read_collective,
     read_function,
     read_layer,
@@ -105,6 +107,8 @@ def read_op(
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
     impls = read_impls(r, impls_entry, what, backends, inplace, schema)
     tests_entry = f.pop("tests")
+    if tests_entry is not None and collective is not None:
+        check_tested_collective(r, tests_entry, what, collective)
     tests = (
         read_tests(r, tests_entry.value, what, schema, layer, tolerances) if tests_entry else None
     )
@@ -128,6 +132,9 @@ def read_op(
             f"tests of {what} have a round_trip but the op returns {schema.returns}",
             "'round_trip' only for ops that return tensors or write into mutates arguments",
         )
+    if tests is not None and collective is not None:
+        assert tests_entry is not None
+        check_collective_tests(r, tests_entry, what, tests)
     f.done()
     op = m.Op(
         name,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import model as m
 from .reader import Reader
 from ..signature import FunctionSchema
-from ..yamlnodes import Node
+from ..yamlnodes import Entry, Node
 
 #: names the generated code itself uses next to signature arguments and layer attributes
 RESERVED = ("self", "layer", "torch", "out")
@@ -97,6 +97,87 @@ def read_collective(r: Reader, node: Node, what: str) -> str:
             "one of " + ", ".join(COMMUNICATOR_METHODS),
         )
     return method
+
+
+#: the communicator methods whose ops the generated tests/generated/test_collectives.py checks
+#: (``vllm_fl.testing.collectives.ORACLES`` computes what each returns; a test keeps both
+#: equal); ``recv`` is checked by ``send``'s tests, each send received by the recv of the same
+#: backend
+TESTED_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "reduce_scatterv",
+    "gather",
+    "send",
+)
+
+
+def check_tested_collective(r: Reader, entry: Entry, what: str, method: str) -> None:
+    """A collective with ``tests:`` (``entry``) replaces a method the harness has an oracle for
+    (checked before the tests are read: recv's could not even be written)."""
+    if method == "recv":
+        raise r.error(
+            entry.key_line,
+            f"{what} replaces recv and has tests",
+            "no tests: the tests of the op replacing send check recv (each send is received by "
+            "the recv of the same backend)",
+        )
+    if method not in TESTED_COLLECTIVES:
+        raise r.error(
+            entry.key_line,
+            f"{what} replaces {method}, which the collectives' tests cannot check",
+            "tests only for the ops replacing " + ", ".join(TESTED_COLLECTIVES),
+        )
+
+
+def check_collective_tests(r: Reader, entry: Entry, what: str, tests: m.Tests) -> None:
+    """The tests of a collective: inputs the harness can draw on every rank (shapes,
+    ``{shape, dtype, ...}``, ``{values}``, literals), no canonical form and no round trip."""
+    sub = f"tests of {what}"
+    for key, present in (
+        ("canonical", tests.canonical is not None),
+        ("round_trip", tests.round_trip is not None),
+    ):
+        if present:
+            raise r.error(
+                entry.key_line,
+                f"{sub} have a '{key}', but the op is a collective",
+                f"no '{key}': a collective is compared with what it computes from every rank's "
+                "inputs",
+            )
+    for case in tests.cases:
+        for name, spec in case.inputs:
+            if not isinstance(spec, (m.TensorInput, m.LiteralInput)):
+                raise r.error(
+                    case.line,
+                    f"input {name!r} of a test case of {what} is quantized or derived",
+                    "a shape, {shape: ..., dtype: ...}, {values: [...]} or a literal "
+                    "(each rank draws a collective's inputs itself)",
+                )
+
+
+def check_collective_pairs(r: Reader, ops: tuple[m.Op, ...]) -> None:
+    """A tested send is received by the recv of the same backend: the manifest has an op
+    replacing recv, implemented by every backend implementing send."""
+    recv = next((op for op in ops if op.collective == "recv"), None)
+    for op in ops:
+        if op.collective != "send" or op.tests is None:
+            continue
+        if recv is None:
+            raise r.error(
+                op.line,
+                f"op {op.name!r} replaces send and has tests, but no op replaces recv",
+                "an op with 'collective: recv' (send's tests receive with it)",
+            )
+        for impl in op.impls:
+            if recv.impl(impl.backend) is None:
+                raise r.error(
+                    impl.line,
+                    f"backend {impl.backend!r} implements op {op.name!r} (send) but not op "
+                    f"{recv.name!r} (recv, line {recv.line})",
+                    f"a {impl.backend} impl of {recv.name} too (send's tests receive with it)",
+                )
 
 
 def read_reads(r: Reader, node: Node, what: str, schema: FunctionSchema) -> tuple[m.Attr, ...]:

@@ -7,7 +7,7 @@ from .. import model as m
 from .reader import Reader
 from .tolerances import read_tolerances
 from ..signature import FunctionSchema, Type
-from ..yamlnodes import Entry, Map, Node, Seq, describe
+from ..yamlnodes import Entry, Map, Node, Scalar, Seq, describe
 
 KEYS = ("dtypes", "cases", "tolerances", "canonical", "round_trip")
 CASE_KEYS = ("init", "inputs")
@@ -235,6 +235,8 @@ def _shape(r: Reader, node: Node, what: str) -> tuple[int, ...]:
 
 
 def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.LiteralInput:
+    if type_.base == "int[]":
+        return _int_list(r, node, what, type_)
     if not type_.is_tensor:
         value = r.literal(node, what)
         if not type_.accepts(value):
@@ -263,6 +265,17 @@ def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.L
         "{quantize: ..., scheme: ..., scales: ...}, {derive: module.function}"
         + (" or null" if type_.optional else ""),
     )
+
+
+def _int_list(r: Reader, node: Node, what: str, type_: Type) -> m.LiteralInput:
+    """The literal of an ``int[]`` argument: a YAML list of integers (null for ``int[]?``)."""
+    expected = "a list of integers like [3, 2]" + (" or null" if type_.optional else "")
+    if not isinstance(node, Seq):
+        if type_.optional and isinstance(node, Scalar) and node.value is None:
+            return m.LiteralInput(None)
+        raise r.error(node.line, f"{what} is {describe(node)}", expected)
+    values = [r.scalar(item, f"an element of {what}", (int,), expected) for item in node.items]
+    return m.LiteralInput(tuple(values))
 
 
 def _tensor(r: Reader, node: Map, what: str) -> m.TensorInput:

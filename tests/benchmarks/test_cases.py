@@ -14,7 +14,9 @@ from codegen.manifest import load_manifest
 from vllm_fl.dispatch import get_default_manager
 
 MANIFEST_OPS = [op.name for op in cases.manifest().ops]
-TESTED_OPS = [op.name for op in cases.manifest().ops if op.tests is not None]
+TESTED_OPS = [
+    op.name for op in cases.manifest().ops if op.tests is not None and op.collective is None
+]
 
 
 def _shapes(case, tokens: int) -> dict[str, tuple[int, ...]]:
@@ -26,6 +28,7 @@ def test_every_op_with_test_cases_has_a_benchmark_case():
         assert bench_cases(op), op
     assert bench_cases("attention_backend") == []  # no test cases in ops.yaml
     assert bench_cases("no_such_op") == []
+    assert bench_cases("all_reduce") == []  # a collective: not one process's to run
 
 
 def test_a_case_giving_values_runs_at_its_own_size_only():

@@ -107,6 +107,7 @@ def _assert_inert(tree: Path, canary: Path) -> None:
         "import runpy, sys, types\n"
         "sys.modules['torch'] = types.ModuleType('torch')\n"
         "sys.modules['torch'].Tensor = type('Tensor', (), {})\n"
+        "sys.modules['torch'].dtype = type('dtype', (), {})\n"
         "for path in sys.argv[1:]:\n"
         "    runpy.run_path(path)\n"
     )

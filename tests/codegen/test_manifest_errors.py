@@ -305,6 +305,63 @@ CASES = [
         "  send:",
     ),
     (
+        "collective-tests-on-recv",
+        "      reference: comm.recv\n",
+        "      reference: comm.recv\n    tests:  # recv's\n      dtypes: [float32]\n"
+        "      cases:\n        - inputs: {size: [3, 5]}\n",
+        "op 'recv' replaces recv and has tests, expected no tests: the tests of the op replacing "
+        "send check recv",
+        "    tests:  # recv's",
+    ),
+    (
+        "collective-test-with-init",
+        "        - inputs: {input_: [4, 6]}\n",
+        "        - init: {hidden_size: 6}\n          inputs: {input_: [4, 6]}\n",
+        "test case of op 'all_reduce' has 'init' but the op has no layer",
+        "        - init: {hidden_size: 6}",
+    ),
+    (
+        "tested-send-without-recv",
+        "    collective: recv\n",
+        "",
+        "op 'send' replaces send and has tests, but no op replaces recv, expected an op with "
+        "'collective: recv'",
+        "  send:",
+    ),
+    (
+        "int-list-literal-not-a-list",
+        "  pick_backend:\n",
+        "  pad_to:\n"
+        "    signature: pad_to(Tensor x, int[] sizes) -> Tensor\n"
+        "    doc: Pads.\n"
+        "    impls:\n"
+        "      reference: act.pad_to\n"
+        "    tests:\n"
+        "      dtypes: [float32]\n"
+        "      cases:\n"
+        "        - inputs: {x: [3, 4], sizes: 3}\n"
+        "  pick_backend:\n",
+        "input 'sizes' of test case of op 'pad_to' is the integer 3, expected a list of "
+        "integers like [3, 2]",
+        "sizes: 3}",
+    ),
+    (
+        "int-list-literal-bad-element",
+        "  pick_backend:\n",
+        "  pad_to:\n"
+        "    signature: pad_to(Tensor x, int[]? sizes=None) -> Tensor\n"
+        "    doc: Pads.\n"
+        "    impls:\n"
+        "      reference: act.pad_to\n"
+        "    tests:\n"
+        "      dtypes: [float32]\n"
+        "      cases:\n"
+        "        - inputs: {x: [3, 4], sizes: [3, two]}\n"
+        "  pick_backend:\n",
+        "an element of input 'sizes' of test case of op 'pad_to' is",
+        "sizes: [3, two]}",
+    ),
+    (
         "function-without-module",
         "function: vllm._custom_ops.scale_into",
         "function: scale_into",

@@ -74,3 +74,27 @@ def test_the_conftest_gives_the_parity_of_the_manifests_reference_and_seed(root,
     assert module.Parity is parity.Parity
     assert module.REFERENCE == read_manifest(tree / "ops.yaml", tree).reference.impl_id
     assert module.SEED == SEED
+
+
+@pytest.mark.parametrize("root", ["fixture", "repository"])
+def test_the_collectives_are_tested_in_one_module_holding_the_manifests_spec(root, generated):
+    tree = generated if root == "fixture" else REPO
+    manifest = read_manifest(tree / "ops.yaml", tree)
+    collectives = [op for op in manifest.ops if op.collective is not None and op.tests]
+    assert collectives
+    folder = tree / "tests/generated"
+    assert not [op.name for op in collectives if (folder / f"test_parity_{op.name}.py").exists()]
+    module = ast.parse((folder / "test_collectives.py").read_text())
+    spec = ast.literal_eval(_assigned(module, "SPEC"))
+    assert list(spec) == [op.name for op in collectives]
+    for op in collectives:
+        entry = spec[op.name]
+        assert entry["method"] == op.collective
+        ids = [manifest.backend(impl.backend).impl_id for impl in op.impls]
+        assert sorted(entry["impls"]) == sorted(ids) and entry["impls"][0] == "reference.torch"
+        assert list(entry["tolerances"]) == list(op.tests.dtypes)
+        assert len(entry["cases"]) == len(op.tests.cases)
+        # every argument given, in signature order
+        assert all(list(c["args"]) == list(op.schema.arg_names) for c in entry["cases"])
+        assert ("receiver" in entry) == (op.collective == "send")
+    assert ast.literal_eval(_assigned(module, "SEED")) == SEED

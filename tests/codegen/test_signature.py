@@ -117,3 +117,22 @@ def schemas(draw):
 @given(schemas())
 def test_parse_str_round_trips(schema):
     assert FunctionSchema.parse(str(schema)) == schema
+
+
+@pytest.mark.parametrize(
+    "type_, value, ok",
+    [
+        ("int[]", [3, 2], True),
+        ("int[]", (3,), True),
+        ("int[]", [], True),
+        ("int[]", [3, 2.0], False),
+        ("int[]", [True], False),
+        ("int[]", 3, False),
+        ("int[]", None, False),
+        ("int[]?", None, True),
+        ("int", [3], False),
+        ("ScalarType", "float32", False),
+    ],
+)
+def test_int_list_literals(type_, value, ok):
+    assert Type.parse(type_).accepts(value) is ok

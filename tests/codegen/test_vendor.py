@@ -15,7 +15,7 @@ from tests.support.codegen_trees import FIXTURES, REPO, registered
 
 from vllm_fl.dispatch.runtime import registration
 
-FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, all_reduce, send, scale_into, scaled_mm"
+FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, all_reduce, send, recv, scale_into, scaled_mm"
 
 
 def test_vendor_scaffolds_the_ops_asked_for_and_edits_manifest_in_place(generated, cli):

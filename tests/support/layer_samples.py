@@ -87,11 +87,12 @@ def op_of(in_tree_name: str) -> str:
 
 
 def function_samples():
-    """(op name, case id, input spec, dtype) for every test case of the ops without a layer:
-    float32 where the op's tests declare it, else their first dtype (an op such as
-    ``int8_scaled_mm`` takes its bias in the ``out_dtype`` its cases name)."""
+    """(op name, case id, input spec, dtype) for every test case of the ops without a layer
+    but the collectives (which run on several processes): float32 where the op's tests declare
+    it, else their first dtype (an op such as ``int8_scaled_mm`` takes its bias in the
+    ``out_dtype`` its cases name)."""
     for op in project_manifest().ops:
-        if op.layer is None and op.tests is not None:
+        if op.layer is None and op.collective is None and op.tests is not None:
             name = "float32" if "float32" in op.tests.dtypes else op.tests.dtypes[0]
             for index, case in enumerate(op.tests.cases):
                 yield op.name, f"case{index}", dict(case.inputs), getattr(torch, name)

@@ -15,6 +15,8 @@ its backend end to end). Importing it imports neither vLLM nor torch.
 - `quantize`: the quantisation schemes of the parity tests' quantized inputs (imports torch).
 - `inputs`: the quantized and derived test inputs of ops.yaml, built as the parity tests build
   them, for the compile and opcheck samples and the benchmarks (imports torch).
+- `collectives`: the machinery of the generated collectives' tests, `run_collectives`, which
+  runs a spec of them on spawned CPU processes over gloo (imports torch).
 - `parity`: the machinery of the generated parity tests, `Parity`, which the conftest generated
   next to them constructs with the manifest's reference impl and seed (imports torch and pytest).
 """
