@@ -74,6 +74,21 @@ CHECKS: dict[str, dict] = {
             "float32": (1e-05, 1.3e-06),
         },
     },
+    "relu_squared": {
+        "args": ("x",),
+        "layer": True,
+        "mutates": (),
+        "inplace": (),
+        "dtype_from": ("x",),
+        "canonical": None,
+        "cache": (),
+        "slots": None,
+        "tolerances": {
+            "bfloat16": (0.01, 0.016),
+            "float16": (0.001, 0.001),
+            "float32": (1e-05, 1.3e-06),
+        },
+    },
     "gelu_fast": {
         "args": ("x",),
         "layer": True,

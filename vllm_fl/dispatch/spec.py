@@ -46,6 +46,12 @@ class GeluNewLayer(Protocol):
     # ``gelu_new`` reads no layer attribute.
 
 
+class ReluSquaredLayer(Protocol):
+    """What a ``relu_squared`` implementation may read from the calling ``ReLUSquaredActivation``."""
+
+    # ``relu_squared`` reads no layer attribute.
+
+
 class GeluFastLayer(Protocol):
     """What a ``gelu_fast`` implementation may read from the calling ``FastGELU``."""
 
@@ -104,6 +110,7 @@ class FLBackendBase(abc.ABC):
         "mul_and_silu",
         "gelu_and_mul",
         "gelu_new",
+        "relu_squared",
         "gelu_fast",
         "quick_gelu",
         "rms_norm",
@@ -185,6 +192,18 @@ class FLBackendBase(abc.ABC):
 
         Signature: ``gelu_new(Tensor x) -> Tensor``.
         Replaces ``vllm.model_executor.layers.activation.NewGELU.forward``.
+        """
+
+    @abc.abstractmethod
+    def relu_squared(
+        self,
+        layer: ReluSquaredLayer,
+        x: torch.Tensor,
+    ) -> torch.Tensor:
+        """Squared ReLU, max(x, 0)^2 (Nemotron-H's MLP activation).
+
+        Signature: ``relu_squared(Tensor x) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.activation.ReLUSquaredActivation.forward``.
         """
 
     @abc.abstractmethod

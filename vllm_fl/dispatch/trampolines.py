@@ -151,6 +151,38 @@ def split_gelu_new(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     return gelu_new
 
 
+def plain_relu_squared(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``relu_squared``: every call goes to ``_impl``."""
+
+    def relu_squared(self, x):
+        try:
+            return (_f := _impl)(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return relu_squared
+
+
+def split_relu_squared(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``relu_squared``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def relu_squared(self, x):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return relu_squared
+
+
 def plain_gelu_fast(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``gelu_fast``: every call goes to ``_impl``."""
 
@@ -2015,6 +2047,7 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "mul_and_silu": (plain_mul_and_silu, split_mul_and_silu),
     "gelu_and_mul": (plain_gelu_and_mul, split_gelu_and_mul),
     "gelu_new": (plain_gelu_new, split_gelu_new),
+    "relu_squared": (plain_relu_squared, split_relu_squared),
     "gelu_fast": (plain_gelu_fast, split_gelu_fast),
     "quick_gelu": (plain_quick_gelu, split_quick_gelu),
     "rms_norm": (plain_rms_norm, split_rms_norm),

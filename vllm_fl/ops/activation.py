@@ -12,6 +12,7 @@ from vllm.model_executor.layers.activation import (
     MulAndSilu,
     NewGELU,
     QuickGELU,
+    ReLUSquaredActivation,
     SiluAndMul,
 )
 
@@ -58,6 +59,16 @@ class NewGELUFL(NewGELU):
     forward_oot = dispatch_method("gelu_new")
 
 
+class ReLUSquaredActivationFL(ReLUSquaredActivation):
+    """Squared ReLU, max(x, 0)^2 (Nemotron-H's MLP activation).
+
+    ``forward_oot`` dispatches op ``relu_squared``:
+    ``relu_squared(Tensor x) -> Tensor``.
+    """
+
+    forward_oot = dispatch_method("relu_squared")
+
+
 class FastGELUFL(FastGELU):
     """Fast tanh-approximated GELU, 0.5 * x * (1 + tanh(0.7978845608 * x * (1 + 0.044715 * x^2))).
 
@@ -84,5 +95,6 @@ __all__ = [
     "MulAndSiluFL",
     "NewGELUFL",
     "QuickGELUFL",
+    "ReLUSquaredActivationFL",
     "SiluAndMulFL",
 ]

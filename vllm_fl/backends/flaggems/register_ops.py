@@ -124,6 +124,23 @@ def _gelu_new_fake(x: torch.Tensor) -> torch.Tensor:
     return _reference_activation.gelu_new(_attrs(), x)
 
 
+def relu_squared(self, x: torch.Tensor) -> torch.Tensor:
+    """``relu_squared``: a direct call, or custom op ``vllm_fl::flagos_relu_squared`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_activation.relu_squared(self, x)
+    return torch.ops.vllm_fl.flagos_relu_squared(x)
+
+
+def _relu_squared_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _flagos_activation.relu_squared(_attrs(), x)
+
+
+def _relu_squared_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.relu_squared(_attrs(), x)
+
+
 def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
     """``gelu_fast``: a direct call, or custom op ``vllm_fl::flagos_gelu_fast`` under Dynamo."""
     if not _is_compiling():
@@ -876,6 +893,12 @@ IMPLS = (
         custom_op=CustomOp(_gelu_new_kernel, _gelu_new_fake),
     ),
     Impl(
+        "relu_squared",
+        _flagos_activation.relu_squared,
+        adapter=relu_squared,
+        custom_op=CustomOp(_relu_squared_kernel, _relu_squared_fake),
+    ),
+    Impl(
         "gelu_fast",
         _flagos_activation.gelu_fast,
         adapter=gelu_fast,
@@ -973,5 +996,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 28 implementation(s) of backend ``flagos``."""
+    """Register the 29 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

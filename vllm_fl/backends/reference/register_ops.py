@@ -26,6 +26,7 @@ IMPLS = (
     Impl("mul_and_silu", _reference_activation.mul_and_silu),
     Impl("gelu_and_mul", _reference_activation.gelu_and_mul),
     Impl("gelu_new", _reference_activation.gelu_new),
+    Impl("relu_squared", _reference_activation.relu_squared),
     Impl("gelu_fast", _reference_activation.gelu_fast),
     Impl("quick_gelu", _reference_activation.quick_gelu),
     Impl("rms_norm", _reference_normalization.rms_norm),
@@ -65,5 +66,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 37 implementation(s) of backend ``reference``."""
+    """Register the 38 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -29,6 +29,14 @@ def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
     return pointwise.gelu_tanh(x)
 
 
+def relu_squared(self, x: torch.Tensor) -> torch.Tensor:
+    """max(x, 0)^2 with FlagGems' relu and mul."""
+    import flag_gems
+
+    positive = flag_gems.relu(x)
+    return flag_gems.mul(positive, positive)
+
+
 def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
     """0.7978845608 * x * (1 + 0.044715 x^2) = sqrt(2/pi) * (x + 0.044715 x^3): the tanh GELU."""
     return pointwise.gelu_tanh(x)

@@ -31,6 +31,11 @@ def gelu_new(self, x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+def relu_squared(self, x: torch.Tensor) -> torch.Tensor:
+    """max(x, 0)^2 (vLLM ``ReLUSquaredActivation.forward_native``)."""
+    return torch.square(torch.nn.functional.relu(x))
+
+
 def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
     """Fast tanh GELU (vLLM ``FastGELU.forward_native``)."""
     return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
