@@ -135,4 +135,7 @@ def test_nemotron_h_generates_vanillas_tokens(nemotron_h_runs):
 
 
 def test_nemotron_h_runs_the_plugin_s_layers(nemotron_h_runs):
-    _assert_ran_on_the_dispatch(nemotron_h_runs["plugin"].result, {"RMSNorm": "rms_norm"})
+    _assert_ran_on_the_dispatch(
+        nemotron_h_runs["plugin"].result,
+        {"RMSNorm": "rms_norm", "ReLUSquaredActivation": "relu_squared"},
+    )
