@@ -31,11 +31,17 @@ import traceback
 import torch
 from vllm.config import VllmConfig, set_current_vllm_config
 
-from tests.support.layer_samples import function_samples, make_inputs, make_layer, samples
+from tests.support.layer_samples import (
+    function_samples,
+    make_inputs,
+    make_layer,
+    op_of,
+    samples,
+)
 from vllm_fl.dispatch import get_default_manager
 from vllm_fl.dispatch.runtime import registration
 from vllm_fl.ops import OOT_CLASSES
-from vllm_fl.registration import _in_tree_base, _load_class, op_name_of
+from vllm_fl.registration import _in_tree_base, _load_class
 
 
 def _no_grad(value):
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, case_id, ctor, spec in samples(OOT_CLASSES):
             base = _in_tree_base(_load_class(OOT_CLASSES[name]), name)
             check(
-                op_name_of(base),
+                op_of(name),
                 case_id,
                 lambda traced: traced(make_layer(base, ctor).to(device), **inputs(spec)),
             )
