@@ -1,5 +1,7 @@
 import threading
 
+import pytest
+
 from vllm_fl.dispatch.availability import Probe
 
 
@@ -54,3 +56,20 @@ def test_probe_all():
     both = Probe.all(ok, bad, lambda: False)
     assert not both() and "no_such_module_xyz" in both.reason
     assert "returned False" in Probe.all(lambda: False).reason
+
+
+def test_probe_of_evaluates_once_and_reports_the_reason():
+    calls = []
+
+    def missing():
+        calls.append(1)
+        return "library not found in /opt/x"
+
+    probe = Probe.of(missing, "library")
+    assert not probe() and not probe()
+    assert probe.reason == "library not found in /opt/x"
+    assert calls == [1]
+    assert repr(probe) == "Probe.of(library)"
+    assert Probe.of(lambda: None, "fine")() and Probe.of(lambda: None, "fine").reason is None
+    with pytest.raises(TypeError, match="not callable"):
+        Probe.of("nope", "bad")

@@ -104,6 +104,12 @@ class Probe(_Check):
         """Available when every probe (any zero-arg callable) is; reason of the first failing."""
         return _AllOf(probes)
 
+    @staticmethod
+    def of(evaluate, name: str) -> "_Evaluated":
+        """Available when ``evaluate()`` (evaluated once, like every probe) returns None; what
+        it returns otherwise, or what it raises, is the reason. ``name`` says what it checks."""
+        return _Evaluated(evaluate, name)
+
     def __repr__(self) -> str:
         return f"Probe(requires={self.requires!r}, device={self.device!r})"
 
@@ -125,3 +131,18 @@ class _AllOf(_Check):
 
     def __repr__(self) -> str:
         return f"Probe.all{self.probes!r}"
+
+
+class _Evaluated(_Check):
+    def __init__(self, evaluate, name: str) -> None:
+        super().__init__()
+        if not callable(evaluate):
+            raise TypeError(f"Probe.of: {evaluate!r} is not callable")
+        self.evaluate = evaluate
+        self.name = name
+
+    def _evaluate(self) -> str | None:
+        return self.evaluate()
+
+    def __repr__(self) -> str:
+        return f"Probe.of({self.name})"

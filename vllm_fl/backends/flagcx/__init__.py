@@ -14,13 +14,12 @@ collectives. The package declares:
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_fl.dispatch import Backend, get_config
+from vllm_fl.dispatch import Backend, Probe, get_config
 
-__all__ = ["BACKEND", "PROBE", "FlagcxGroup", "LibraryProbe", "load_library"]
+__all__ = ["BACKEND", "PROBE", "FlagcxGroup", "library_unavailable", "load_library"]
 
 
 def load_library() -> Any:
@@ -37,36 +36,16 @@ def load_library() -> Any:
     return FlagcxLibrary.load(path)
 
 
-class LibraryProbe:
-    """Available when ``load_library`` succeeds; ``reason`` says why not. Evaluated once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reason: str | None = None
-        self._done = False
-
-    def _result(self) -> str | None:
-        with self._lock:
-            if not self._done:
-                try:
-                    load_library()
-                except Exception as exc:  # noqa: BLE001 - a probe reports, never raises
-                    self._reason = str(exc)
-                self._done = True
-            return self._reason
-
-    def __call__(self) -> bool:
-        return self._result() is None
-
-    @property
-    def reason(self) -> str | None:
-        return self._result()
-
-    def __repr__(self) -> str:
-        return "LibraryProbe(FLAGCX_PATH)"
+def library_unavailable() -> str | None:
+    """None when ``load_library`` succeeds; else why not."""
+    try:
+        load_library()
+    except Exception as exc:  # noqa: BLE001 - a probe reports, never raises
+        return str(exc)
+    return None
 
 
-PROBE = LibraryProbe()
+PROBE = Probe.of(library_unavailable, "FLAGCX_PATH")
 
 
 @dataclass
