@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import os
 import sys
@@ -35,12 +34,10 @@ from benchmarks.engines import (
     run_engine,
     workload,
 )
-from benchmarks.trace_engine import profiler_config
+from benchmarks.trace_engine import profiler_config, read_trace
 from vllm_fl.testing.census import compare_outputs, kernel_origin
 
 TASK = "benchmarks.multi_gpu:tp_task"
-#: the portable path with FlagCX collectives
-FLAGCX = {**CONFIGS["flagos-deny-cuda"]}
 
 
 def _config_env(name: str, extra: dict[str, str], flagcx_path: str | None) -> dict[str, str]:
@@ -48,7 +45,8 @@ def _config_env(name: str, extra: dict[str, str], flagcx_path: str | None) -> di
     if name == "flagcx":
         if flagcx_path is None:
             raise SystemExit("configuration flagcx needs --flagcx-path")
-        return {**config_env("flagos-deny-cuda", extra), **FLAGCX, "FLAGCX_PATH": flagcx_path}
+        # the portable path, its collectives on FlagCX
+        return {**config_env("flagos-deny-cuda", extra), "FLAGCX_PATH": flagcx_path}
     env = config_env(name, extra)
     env.pop("FLAGCX_PATH", None)
     return env
@@ -59,9 +57,7 @@ def worker_kernels(trace_files: list[str]) -> list[dict[str, int]]:
     cuBLAS or Triton (compiled C++: vLLM's own, NCCL, FlashAttention, ...)."""
     out = []
     for path in trace_files:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as handle:
-            events = json.load(handle).get("traceEvents", [])
+        events = read_trace(path)
         counts: Counter[str] = Counter()
         for event in events:
             if event.get("cat") == "kernel" and kernel_origin(event["name"]) == "compiled":
@@ -154,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
             work = workload(model, mode, args, task=TASK, llm_args=llm_args)
             log = log_path(args.log_dir, "multi_gpu", name, mode)
             run = run_engine(
-                name, model, work, _config_env(name, dict(args.env), args.flagcx_path), args.timeout, log
+                name,
+                model,
+                work,
+                _config_env(name, dict(args.env), args.flagcx_path),
+                args.timeout,
+                log,
             )
             result = {"config": name, "mode": mode, **run}
             results.append(result)

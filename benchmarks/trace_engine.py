@@ -115,7 +115,7 @@ def summarize(events: list[dict], steps: int) -> dict:
     }
 
 
-def _read_trace(path: str) -> list[dict]:
+def read_trace(path: str) -> list[dict]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as handle:
         return json.load(handle).get("traceEvents", [])
@@ -141,7 +141,7 @@ def trace_task(llm, workload) -> dict:
         return {"error": f"no trace in {trace_dir}"}
     return {
         "trace": os.path.basename(traces[0]),
-        **summarize(_read_trace(traces[0]), workload.max_tokens),
+        **summarize(read_trace(traces[0]), workload.max_tokens),
     }
 
 

@@ -55,4 +55,4 @@ def test_gzipped_and_plain_traces_read_alike(tmp_path):
     plain.write_text(json.dumps({"traceEvents": events}))
     with gzip.open(packed, "wt") as handle:
         json.dump({"traceEvents": events}, handle)
-    assert trace_engine._read_trace(str(plain)) == trace_engine._read_trace(str(packed)) == events
+    assert trace_engine.read_trace(str(plain)) == trace_engine.read_trace(str(packed)) == events

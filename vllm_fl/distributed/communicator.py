@@ -60,12 +60,12 @@ class CommunicatorFL(CollectivesFL, DeviceCommunicatorBase):
             ", ".join(f"{op}={impl.impl_id}" for op, impl in selected.items()),
         )
 
-    def _all_gather_object(self, obj: object) -> list[object]:
+    def _all_gather_object(self, obj: Any) -> list[Any]:
         """``obj`` of every rank of the group, in rank order, over the CPU group."""
         gather = getattr(self.cpu_group, "all_gather_obj", None)
         if gather is not None:  # vLLM's StatelessProcessGroup
             return list(gather(obj))
-        out: list[object] = [None] * self.world_size
+        out: list[Any] = [None] * self.world_size
         torch.distributed.all_gather_object(out, obj, group=self.cpu_group)
         return out
 
@@ -82,14 +82,12 @@ class CommunicatorFL(CollectivesFL, DeviceCommunicatorBase):
     def _check_same_on_every_rank(self, ids: dict[str, str]) -> None:
         """Raise ``DispatchError`` naming the ranks and their implementations when the ranks of
         the group did not select the same implementation of every collective."""
-        every = self._all_gather_object(ids)
-        differing = sorted(
-            op for op in ids if len({str(dict(r).get(op)) for r in every}) > 1  # type: ignore[arg-type]
-        )
+        every: list[dict[str, str]] = self._all_gather_object(ids)
+        differing = sorted(op for op in ids if len({r.get(op) for r in every}) > 1)
         if not differing:
             return
         rows = "; ".join(
-            f"rank {rank}: " + ", ".join(f"{op}={dict(r).get(op)}" for op in differing)  # type: ignore[arg-type]
+            f"rank {rank}: " + ", ".join(f"{op}={r.get(op)}" for op in differing)
             for rank, r in enumerate(every)
         )
         raise DispatchError(

@@ -56,6 +56,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
+from vllm_fl.testing.inputs import draw_tensor
+
 __all__ = [
     "COLLECTIVE_TIMEOUT",
     "GroupStandIn",
@@ -225,17 +227,7 @@ def draw_arguments(args: dict[str, dict[str, Any]], dtype: str, seed: int) -> Ar
             value = item["value"]
             out.append(list(value) if isinstance(value, tuple) else value)
             continue
-        torch_dtype = getattr(torch, dtype if item["dtype"] == "$dtype" else item["dtype"])
-        if "values" in item:
-            out.append(torch.tensor(item["values"], dtype=torch_dtype))
-        elif not torch_dtype.is_floating_point:
-            shape = tuple(item["shape"])
-            out.append(
-                torch.randint(0, item["high"], shape, generator=generator, dtype=torch_dtype)
-            )
-        else:
-            normal = torch.randn(tuple(item["shape"]), generator=generator)
-            out.append((normal * item.get("scale", 1.0)).to(torch_dtype))
+        out.append(draw_tensor(item, getattr(torch, dtype), generator))
     return out
 
 

@@ -1,5 +1,5 @@
-"""The test-input forms of ``ops.yaml`` that need more than a random tensor, built as the
-generated parity tests build them: a quantized input and a derived one.
+"""The test-input forms of ``ops.yaml`` as the generated parity tests build them: a random
+tensor, a quantized input and a derived one.
 
 Shared by the compile and opcheck tests' samples (``tests/support/layer_samples.py``) and the
 benchmarks' cases (``benchmarks/cases.py``), which give these forms their own shapes (the test
@@ -17,6 +17,19 @@ from vllm_fl.testing.quantize import quantize
 
 #: the package whose modules hold the functions of a derived input
 REFERENCE_IMPL = "vllm_fl.backends.reference.impl"
+
+
+def draw_tensor(item: Mapping, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    """A tensor input of a generated test's case (``{shape, dtype, high | scale}`` or
+    ``{values, dtype}``), its ``$dtype`` being ``dtype``: the given values, integers in
+    [0, high), or normal values (times ``scale``) drawn from ``generator``."""
+    given = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
+    if "values" in item:
+        return torch.tensor(item["values"], dtype=given)
+    if not given.is_floating_point:
+        return torch.randint(0, item["high"], item["shape"], generator=generator, dtype=given)
+    noise = torch.randn(item["shape"], generator=generator)
+    return (noise * item.get("scale", 1.0)).to(given)
 
 
 def quantized_input(

@@ -28,6 +28,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from vllm_fl.testing.inputs import draw_tensor
+
 #: the reference against vLLM's own code: the same operations in the same dtypes, bit for bit
 EXACT = {"atol": 0, "rtol": 0}
 
@@ -163,16 +165,7 @@ class Parity:
                 values.update({key: value for key, value in assigned.items() if key != "q"})
                 values[name] = assigned["q"]
             else:
-                item_dtype = dtype if item["dtype"] == "$dtype" else getattr(torch, item["dtype"])
-                if "values" in item:
-                    values[name] = torch.tensor(item["values"], dtype=item_dtype)
-                elif item_dtype.is_floating_point:
-                    noise = torch.randn(item["shape"], generator=generator)
-                    values[name] = (noise * item.get("scale", 1.0)).to(item_dtype)
-                else:
-                    values[name] = torch.randint(
-                        0, item["high"], item["shape"], generator=generator, dtype=item_dtype
-                    )
+                values[name] = draw_tensor(item, dtype, generator)
         for name, path in derived.items():  # of the other arguments, as built
             values[name] = _function(path)(dict(values))
         return {name: _to(value, device) for name, value in values.items()}, originals

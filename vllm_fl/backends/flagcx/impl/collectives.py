@@ -15,6 +15,7 @@ from vllm_fl.backends.reference.impl.collectives import (
     concatenated_along,
     gather_buffer,
     scatter_buffers,
+    uneven_reduce_scatter,
 )
 
 
@@ -56,16 +57,7 @@ def reduce_scatterv(
     self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None
 ) -> torch.Tensor:
     """This rank's chunk of the sum, chunks of ``sizes``."""
-    if sizes is None or len(set(sizes)) == 1:
-        return reduce_scatter(self, input_, dim)
-    dim = dim % input_.dim()
-    if len(sizes) != self.world_size or sum(sizes) != input_.shape[dim]:
-        raise ValueError(
-            f"reduce_scatterv: sizes {list(sizes)} do not split dimension {dim} of size "
-            f"{input_.shape[dim]} among {self.world_size} ranks"
-        )
-    start = sum(sizes[: self.rank_in_group])
-    return all_reduce(self, input_).narrow(dim, start, sizes[self.rank_in_group]).contiguous()
+    return uneven_reduce_scatter(self, input_, dim, sizes, reduce_scatter, all_reduce)
 
 
 def gather(self, input_: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:

@@ -7,6 +7,8 @@ Each impl takes the communicator first (``self``: ``device_group``, ``world_size
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -72,16 +74,30 @@ def reduce_scatterv(
     self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None
 ) -> torch.Tensor:
     """Chunk ``rank_in_group`` of the sum, chunk r being ``sizes[r]`` long along ``dim``."""
+    return uneven_reduce_scatter(self, input_, dim, sizes, reduce_scatter, all_reduce)
+
+
+def uneven_reduce_scatter(
+    self,
+    input_: torch.Tensor,
+    dim: int,
+    sizes: list[int] | None,
+    reduce_scatter_fn: Callable[..., torch.Tensor],
+    all_reduce_fn: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """``reduce_scatterv`` over a backend's collectives: equal chunks (or no ``sizes``) by its
+    ``reduce_scatter_fn(self, input_, dim)``; uneven ones as this rank's chunk of its
+    ``all_reduce_fn(self, input_)``."""
     if sizes is None or len(set(sizes)) == 1:
-        return reduce_scatter(self, input_, dim)
+        return reduce_scatter_fn(self, input_, dim)
     dim = dim % input_.dim()
     if len(sizes) != self.world_size or sum(sizes) != input_.shape[dim]:
         raise ValueError(
             f"reduce_scatterv: sizes {list(sizes)} do not split dimension {dim} of size "
             f"{input_.shape[dim]} among {self.world_size} ranks"
         )
-    total = all_reduce(self, input_)
     start = sum(sizes[: self.rank_in_group])
+    total = all_reduce_fn(self, input_)
     return total.narrow(dim, start, sizes[self.rank_in_group]).contiguous()
 
 
