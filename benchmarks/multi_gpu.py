@@ -8,7 +8,8 @@ GPU) with ``tensor_parallel_size``: a warm-up, a timed batch (output tokens per 
 greedy tokens), then one profiled batch whose traces (vLLM's torch profiler, one per worker) are
 counted by kernel origin: every compiled kernel a worker ran, NCCL's apart. Tokens are compared
 with the first configuration's (vanilla), as identical prompts and tokens before the first
-difference; ``--configs`` may name ``flagcx`` (the portable path with FlagCX collectives, the
+difference; ``--expert-parallel`` splits a MoE model's experts across the GPUs instead of each
+expert's weights; ``--configs`` may name ``flagcx`` (the portable path with FlagCX collectives, the
 variable ``FLAGCX_PATH`` given through ``--env``).
 """
 
@@ -128,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--flagcx-path", help="FLAGCX_PATH of configuration flagcx")
+    parser.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="the MoE layers' experts split across the GPUs (vLLM's enable_expert_parallel)",
+    )
     add_engine_arguments(parser, shape="llama3-8b", input_len=128)
     parser.set_defaults(prompts=64, output_len=64)
     args = parser.parse_args(argv)
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             llm_args = {
                 **model.llm_args(args.input_len, args.output_len),
                 "tensor_parallel_size": args.tp,
+                "enable_expert_parallel": args.expert_parallel,
                 "profiler_config": profiler_config(False),
             }
             work = workload(model, mode, args, task=TASK, llm_args=llm_args)

@@ -56,6 +56,13 @@ class UnquantizedFusedMoEMethodFL(UnquantizedFusedMoEMethod):
     def is_monolithic(self) -> bool:
         return False
 
+    def maybe_make_prepare_finalize(self, routing_tables=None) -> None:
+        """No prepare/finalize of vLLM's modular kernels: the experts are the dispatch's. vLLM
+        asks under expert parallelism (its EP communicator's buffer preparation), and 0.24's
+        in-tree method raises there; with data parallelism vLLM's naive dispatch/combine moves
+        the tokens, as for any method without a kernel of its own."""
+        return None
+
     def forward_oot(
         self,
         layer: torch.nn.Module,

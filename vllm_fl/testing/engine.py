@@ -117,10 +117,43 @@ def widen_dummy_weights(bound: float) -> None:
     single = weight_utils.initialize_single_dummy_weight
     if not getattr(single, "draws_integers", False):
         weight_utils.initialize_single_dummy_weight = _drawing_integers(single)
+    # the dummy loader binds the model-level initialiser by name
+    modules = [weight_utils]
+    try:
+        from vllm.model_executor.model_loader import dummy_loader
+
+        modules.append(dummy_loader)
+    except ImportError:
+        pass
+    for module in modules:
+        model_level = getattr(module, "initialize_dummy_weights", None)
+        if model_level is not None and not getattr(model_level, "keeps_buffers", False):
+            module.initialize_dummy_weights = _keeping_buffers(model_level)
 
 
 #: integer weights `widen_dummy_weights` draws: int8 values, packed 4/8-bit words
 RANDOM_INTEGER_DTYPES = ("int8", "uint8", "int32")
+
+
+#: data pointers of the buffers of the module whose dummy weights are being drawn
+_BUFFERS: set[int] = set()
+
+
+def _keeping_buffers(initialise_model):
+    """`initialise_model` (vLLM's initialiser of a module's state dict), but the module's integer
+    buffers keep their values: they are state vLLM computed (an expert map under expert
+    parallelism, ...), which random integers would turn into out-of-range indices."""
+
+    @functools.wraps(initialise_model)
+    def initialise(model, *args, **kwargs):
+        _BUFFERS.update(buffer.data_ptr() for buffer in model.buffers())
+        try:
+            return initialise_model(model, *args, **kwargs)
+        finally:
+            _BUFFERS.clear()
+
+    initialise.keeps_buffers = True
+    return initialise
 
 
 def _drawing_integers(initialise):
@@ -133,6 +166,8 @@ def _drawing_integers(initialise):
         dtype = str(param.dtype).removeprefix("torch.")
         if param.device.type == "meta" or dtype not in RANDOM_INTEGER_DTYPES:
             return initialise(param, *args, **kwargs)
+        if param.data_ptr() in _BUFFERS:
+            return None
         # (param, low, high, seed), as vLLM calls it
         seed = kwargs.get("seed", args[2] if len(args) > 2 else 1234)
         generator = torch.Generator(device=param.device).manual_seed(seed)
