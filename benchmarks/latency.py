@@ -7,9 +7,10 @@ Each configuration runs in vLLM's default process layout. Per batch size B, afte
 that size: B random prompts generate 1 token (prefill and the first token), then B fresh prompts
 (no prefix-cache hit) generate ``1 + --output-len`` tokens; the difference over ``--output-len``
 is the time of one decode step, the latency of each of the B sequences' next token. Repeated
-``--repeats`` times; the median counts and the spread (min-max) is printed beside it. A
-configuration named twice runs twice: its second run against its first is the A/A control,
-printed beside every A/B ratio.
+``--repeats`` times; the median counts and the spread (min-max) is printed beside it, each ratio
+with its bootstrap 95% interval over the repeats. A configuration named twice runs twice: its
+second run against its first is the A/A control, printed beside every A/B ratio; an A/B ratio
+shows a difference only where the A/A interval is within +-2% and the A/B interval excludes 1.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from benchmarks.engines import (
     run_engine,
     workload,
 )
+from benchmarks.timing import bootstrap_ratio_ci
 
 TASK = "benchmarks.latency:latency_task"
 
@@ -78,6 +80,13 @@ def _summary(step_ms: list[float]) -> str:
     return f"{statistics.median(step_ms):7.3f} ms [{min(step_ms):.3f}-{max(step_ms):.3f}]"
 
 
+def _ratio(step_ms: list[float], base_ms: list[float]) -> str:
+    """median ratio and its bootstrap 95% interval over the repeats"""
+    ratio = statistics.median(step_ms) / statistics.median(base_ms)
+    low, high = bootstrap_ratio_ci(step_ms, base_ms)
+    return f"{ratio:.3f}x [{low:.3f}-{high:.3f}]"
+
+
 def _row(result: dict, base: dict | None, control: dict | None) -> str:
     head = f"{result['label']:<22} {result['mode']:<8}"
     if "error" in result:
@@ -86,9 +95,8 @@ def _row(result: dict, base: dict | None, control: dict | None) -> str:
     for size, step_ms in result["step_ms"].items():
         cell = f"B={size}: {_summary(step_ms)}"
         for name, other in (("vs first", base), ("A/A", control)):
-            if other is not None and "error" not in other:
-                ratio = statistics.median(step_ms) / statistics.median(other["step_ms"][size])
-                cell += f" {name} {ratio:.3f}x"
+            if other is not None and other is not result and "error" not in other:
+                cell += f" {name} {_ratio(step_ms, other['step_ms'][size])}"
         cells.append(cell)
     return f"{head} " + "; ".join(cells)
 

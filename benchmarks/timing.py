@@ -39,6 +39,19 @@ def bootstrap_median_ci(values: Sequence[float], draws: int = 2000) -> tuple[flo
     return quantile(medians, 0.025), quantile(medians, 0.975)
 
 
+def bootstrap_ratio_ci(
+    values: Sequence[float], base: Sequence[float], draws: int = 2000
+) -> tuple[float, float]:
+    """95% interval of median(``values``) / median(``base``), both resampled (fixed seed): two
+    independent sets of samples, such as two engines' repeats."""
+    rng = random.Random(0)
+    ratios = sorted(
+        median(rng.choices(values, k=len(values))) / median(rng.choices(base, k=len(base)))
+        for _ in range(draws)
+    )
+    return quantile(ratios, 0.025), quantile(ratios, 0.975)
+
+
 def gpu_us(fn: Callable[[], object], graph: bool = False) -> float:
     """Median GPU microseconds per call of `fn`: triton's do_bench (launch included), or with
     `graph` its CUDA-graph replay (launch excluded)."""
