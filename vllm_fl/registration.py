@@ -344,10 +344,12 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
 
 
 def resolve_ops() -> None:
-    """Resolve every op through the dispatch manager now, before any model is traced."""
+    """Resolve every op through the dispatch manager now, before any model is traced. Quietly:
+    the worker logs the selections of the ops its model uses once the model is built
+    (`vllm_fl.worker.log_model_ops`)."""
     from vllm_fl.dispatch import get_default_manager
 
-    get_default_manager().resolve_all()
+    get_default_manager().resolve_all(log=False)
 
 
 def _reset_for_tests() -> None:

@@ -65,6 +65,24 @@ def test_forward_oot_of_our_layers_ran(vllm_runs, mode):
     assert plugin.lines("replaced vLLM layers: ")
 
 
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_the_start_up_log_names_only_the_ops_the_llama_uses(vllm_runs, mode):
+    """The dense Llama's layers and attention, logged; the manifest's MoE, MLA and quantized
+    ops, which it never calls, not; the summary counts what was logged."""
+    plugin = vllm_runs(f"{mode}, plugin on", PLUGIN_ON, mode=mode)
+    named = {
+        line.split("'")[1]
+        for line in plugin.lines("Op '")
+        if " using '" in line and "under torch.compile" not in line
+    }
+    used = {*REPLACED.values(), "attention_backend", "reshape_and_cache_flash", "paged_attention"}
+    assert used <= named, used - named
+    unused = {"fused_experts", "topk_softmax", "mla_decode_attention", "int8_scaled_mm", "gelu_new"}
+    assert not named & unused, named & unused
+    (summary,) = plugin.lines("vllm_fl: the model uses ")
+    assert f"uses {len(named)} of the " in summary, (summary, sorted(named))
+
+
 def test_compile_mode_keeps_our_ops_enabled(vllm_runs):
     plugin = vllm_runs("compile, plugin on", PLUGIN_ON, mode="compile")
     added = plugin.lines("custom_ops += ")

@@ -298,7 +298,7 @@ class _Walker:
         plugin = [p for p in parts if type(p).__module__.startswith("vllm_fl.")]
         if not plugin:
             return False
-        ops = tuple(op for part in plugin for op in _bound_ops(type(part).__module__))
+        ops = tuple(op for part in plugin for op in bound_ops(type(part).__module__))
         if not ops:
             return False
         cls = type(module)
@@ -334,7 +334,7 @@ class _Walker:
         self._add(_qualname(cls), path, make)
 
 
-def _bound_ops(module_name: str) -> list[str]:
+def bound_ops(module_name: str) -> list[str]:
     """The ops whose dispatch is bound as an attribute of module ``module_name``
     (``functions.bind``: how the plugin's kernel and backend classes call ops)."""
     import sys

@@ -11,6 +11,8 @@ may fork.
   CustomOps the plugin does not replace run their CUDA path, as in vanilla vLLM
   (`vllm_fl.platform.route_unreplaced_ops_to_cuda`); after vLLM's own warm-up it
   also lets the selected MoE backend compile its kernel variants (`vllm_fl.moe.warm_up`).
+- Both log the selections of the ops the built model uses (`log_model_ops`): the ops are
+  resolved before the model exists, quietly.
 - Both start bring-up mode after vLLM's warm-up where `VLLM_FL_VERIFY` asks for it, and report
   at shutdown (`vllm_fl.verify.process`).
 - Both reload weights in place as vLLM does, with the plugin's released weights and derived
@@ -29,6 +31,50 @@ package holds the steps both share and imports no vLLM module.
 """
 
 from __future__ import annotations
+
+
+def model_ops(model) -> set[str]:
+    """The ops ``model`` reaches: those of its dispatched layers (`vllm_fl.coverage.census`),
+    and, transitively, the ops the selected impls of those call through the dispatch (an
+    experts impl's block alignment, a quantized kernel's activation quantiser)."""
+    from vllm_fl.coverage.census import bound_ops, census
+    from vllm_fl.dispatch import get_default_manager
+
+    manager = get_default_manager()
+    pending = [
+        op for layer in census(model, with_code=False) if layer.dispatched for op in layer.ops
+    ]
+    ops: set[str] = set()
+    while pending:
+        op = pending.pop()
+        if op in ops:
+            continue
+        ops.add(op)
+        for impl in (manager.binding(op).used, manager.binding(op).used_traced):
+            if impl is not None:
+                pending.extend(bound_ops(getattr(impl.fn, "__module__", "")))
+    return ops
+
+
+def log_model_ops(model) -> None:
+    """The start-up log's "Op 'x' using ..." lines, for the ops ``model`` uses only (the ops were
+    resolved quietly before the model was built); every op's where the model cannot be read."""
+    from vllm_fl.dispatch import get_default_manager, get_logger
+
+    manager = get_default_manager()
+    every = manager.registry.list_operators()
+    try:
+        ops = model_ops(model)
+    except Exception:  # noqa: BLE001 - a log line must not stop the engine
+        get_logger().warning("vllm_fl: the ops of this model could not be listed", exc_info=True)
+        ops = set(every)
+    manager.log_selections(ops)
+    get_logger().info(
+        "vllm_fl: the model uses %d of the %d ops of the manifest (the others are resolved, "
+        "not logged: `vllm-fl explain` lists them)",
+        len(ops & set(every)),
+        len(every),
+    )
 
 
 def start_verification(worker) -> None:

@@ -9,6 +9,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_fl.worker import (
     finish_verification,
+    log_model_ops,
     reload_following,
     start_verification,
 )
@@ -44,6 +45,10 @@ class CPUWorkerFL(CPUWorker):
         result = super().compile_or_warm_up_model()
         start_verification(self)
         return result
+
+    def load_model(self, *args, **kwargs) -> None:
+        super().load_model(*args, **kwargs)
+        log_model_ops(self.get_model())
 
     def reload_weights(self, *args, **kwargs) -> None:
         reload_following(self, super().reload_weights, args, kwargs)

@@ -7,6 +7,7 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from vllm_fl.worker import (
     finish_verification,
+    log_model_ops,
     reload_following,
     start_verification,
 )
@@ -31,6 +32,10 @@ class WorkerFL(Worker):
         moe.warm_up(self.get_model(), self.scheduler_config.max_num_batched_tokens)
         start_verification(self)
         return result
+
+    def load_model(self, *args, **kwargs) -> None:
+        super().load_model(*args, **kwargs)
+        log_model_ops(self.get_model())
 
     def reload_weights(self, *args, **kwargs) -> None:
         reload_following(self, super().reload_weights, args, kwargs)

@@ -56,6 +56,29 @@ __all__ = [
 
 logger = get_logger()
 
+
+class _Quiet:
+    """While ``active``, resolving an op does not log its selection (``quiet_resolution``)."""
+
+    active = False
+
+
+_QUIET = _Quiet()
+
+
+class quiet_resolution:
+    """Context manager: ops resolved inside it do not log "Op 'x' using ..."; their selection is
+    logged later, for the ops a model uses (``OpManager.log_selections``). A fallback is logged
+    always."""
+
+    def __enter__(self) -> None:
+        self._was = _QUIET.active
+        _QUIET.active = True
+
+    def __exit__(self, *exc: object) -> None:
+        _QUIET.active = self._was
+
+
 #: (op, selected impl, the registry it came from) -> the function eager calls get instead of
 #: the impl's, or None for the impl's own. The binding marks that function with the impl's
 #: (``IMPL_ATTR``), so a failure is blamed on the impl and the resolver calls the function.
@@ -340,16 +363,31 @@ class Binding:
             self.used_traced = impl
         else:
             self.used = impl
-        if log and (fallback or prev is None or prev.impl_id != impl.impl_id):
-            logger.info(
-                "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
-                self.op,
-                "fallback to" if fallback else "using",
-                impl.impl_id,
-                " under torch.compile" if traced else "",
-                impl.kind.value,
-                impl.vendor,
-            )
+        if fallback or (
+            log and not _QUIET.active and (prev is None or prev.impl_id != impl.impl_id)
+        ):
+            self._log_use(impl, fallback, traced)
+
+    def _log_use(self, impl: OpImpl, fallback: bool, traced: bool) -> None:
+        logger.info(
+            "Op '%s' %s '%s'%s (kind=%s, vendor=%s)",
+            self.op,
+            "fallback to" if fallback else "using",
+            impl.impl_id,
+            " under torch.compile" if traced else "",
+            impl.kind.value,
+            impl.vendor,
+        )
+
+    def log_use(self) -> None:
+        """Log the installed selection as resolving it does ("Op 'x' using ..."; a second line
+        for calls traced by torch.compile where those select another impl); nothing before the
+        op is resolved."""
+        used, traced = self.used, self.used_traced
+        if used is not None:
+            self._log_use(used, fallback=False, traced=False)
+        if traced is not None and (used is None or traced.impl_id != used.impl_id):
+            self._log_use(traced, fallback=False, traced=True)
 
     def forget_use(self) -> None:
         """Forget the selections installed last (their manager is gone)."""

@@ -10,9 +10,10 @@ any resolution or fallback that started before it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from .. import sync
 from ..config.selection import SelectionPolicy
@@ -20,7 +21,13 @@ from ..logger_manager import get_logger
 from ..policy.current import add_policy_listener, get_config, get_policy
 from ..registry import OpRegistry
 from ..types import DispatchError, OpImpl
-from .binding import Binding, BindingTable, SelectionWrapper, set_selection_wrapper
+from .binding import (
+    Binding,
+    BindingTable,
+    SelectionWrapper,
+    quiet_resolution,
+    set_selection_wrapper,
+)
 from .failures import FailureLog
 
 __all__ = ["OpManager", "wrap_selections"]
@@ -198,19 +205,28 @@ class OpManager:
     def get_selected_impl_id(self, op_name: str) -> str:
         return self.resolve_candidates(op_name)[0].impl_id
 
-    def resolve_all(self) -> dict[str, str | None]:
+    def resolve_all(self, log: bool = True) -> dict[str, str | None]:
         """Resolve and install every registered op now (before torch.compile traces, say);
-        op -> selected impl id, or None where no implementation can run here."""
+        op -> selected impl id, or None where no implementation can run here. Without ``log``
+        the selections are not logged (``log_selections`` logs those of the ops in use)."""
         out: dict[str, str | None] = {}
-        for op in self._registry.list_operators():
-            try:
-                impl, _ = self.bindings.get(op).select()
-            except DispatchError as exc:
-                logger.info("%s", exc)
-                out[op] = None
-                continue
-            out[op] = impl.impl_id
+        with quiet_resolution() if not log else contextlib.nullcontext():
+            for op in self._registry.list_operators():
+                try:
+                    impl, _ = self.bindings.get(op).select()
+                except DispatchError as exc:
+                    logger.info("%s", exc)
+                    out[op] = None
+                    continue
+                out[op] = impl.impl_id
         return out
+
+    def log_selections(self, ops: Collection[str]) -> None:
+        """Log the selection of each op of ``ops`` that is resolved ("Op 'x' using ..."), in the
+        registry's order."""
+        for op in self._registry.list_operators():
+            if op in ops:
+                self.bindings.get(op).log_use()
 
     # -- calling -----------------------------------------------------------------------------
 
