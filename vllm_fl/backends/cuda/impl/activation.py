@@ -57,3 +57,15 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
     """``torch.ops._C.gelu_quick(out, x)``."""
     return _pointwise(_ops().gelu_quick, x)
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit) and
+    u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
+
+    Reads ``self.alpha``, ``self.limit``.
+    """
+    raise NotImplementedError(
+        "cuda swigluoai_and_mul: write the kernel here, "
+        "matching FLBackendBase.swigluoai_and_mul (vllm_fl/dispatch/spec.py)"
+    )

@@ -76,3 +76,17 @@ def gemma_rms_norm(
     total = x if residual is None else x + residual
     out = _rms_norm(total, weight, self.variance_epsilon)
     return out if residual is None else (out, total)
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """RMS normalisation gated by act(z) (silu, or sigmoid for activation "sigmoid"), over groups of
+    group_size channels (all channels when None): norm(x) * weight * act(z) when norm_before_gate,
+    else norm(x * act(z)) * weight; without z, norm(x) * weight. Computed in float32, returned in
+    x's dtype (Mamba2's and the gated-delta-net layers' output norm).
+
+    Reads ``self.weight``, ``self.eps``, ``self.group_size``, ``self.norm_before_gate``, ``self.activation``.
+    """
+    raise NotImplementedError(
+        "cuda rms_norm_gated: write the kernel here, "
+        "matching FLBackendBase.rms_norm_gated (vllm_fl/dispatch/spec.py)"
+    )

@@ -45,3 +45,33 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(1.702 x)."""
     return pointwise.quick_gelu(x)
+
+
+def gelu(self, x: torch.Tensor) -> torch.Tensor:
+    """The exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))) (vLLM's GELU, registered as gelu)."""
+    raise NotImplementedError(
+        "flagos gelu: write the kernel here, "
+        "matching FLBackendBase.gelu (vllm_fl/dispatch/spec.py)"
+    )
+
+
+def gelu_tanh(self, x: torch.Tensor) -> torch.Tensor:
+    """The tanh-approximated GELU, as torch.nn.functional.gelu(x, approximate="tanh") (vLLM's
+    GELUTanh, registered as gelu_tanh).
+    """
+    raise NotImplementedError(
+        "flagos gelu_tanh: write the kernel here, "
+        "matching FLBackendBase.gelu_tanh (vllm_fl/dispatch/spec.py)"
+    )
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit) and
+    u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
+
+    Reads ``self.alpha``, ``self.limit``.
+    """
+    raise NotImplementedError(
+        "flagos swigluoai_and_mul: write the kernel here, "
+        "matching FLBackendBase.swigluoai_and_mul (vllm_fl/dispatch/spec.py)"
+    )

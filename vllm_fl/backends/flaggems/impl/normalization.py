@@ -41,3 +41,30 @@ def gemma_rms_norm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Gemma's RMSNorm, x * rrms * (1 + w) computed in float32 and rounded once."""
     return norm.gemma_rms_norm(self, x, residual, self.weight, self.variance_epsilon)
+
+
+def layer_norm(self, x: torch.Tensor) -> torch.Tensor:
+    """Mean-centred layer normalisation over the last dimension, (x - mean) / sqrt(var + eps), times
+    weight plus bias where the layer has them; computed in the wider of x's and the weight's dtype
+    and returned in x's.
+
+    Reads ``self.normalized_shape``, ``self.weight``, ``self.bias``, ``self.eps``.
+    """
+    raise NotImplementedError(
+        "flagos layer_norm: write the kernel here, "
+        "matching FLBackendBase.layer_norm (vllm_fl/dispatch/spec.py)"
+    )
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """RMS normalisation gated by act(z) (silu, or sigmoid for activation "sigmoid"), over groups of
+    group_size channels (all channels when None): norm(x) * weight * act(z) when norm_before_gate,
+    else norm(x * act(z)) * weight; without z, norm(x) * weight. Computed in float32, returned in
+    x's dtype (Mamba2's and the gated-delta-net layers' output norm).
+
+    Reads ``self.weight``, ``self.eps``, ``self.group_size``, ``self.norm_before_gate``, ``self.activation``.
+    """
+    raise NotImplementedError(
+        "flagos rms_norm_gated: write the kernel here, "
+        "matching FLBackendBase.rms_norm_gated (vllm_fl/dispatch/spec.py)"
+    )
