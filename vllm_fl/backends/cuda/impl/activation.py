@@ -60,12 +60,8 @@ def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit) and
-    u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
-
-    Reads ``self.alpha``, ``self.limit``.
-    """
-    raise NotImplementedError(
-        "cuda swigluoai_and_mul: write the kernel here, "
-        "matching FLBackendBase.swigluoai_and_mul (vllm_fl/dispatch/spec.py)"
-    )
+    """``torch.ops._C.swigluoai_and_mul(out, x, alpha, limit)``."""
+    d = x.shape[-1] // 2
+    out = torch.empty(x.shape[:-1] + (d,), dtype=x.dtype, device=x.device)
+    _ops().swigluoai_and_mul(out, x, self.alpha, self.limit)
+    return out

@@ -13,6 +13,7 @@ op's eager variant) calls it in place as vLLM does: 4 passes, 1 launch.
 
 import torch
 
+from vllm_fl import compat
 from vllm_fl.backends.reference.impl import normalization as _reference
 
 _custom_ops = None
@@ -79,14 +80,16 @@ def gemma_rms_norm(
 
 
 def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-    """RMS normalisation gated by act(z) (silu, or sigmoid for activation "sigmoid"), over groups of
-    group_size channels (all channels when None): norm(x) * weight * act(z) when norm_before_gate,
-    else norm(x * act(z)) * weight; without z, norm(x) * weight. Computed in float32, returned in
-    x's dtype (Mamba2's and the gated-delta-net layers' output norm).
-
-    Reads ``self.weight``, ``self.eps``, ``self.group_size``, ``self.norm_before_gate``, ``self.activation``.
-    """
-    raise NotImplementedError(
-        "cuda rms_norm_gated: write the kernel here, "
-        "matching FLBackendBase.rms_norm_gated (vllm_fl/dispatch/spec.py)"
+    """What vLLM's ``RMSNormGated.forward_cuda`` runs: flash-linear-attention's Triton
+    ``rmsnorm_fn`` from vLLM's copy of it (``compat.gated_rms_norm_kernel``; vLLM has no CUDA
+    C++ kernel for the gated norm)."""
+    return compat.gated_rms_norm_kernel()(
+        x,
+        self.weight,
+        None,
+        z=z,
+        eps=self.eps,
+        group_size=self.group_size,
+        norm_before_gate=self.norm_before_gate,
+        activation=self.activation,
     )

@@ -48,30 +48,16 @@ def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu(self, x: torch.Tensor) -> torch.Tensor:
-    """The exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))) (vLLM's GELU, registered as gelu)."""
-    raise NotImplementedError(
-        "flagos gelu: write the kernel here, "
-        "matching FLBackendBase.gelu (vllm_fl/dispatch/spec.py)"
-    )
+    """The exact GELU: FlagGems' ``gelu_none`` kernel (``flag_gems.gelu(x)``)."""
+    return pointwise.gelu(x, "none")
 
 
 def gelu_tanh(self, x: torch.Tensor) -> torch.Tensor:
-    """The tanh-approximated GELU, as torch.nn.functional.gelu(x, approximate="tanh") (vLLM's
-    GELUTanh, registered as gelu_tanh).
-    """
-    raise NotImplementedError(
-        "flagos gelu_tanh: write the kernel here, "
-        "matching FLBackendBase.gelu_tanh (vllm_fl/dispatch/spec.py)"
-    )
+    """The tanh GELU: FlagGems' ``gelu_tanh`` kernel (``flag_gems.gelu(x, approximate="tanh")``)."""
+    return pointwise.gelu(x, "tanh")
 
 
 def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-    """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit) and
-    u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
-
-    Reads ``self.alpha``, ``self.limit``.
-    """
-    raise NotImplementedError(
-        "flagos swigluoai_and_mul: write the kernel here, "
-        "matching FLBackendBase.swigluoai_and_mul (vllm_fl/dispatch/spec.py)"
-    )
+    """GPT-OSS's clamped SwiGLU over the interleaved gate and up columns, in one kernel
+    (FlagGems has none: ``vllm_fl.kernels.pointwise``)."""
+    return pointwise.swigluoai_and_mul(x, self.alpha, self.limit)
