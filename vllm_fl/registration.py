@@ -26,7 +26,9 @@ computation is the layer's, and each has a generated class of its own (`vllm_fl.
 registered under the subclass's name like the layer's. Before one is registered it is checked
 against the installed vLLM: a subclass this vLLM lacks is left out (named once in the start-up
 summary), and one whose classes between it and the layer define a `forward_*` method (vLLM gave
-it a computation of its own) keeps vLLM's class, with a WARNING naming the method.
+it a computation of its own) keeps vLLM's class, with a WARNING naming the method. A layer is
+left out the same way where this vLLM lacks it or has it as no CustomOp (ops.yaml's
+`layer_optional`: `GELUTanh` is not in vLLM 0.24, whose `LayerNorm` is a plain `nn.Module`).
 
 Which classes are replaced is the dispatch policy's decision (`current_policy()`): the switch
 `VLLM_FL_PREFER_ENABLED`, `VLLM_FL_OOT_ENABLED`, and `VLLM_FL_OOT_WHITELIST` /
@@ -173,14 +175,23 @@ def own_forward(vllm_cls: type, layer_name: str) -> str:
     return f"it defines {', '.join(own)}" if own else ""
 
 
-def _load_subclass(in_tree_name: str, target: str, layer_name: str) -> type | None:
-    """The generated class of a listed subclass, or None where it is left out: this vLLM lacks
-    the subclass (its module or the class), or it computes differently (`own_forward`)."""
+def _load_replacement(in_tree_name: str, target: str, layer_name: str = "") -> type | None:
+    """The generated class replacing `in_tree_name`, or None where it is left out: this vLLM
+    lacks the class (its module, or the class: a layer ops.yaml marks `layer_optional`, whose
+    generated class is then not defined), has it as no CustomOp (vLLM 0.24's `LayerNorm` is a
+    plain `nn.Module`, which vLLM never swaps), or, for a listed subclass of the layer called
+    `layer_name`, computes differently (`own_forward`)."""
     try:
         cls = _load_class(target)
     except (ImportError, AttributeError) as exc:
         _absent[in_tree_name] = f"{type(exc).__name__}: {exc}"
         return None
+    in_tree = next((c for c in cls.__mro__[1:] if c.__name__ == in_tree_name), None)
+    if in_tree is not None and not issubclass(in_tree, compat.custom_op_base()):
+        _absent[in_tree_name] = f"{in_tree.__module__}.{in_tree_name} is no CustomOp"
+        return None
+    if not layer_name:
+        return cls
     problem = own_forward(_in_tree_base(cls, in_tree_name), layer_name)
     if problem:
         if in_tree_name not in _diverged:
@@ -220,12 +231,9 @@ def allowed_classes(policy=None) -> dict[str, type]:
     subclasses = _subclasses()
     for in_tree_name, target in _oot_classes().items():
         layer_name = subclasses[in_tree_name][0] if in_tree_name in subclasses else ""
-        if layer_name:
-            cls = _load_subclass(in_tree_name, target, layer_name)
-            if cls is None:
-                continue
-        else:
-            cls = _load_class(target)
+        cls = _load_replacement(in_tree_name, target, layer_name)
+        if cls is None:
+            continue
         base = _in_tree_base(cls, in_tree_name)
         names = (op_name_of(base), _manifest_op(in_tree_name), layer_name)
         if policy.oot_allowed(in_tree_name, *(name for name in names if name)):

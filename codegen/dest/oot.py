@@ -57,6 +57,11 @@ def emit(manifest: m.Manifest) -> dict[str, str]:
     }
     for path, entries in groups.items():
         out[path] = render_file(
-            "oot_module.py.j2", path, module=entries[0].vllm.module, classes=entries
+            "oot_module.py.j2",
+            path,
+            module=entries[0].vllm.module,
+            classes=entries,
+            required=[entry for entry in entries if not entry.vllm.optional],
+            optional=[entry for entry in entries if entry.vllm.optional],
         )
     return out

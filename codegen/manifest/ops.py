@@ -4,6 +4,7 @@ or an opaque backend need one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import re
 
@@ -29,6 +30,7 @@ KEYS = (
     "signature",
     "doc",
     "layer",
+    "layer_optional",
     "subclasses",
     "function",
     "collective",
@@ -53,6 +55,16 @@ def read_op(
     doc = _doc(r, f.require("doc", "a one-paragraph description").value, what)
     layer_entry = f.pop("layer")
     layer = read_layer(r, layer_entry.value, what) if layer_entry else None
+    optional_entry = f.pop("layer_optional")
+    if optional_entry is not None:
+        if layer is None:
+            raise r.error(
+                optional_entry.key_line,
+                f"{what} has 'layer_optional' but no 'layer'",
+                "'layer_optional' only for ops with a layer",
+            )
+        if r.boolean(optional_entry.value, f"layer_optional of {what}"):
+            layer = dataclasses.replace(layer, optional=True)
     subclasses_entry = f.pop("subclasses")
     subclasses: tuple[m.Subclass, ...] = ()
     if subclasses_entry is not None:

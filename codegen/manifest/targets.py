@@ -63,7 +63,7 @@ def read_subclasses(r: Reader, node: Node, what: str, layer: m.Layer) -> tuple[m
                 + ")",
                 "each class once (vLLM replaces classes by name)",
             )
-        out.append(m.Subclass(module, cls, item.line))
+        out.append(m.Subclass(module, cls, line=item.line))
     if not out:
         raise r.error(items.line, f"{key} is an empty list", "at least one class path, or no key")
     return tuple(out)

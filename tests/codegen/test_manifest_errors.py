@@ -847,6 +847,21 @@ CASES = [
         "with a layer",
         "    subclasses: [vllm",
     ),
+    (
+        "layer-optional-without-layer",
+        "    doc: The attention backend class path.\n",
+        "    doc: The attention backend class path.\n    layer_optional: false\n",
+        "op 'pick_backend' has 'layer_optional' but no 'layer', expected 'layer_optional' only "
+        "for ops with a layer",
+        "    layer_optional: false",
+    ),
+    (
+        "layer-optional-not-a-bool",
+        "    layer_optional: true\n",
+        "    layer_optional: maybe\n",
+        "layer_optional of op 'gelu_tanh'",
+        "    layer_optional: maybe",
+    ),
 ]
 
 

@@ -18,7 +18,14 @@ from vllm_fl.dispatch import BackendImplKind, OpRegistry
 from vllm_fl.dispatch.runtime import registration
 
 #: ops.yaml's types as torch.library writes them in a schema
-SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
+SCHEMA_TYPES = {
+    "Tensor": "Tensor",
+    "int": "SymInt",
+    "int[]": "SymInt[]",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+}
 
 
 def _schema_type(type_: Type) -> str:

@@ -147,6 +147,32 @@ def test_a_rope_scaled_llama_dispatches_its_rotary_subclass(tmp_path):
     assert "subclass of RotaryEmbedding" not in proc.stdout
 
 
+def test_gpt2_layer_norm_and_gelu_are_dispatched(tmp_path):
+    """GPT-2 with the exact GELU: vLLM's LayerNorm (ln_1, ln_2 of each layer, ln_f) and GELU are
+    replaced and dispatched to the ops layer_norm and gelu."""
+    config = {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": 384,
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 2,
+        "n_positions": 256,
+        "activation_function": "gelu",
+    }
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "report.json"
+    proc = _run(str(path), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    layers = _layers({"json": json.loads(out.read_text())})
+    assert layers["LayerNorm"]["count"] == 5 and layers["LayerNorm"]["reach"] == "replaced"
+    _assert_dispatched(layers["LayerNorm"], ["layer_norm"])
+    # get_act_fn hands every layer the one GELU instance its LazyDict built
+    assert layers["GELU"]["count"] == 1 and layers["GELU"]["reach"] == "replaced"
+    _assert_dispatched(layers["GELU"], ["gelu"])
+
+
 def test_a_missing_path_is_one_line(tmp_path):
     proc = _run(str(tmp_path / "nowhere"))
     assert proc.returncode == 2

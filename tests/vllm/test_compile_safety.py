@@ -16,12 +16,18 @@ pytest.importorskip("vllm")
 
 import torch  # noqa: E402
 
-from tests.support.layer_samples import make_inputs, make_layer, op_of, samples  # noqa: E402
+from tests.support.layer_samples import (
+    installed,
+    make_inputs,
+    make_layer,
+    op_of,
+    samples,
+)  # noqa: E402
 from tests.support.plugin_env import REPO  # noqa: E402
 from vllm_fl.ops import OOT_CLASSES  # noqa: E402
 from vllm_fl.registration import _load_class  # noqa: E402
 
-CASES = [pytest.param(*s, id=f"{s[0]}-{s[1]}") for s in samples(OOT_CLASSES)]
+CASES = [pytest.param(*s, id=f"{s[0]}-{s[1]}") for s in samples(installed(OOT_CLASSES))]
 
 
 def _close(a, b):

@@ -290,3 +290,68 @@ def test_every_listed_subclass_of_this_vllm_computes_what_its_layer_computes():
         assert base.__module__.startswith("vllm."), base
         assert registration.own_forward(base, layer_name) == "", name
     assert {"Llama3RotaryEmbedding", "YaRNScalingRotaryEmbedding"} <= present
+
+
+def _load_generated(short_module: str, monkeypatch):
+    """A fresh copy of the generated module ``vllm_fl/ops/<short_module>.py``, imported under a
+    name of its own against vLLM as it is now (the package's own module keeps its classes)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import vllm_fl.ops
+
+    name = f"_generated_{short_module}_copy"
+    path = Path(vllm_fl.ops.__file__).parent / f"{short_module}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return name, module
+
+
+def test_a_layer_this_vllm_lacks_or_has_as_no_custom_op_is_left_out_and_named(
+    fresh, monkeypatch, caplog
+):
+    """ops.yaml's `layer_optional` against a vLLM shaped like 0.24: no GELUTanh, LayerNorm a
+    plain nn.Module. The generated modules still import and define every other class; GELUTanh
+    gets no class, LayerNorm's is not registered (vLLM never swaps a plain module); both are
+    named in the summary and the other layers are replaced."""
+    import torch
+    from vllm.model_executor.layers import activation, layernorm
+
+    class LayerNorm(torch.nn.Module):  # vLLM 0.24's
+        def __init__(self, dim: int, eps: float = 1e-6):
+            super().__init__()
+            self.dim, self.eps = dim, eps
+
+    monkeypatch.delattr(activation, "GELUTanh")
+    monkeypatch.setattr(layernorm, "LayerNorm", LayerNorm)
+    acts, act_module = _load_generated("activation", monkeypatch)
+    norms, norm_module = _load_generated("layernorm", monkeypatch)
+    assert not hasattr(act_module, "GELUTanhFL")
+    assert "GELUTanhFL" not in act_module.__all__
+    assert issubclass(act_module.GELUFL, activation.GELU)
+    assert issubclass(norm_module.LayerNormFL, LayerNorm)
+    targets = {
+        "GELU": f"{acts}:GELUFL",
+        "GELUTanh": f"{acts}:GELUTanhFL",
+        "LayerNorm": f"{norms}:LayerNormFL",
+        "RMSNormGated": f"{norms}:RMSNormGatedFL",
+    }
+    monkeypatch.setattr(registration, "_oot_classes", lambda: dict(targets))
+    monkeypatch.setattr(registration, "_absent", {})
+    caplog.set_level(logging.INFO, logger=registration.LOGGER_NAME)
+    registry, _ = fresh
+    for name in targets:
+        registry.pop(name, None)
+
+    registered = registration.register_oot_classes()
+
+    assert set(registered) == {"GELU", "RMSNormGated"}
+    assert registry["GELU"] is act_module.GELUFL
+    assert "GELUTanh" not in registry and "LayerNorm" not in registry
+    assert registration._absent["GELUTanh"].startswith("AttributeError")
+    assert registration._absent["LayerNorm"].endswith("LayerNorm is no CustomOp")
+    summary = [r.getMessage() for r in caplog.records if "replaced vLLM layers" in r.getMessage()]
+    assert summary[0].endswith("; not in this vLLM: GELUTanh, LayerNorm"), summary

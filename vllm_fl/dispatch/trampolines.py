@@ -247,6 +247,102 @@ def split_quick_gelu(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn
     return quick_gelu
 
 
+def plain_gelu(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gelu``: every call goes to ``_impl``."""
+
+    def gelu(self, x):
+        try:
+            return (_f := _impl)(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return gelu
+
+
+def split_gelu(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gelu``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def gelu(self, x):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return gelu
+
+
+def plain_gelu_tanh(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gelu_tanh``: every call goes to ``_impl``."""
+
+    def gelu_tanh(self, x):
+        try:
+            return (_f := _impl)(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return gelu_tanh
+
+
+def split_gelu_tanh(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``gelu_tanh``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def gelu_tanh(self, x):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return gelu_tanh
+
+
+def plain_swigluoai_and_mul(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``swigluoai_and_mul``: every call goes to ``_impl``."""
+
+    def swigluoai_and_mul(self, x):
+        try:
+            return (_f := _impl)(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return swigluoai_and_mul
+
+
+def split_swigluoai_and_mul(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``swigluoai_and_mul``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def swigluoai_and_mul(self, x):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return swigluoai_and_mul
+
+
 def plain_rms_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``rms_norm``: every call goes to ``_impl``."""
 
@@ -309,6 +405,70 @@ def split_gemma_rms_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -
             return _fallback(_exc, _f, (self, x, residual), {}, _traced)
 
     return gemma_rms_norm
+
+
+def plain_layer_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``layer_norm``: every call goes to ``_impl``."""
+
+    def layer_norm(self, x):
+        try:
+            return (_f := _impl)(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return layer_norm
+
+
+def split_layer_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``layer_norm``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def layer_norm(self, x):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x), {}, _traced)
+
+    return layer_norm
+
+
+def plain_rms_norm_gated(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``rms_norm_gated``: every call goes to ``_impl``."""
+
+    def rms_norm_gated(self, x, z=None):
+        try:
+            return (_f := _impl)(self, x, z)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x, z), {}, _traced)
+
+    return rms_norm_gated
+
+
+def split_rms_norm_gated(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``rms_norm_gated``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def rms_norm_gated(self, x, z=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x, z)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x, z), {}, _traced)
+
+    return rms_norm_gated
 
 
 def plain_rotary_embedding(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
@@ -2050,8 +2210,13 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "relu_squared": (plain_relu_squared, split_relu_squared),
     "gelu_fast": (plain_gelu_fast, split_gelu_fast),
     "quick_gelu": (plain_quick_gelu, split_quick_gelu),
+    "gelu": (plain_gelu, split_gelu),
+    "gelu_tanh": (plain_gelu_tanh, split_gelu_tanh),
+    "swigluoai_and_mul": (plain_swigluoai_and_mul, split_swigluoai_and_mul),
     "rms_norm": (plain_rms_norm, split_rms_norm),
     "gemma_rms_norm": (plain_gemma_rms_norm, split_gemma_rms_norm),
+    "layer_norm": (plain_layer_norm, split_layer_norm),
+    "rms_norm_gated": (plain_rms_norm_gated, split_rms_norm_gated),
     "rotary_embedding": (plain_rotary_embedding, split_rotary_embedding),
     "attention_backend": (plain_attention_backend, split_attention_backend),
     "reshape_and_cache_flash": (plain_reshape_and_cache_flash, split_reshape_and_cache_flash),

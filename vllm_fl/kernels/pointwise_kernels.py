@@ -14,3 +14,13 @@ def quick_gelu(x):
     """x * sigmoid(1.702 x), computed in float32 and rounded once (as vLLM's CUDA kernel)."""
     x_fp32 = x.to(tl.float32)
     return x_fp32 * tl.sigmoid(1.702 * x_fp32)
+
+
+@pointwise_dynamic(is_tensor=[True, True, False, False], promotion_methods=[(0, 1, "DEFAULT")])
+@triton.jit
+def swigluoai_and_mul(gate, up, alpha, limit):
+    """(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit), in
+    float32 and rounded once (as vLLM's CUDA kernel)."""
+    g = tl.minimum(gate.to(tl.float32), limit)
+    u = tl.minimum(tl.maximum(up.to(tl.float32), -limit), limit)
+    return (u + 1.0) * (g * tl.sigmoid(g * alpha))

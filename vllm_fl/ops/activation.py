@@ -4,19 +4,28 @@
 
 Each class subclasses the in-tree vLLM class (so it keeps its exact constructor) and only sets
 ``forward_oot``, which dispatches to the implementation vllm_fl selects for the op.
+A class ops.yaml marks ``layer_optional`` is defined only where this vLLM's module has the
+in-tree class; registration leaves it out elsewhere and names it in its start-up summary.
 """
 
 from vllm.model_executor.layers.activation import (
     FastGELU,
+    GELU,
     GeluAndMul,
     MulAndSilu,
     NewGELU,
     QuickGELU,
     ReLUSquaredActivation,
     SiluAndMul,
+    SwigluOAIAndMul,
 )
 
 from vllm_fl.dispatch import dispatch_method
+
+try:
+    from vllm.model_executor.layers.activation import GELUTanh
+except ImportError:  # a vLLM release without it (ops.yaml: layer_optional)
+    GELUTanh = None
 
 
 class SiluAndMulFL(SiluAndMul):
@@ -89,12 +98,48 @@ class QuickGELUFL(QuickGELU):
     forward_oot = dispatch_method("quick_gelu")
 
 
+class GELUFL(GELU):
+    """The exact GELU, 0.5 * x * (1 + erf(x / sqrt(2))) (vLLM's GELU, registered as gelu).
+
+    ``forward_oot`` dispatches op ``gelu``:
+    ``gelu(Tensor x) -> Tensor``.
+    """
+
+    forward_oot = dispatch_method("gelu")
+
+
+if GELUTanh is not None:
+
+    class GELUTanhFL(GELUTanh):
+        """The tanh-approximated GELU, as torch.nn.functional.gelu(x, approximate="tanh") (vLLM's
+        GELUTanh, registered as gelu_tanh).
+
+        ``forward_oot`` dispatches op ``gelu_tanh``:
+        ``gelu_tanh(Tensor x) -> Tensor``.
+        """
+
+        forward_oot = dispatch_method("gelu_tanh")
+
+
+class SwigluOAIAndMulFL(SwigluOAIAndMul):
+    """GPT-OSS's clamped SwiGLU on interleaved gate/up columns: with g = min(x[..., ::2], limit) and
+    u = clamp(x[..., 1::2], -limit, limit), (u + 1) * g * sigmoid(alpha * g).
+
+    ``forward_oot`` dispatches op ``swigluoai_and_mul``:
+    ``swigluoai_and_mul(Tensor x) -> Tensor``.
+    """
+
+    forward_oot = dispatch_method("swigluoai_and_mul")
+
+
 __all__ = [
     "FastGELUFL",
     "GeluAndMulFL",
+    "GELUFL",
     "MulAndSiluFL",
     "NewGELUFL",
     "QuickGELUFL",
     "ReLUSquaredActivationFL",
     "SiluAndMulFL",
+    "SwigluOAIAndMulFL",
 ]

@@ -4,11 +4,18 @@
 
 Each class subclasses the in-tree vLLM class (so it keeps its exact constructor) and only sets
 ``forward_oot``, which dispatches to the implementation vllm_fl selects for the op.
+A class ops.yaml marks ``layer_optional`` is defined only where this vLLM's module has the
+in-tree class; registration leaves it out elsewhere and names it in its start-up summary.
 """
 
-from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNorm
+from vllm.model_executor.layers.layernorm import GemmaRMSNorm, RMSNorm, RMSNormGated
 
 from vllm_fl.dispatch import dispatch_method
+
+try:
+    from vllm.model_executor.layers.layernorm import LayerNorm
+except ImportError:  # a vLLM release without it (ops.yaml: layer_optional)
+    LayerNorm = None
 
 
 class RMSNormFL(RMSNorm):
@@ -33,7 +40,35 @@ class GemmaRMSNormFL(GemmaRMSNorm):
     forward_oot = dispatch_method("gemma_rms_norm")
 
 
+if LayerNorm is not None:
+
+    class LayerNormFL(LayerNorm):
+        """Mean-centred layer normalisation over the last dimension, (x - mean) / sqrt(var + eps),
+        times weight plus bias where the layer has them; computed in the wider of x's and the
+        weight's dtype and returned in x's.
+
+        ``forward_oot`` dispatches op ``layer_norm``:
+        ``layer_norm(Tensor x) -> Tensor``.
+        """
+
+        forward_oot = dispatch_method("layer_norm")
+
+
+class RMSNormGatedFL(RMSNormGated):
+    """RMS normalisation gated by act(z) (silu, or sigmoid for activation "sigmoid"), over groups of
+    group_size channels (all channels when None): norm(x) * weight * act(z) when norm_before_gate,
+    else norm(x * act(z)) * weight; without z, norm(x) * weight. Computed in float32, returned in
+    x's dtype (Mamba2's and the gated-delta-net layers' output norm).
+
+    ``forward_oot`` dispatches op ``rms_norm_gated``:
+    ``rms_norm_gated(Tensor x, Tensor? z=None) -> Tensor``.
+    """
+
+    forward_oot = dispatch_method("rms_norm_gated")
+
+
 __all__ = [
     "GemmaRMSNormFL",
     "RMSNormFL",
+    "RMSNormGatedFL",
 ]

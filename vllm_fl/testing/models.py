@@ -373,6 +373,24 @@ def build_tiny_mamba2(path: str | Path) -> Path:
     )
 
 
+def build_tiny_gpt2(path: str | Path) -> Path:
+    """A tiny random GPT-2 and its tokenizer in `path` (created if missing): hidden 64, 2 layers
+    of 2 heads of head_dim 32, learned positions, biased LayerNorms, an MLP with the exact GELU
+    (``activation_function: gelu``, vLLM's ``GELU``; GPT-2's own ``gelu_new`` is ``NewGELU``)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return build_tiny_model(
+        path,
+        GPT2Config,
+        GPT2LMHeadModel,
+        n_layer=NUM_LAYERS,
+        n_head=NUM_HEADS,
+        n_inner=INTERMEDIATE_SIZE,
+        activation_function="gelu",
+        layer_norm_epsilon=1e-5,
+    )
+
+
 def build_tiny_qwen3_next(path: str | Path) -> Path:
     """A tiny random Qwen3-Next and its tokenizer in `path` (created if missing): hidden 64,
     2 layers (a gated-delta-net linear attention, then a gated full attention of 2 heads of

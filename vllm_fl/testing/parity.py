@@ -76,6 +76,19 @@ def _float32(value):
 _TYPES = {"Tensor": torch.Tensor, "int": int, "float": (int, float), "bool": bool, "str": str}
 
 
+def _affine(layer, weight_dtype: str) -> dict[str, torch.Tensor]:
+    """The layer's ``weight`` and ``bias`` that it has as tensors (a layer without an elementwise
+    affine has neither), in ``weight_dtype``: vLLM keeps both of a norm in one dtype, float32
+    under half-precision activations for some layers (``LayerNorm(dtype=torch.float32)``)."""
+    dtype = getattr(torch, weight_dtype)
+    out = {}
+    for name in ("weight", "bias"):
+        value = getattr(layer, name, None)
+        if isinstance(value, torch.Tensor):
+            out[name] = value.detach().to(dtype)
+    return out
+
+
 def _has_form(value, form):
     """Whether ``value`` has the return ``form`` of the op's signature, written as in ops.yaml:
     ``None``, ``Tensor``, ``Tensor?``, ``(Tensor, Tensor?)``, ``int``, ..."""
@@ -327,7 +340,8 @@ class Parity:
         if layer is not None:
             layer = SimpleNamespace(**{name: getattr(layer, name) for name in reads})
             if weight_dtype is not None:
-                layer.weight = layer.weight.detach().to(getattr(torch, weight_dtype))
+                for name, value in _affine(layer, weight_dtype).items():
+                    setattr(layer, name, value.detach())
         read = dict(vars(layer)) if layer is not None else {}
         read_tensors = {k: v.clone() for k, v in read.items() if isinstance(v, torch.Tensor)}
         inputs = self.inputs(case["inputs"], dtype, "cpu")
@@ -363,8 +377,8 @@ class Parity:
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, "cpu")
         if weight_dtype is not None:
-            weight = layer.weight.detach().to(getattr(torch, weight_dtype))
-            layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+            for name, value in _affine(layer, weight_dtype).items():
+                setattr(layer, name, torch.nn.Parameter(value, requires_grad=False))
         inputs = self.inputs(case["inputs"], dtype, "cpu")
         expected = layer.forward_native(**{k: _clone(v) for k, v in inputs.items()})
         actual = self.call(reference, layer, inputs)

@@ -150,6 +150,23 @@ def _quick_gelu_fake(x: torch.Tensor) -> torch.Tensor:
     return _reference_activation.quick_gelu(_attrs(), x)
 
 
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``swigluoai_and_mul``: a direct call, or custom op ``vllm_fl::cuda_swigluoai_and_mul``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_activation.swigluoai_and_mul(self, x)
+    return torch.ops.vllm_fl.cuda_swigluoai_and_mul(x, self.alpha, self.limit)
+
+
+def _swigluoai_and_mul_kernel(x: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    return _cuda_activation.swigluoai_and_mul(_attrs(alpha=alpha, limit=limit), x)
+
+
+def _swigluoai_and_mul_fake(x: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    return _reference_activation.swigluoai_and_mul(_attrs(alpha=alpha, limit=limit), x)
+
+
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -211,6 +228,61 @@ def _gemma_rms_norm_fake(
         _reference_normalization.gemma_rms_norm(
             _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
         )
+    )
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """``rms_norm_gated``: a direct call, or custom op ``vllm_fl::cuda_rms_norm_gated`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_normalization.rms_norm_gated(self, x, z)
+    return torch.ops.vllm_fl.cuda_rms_norm_gated(
+        x, z, self.weight, self.eps, self.group_size, self.norm_before_gate, self.activation
+    )
+
+
+def _rms_norm_gated_kernel(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    group_size: int | None,
+    norm_before_gate: bool,
+    activation: str,
+) -> torch.Tensor:
+    return _cuda_normalization.rms_norm_gated(
+        _attrs(
+            weight=weight,
+            eps=eps,
+            group_size=group_size,
+            norm_before_gate=norm_before_gate,
+            activation=activation,
+        ),
+        x,
+        z,
+    )
+
+
+def _rms_norm_gated_fake(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    group_size: int | None,
+    norm_before_gate: bool,
+    activation: str,
+) -> torch.Tensor:
+    return _reference_normalization.rms_norm_gated(
+        _attrs(
+            weight=weight,
+            eps=eps,
+            group_size=group_size,
+            norm_before_gate=norm_before_gate,
+            activation=activation,
+        ),
+        x,
+        z,
     )
 
 
@@ -942,6 +1014,12 @@ IMPLS = (
         custom_op=CustomOp(_quick_gelu_kernel, _quick_gelu_fake),
     ),
     Impl(
+        "swigluoai_and_mul",
+        _cuda_activation.swigluoai_and_mul,
+        adapter=swigluoai_and_mul,
+        custom_op=CustomOp(_swigluoai_and_mul_kernel, _swigluoai_and_mul_fake),
+    ),
+    Impl(
         "rms_norm",
         _cuda_normalization.rms_norm,
         eager=_cuda_normalization.rms_norm_inplace,
@@ -953,6 +1031,12 @@ IMPLS = (
         _cuda_normalization.gemma_rms_norm,
         adapter=gemma_rms_norm,
         custom_op=CustomOp(_gemma_rms_norm_kernel, _gemma_rms_norm_fake),
+    ),
+    Impl(
+        "rms_norm_gated",
+        _cuda_normalization.rms_norm_gated,
+        adapter=rms_norm_gated,
+        custom_op=CustomOp(_rms_norm_gated_kernel, _rms_norm_gated_fake),
     ),
     Impl(
         "rotary_embedding",
@@ -1049,5 +1133,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 36 implementation(s) of backend ``cuda``."""
+    """Register the 38 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

@@ -171,6 +171,53 @@ def _quick_gelu_fake(x: torch.Tensor) -> torch.Tensor:
     return _reference_activation.quick_gelu(_attrs(), x)
 
 
+def gelu(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu``: a direct call, or custom op ``vllm_fl::flagos_gelu`` under Dynamo."""
+    if not _is_compiling():
+        return _flagos_activation.gelu(self, x)
+    return torch.ops.vllm_fl.flagos_gelu(x)
+
+
+def _gelu_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _flagos_activation.gelu(_attrs(), x)
+
+
+def _gelu_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.gelu(_attrs(), x)
+
+
+def gelu_tanh(self, x: torch.Tensor) -> torch.Tensor:
+    """``gelu_tanh``: a direct call, or custom op ``vllm_fl::flagos_gelu_tanh`` under Dynamo."""
+    if not _is_compiling():
+        return _flagos_activation.gelu_tanh(self, x)
+    return torch.ops.vllm_fl.flagos_gelu_tanh(x)
+
+
+def _gelu_tanh_kernel(x: torch.Tensor) -> torch.Tensor:
+    return _flagos_activation.gelu_tanh(_attrs(), x)
+
+
+def _gelu_tanh_fake(x: torch.Tensor) -> torch.Tensor:
+    return _reference_activation.gelu_tanh(_attrs(), x)
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``swigluoai_and_mul``: a direct call, or custom op ``vllm_fl::flagos_swigluoai_and_mul``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_activation.swigluoai_and_mul(self, x)
+    return torch.ops.vllm_fl.flagos_swigluoai_and_mul(x, self.alpha, self.limit)
+
+
+def _swigluoai_and_mul_kernel(x: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    return _flagos_activation.swigluoai_and_mul(_attrs(alpha=alpha, limit=limit), x)
+
+
+def _swigluoai_and_mul_fake(x: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    return _reference_activation.swigluoai_and_mul(_attrs(alpha=alpha, limit=limit), x)
+
+
 def rms_norm(
     self, x: torch.Tensor, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -232,6 +279,94 @@ def _gemma_rms_norm_fake(
         _reference_normalization.gemma_rms_norm(
             _attrs(weight=weight, variance_epsilon=variance_epsilon), x, residual
         )
+    )
+
+
+def layer_norm(self, x: torch.Tensor) -> torch.Tensor:
+    """``layer_norm``: a direct call, or custom op ``vllm_fl::flagos_layer_norm`` under Dynamo."""
+    if not _is_compiling():
+        return _flagos_normalization.layer_norm(self, x)
+    return torch.ops.vllm_fl.flagos_layer_norm(
+        x, self.normalized_shape, self.weight, self.bias, self.eps
+    )
+
+
+def _layer_norm_kernel(
+    x: torch.Tensor,
+    normalized_shape: list[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    return _flagos_normalization.layer_norm(
+        _attrs(normalized_shape=normalized_shape, weight=weight, bias=bias, eps=eps), x
+    )
+
+
+def _layer_norm_fake(
+    x: torch.Tensor,
+    normalized_shape: list[int],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    return _reference_normalization.layer_norm(
+        _attrs(normalized_shape=normalized_shape, weight=weight, bias=bias, eps=eps), x
+    )
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """``rms_norm_gated``: a direct call, or custom op ``vllm_fl::flagos_rms_norm_gated`` under
+    Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_normalization.rms_norm_gated(self, x, z)
+    return torch.ops.vllm_fl.flagos_rms_norm_gated(
+        x, z, self.weight, self.eps, self.group_size, self.norm_before_gate, self.activation
+    )
+
+
+def _rms_norm_gated_kernel(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    group_size: int | None,
+    norm_before_gate: bool,
+    activation: str,
+) -> torch.Tensor:
+    return _flagos_normalization.rms_norm_gated(
+        _attrs(
+            weight=weight,
+            eps=eps,
+            group_size=group_size,
+            norm_before_gate=norm_before_gate,
+            activation=activation,
+        ),
+        x,
+        z,
+    )
+
+
+def _rms_norm_gated_fake(
+    x: torch.Tensor,
+    z: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    group_size: int | None,
+    norm_before_gate: bool,
+    activation: str,
+) -> torch.Tensor:
+    return _reference_normalization.rms_norm_gated(
+        _attrs(
+            weight=weight,
+            eps=eps,
+            group_size=group_size,
+            norm_before_gate=norm_before_gate,
+            activation=activation,
+        ),
+        x,
+        z,
     )
 
 
@@ -911,6 +1046,21 @@ IMPLS = (
         custom_op=CustomOp(_quick_gelu_kernel, _quick_gelu_fake),
     ),
     Impl(
+        "gelu", _flagos_activation.gelu, adapter=gelu, custom_op=CustomOp(_gelu_kernel, _gelu_fake)
+    ),
+    Impl(
+        "gelu_tanh",
+        _flagos_activation.gelu_tanh,
+        adapter=gelu_tanh,
+        custom_op=CustomOp(_gelu_tanh_kernel, _gelu_tanh_fake),
+    ),
+    Impl(
+        "swigluoai_and_mul",
+        _flagos_activation.swigluoai_and_mul,
+        adapter=swigluoai_and_mul,
+        custom_op=CustomOp(_swigluoai_and_mul_kernel, _swigluoai_and_mul_fake),
+    ),
+    Impl(
         "rms_norm",
         _flagos_normalization.rms_norm,
         eager=_flagos_normalization.rms_norm_inplace,
@@ -922,6 +1072,18 @@ IMPLS = (
         _flagos_normalization.gemma_rms_norm,
         adapter=gemma_rms_norm,
         custom_op=CustomOp(_gemma_rms_norm_kernel, _gemma_rms_norm_fake),
+    ),
+    Impl(
+        "layer_norm",
+        _flagos_normalization.layer_norm,
+        adapter=layer_norm,
+        custom_op=CustomOp(_layer_norm_kernel, _layer_norm_fake),
+    ),
+    Impl(
+        "rms_norm_gated",
+        _flagos_normalization.rms_norm_gated,
+        adapter=rms_norm_gated,
+        custom_op=CustomOp(_rms_norm_gated_kernel, _rms_norm_gated_fake),
     ),
     Impl(
         "rotary_embedding",
@@ -996,5 +1158,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 29 implementation(s) of backend ``flagos``."""
+    """Register the 34 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

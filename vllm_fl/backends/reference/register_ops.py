@@ -29,8 +29,13 @@ IMPLS = (
     Impl("relu_squared", _reference_activation.relu_squared),
     Impl("gelu_fast", _reference_activation.gelu_fast),
     Impl("quick_gelu", _reference_activation.quick_gelu),
+    Impl("gelu", _reference_activation.gelu),
+    Impl("gelu_tanh", _reference_activation.gelu_tanh),
+    Impl("swigluoai_and_mul", _reference_activation.swigluoai_and_mul),
     Impl("rms_norm", _reference_normalization.rms_norm),
     Impl("gemma_rms_norm", _reference_normalization.gemma_rms_norm),
+    Impl("layer_norm", _reference_normalization.layer_norm),
+    Impl("rms_norm_gated", _reference_normalization.rms_norm_gated),
     Impl("rotary_embedding", _reference_rotary.rotary_embedding),
     Impl("attention_backend", _reference_attention.attention_backend),
     Impl("reshape_and_cache_flash", _reference_attention.reshape_and_cache_flash),
@@ -66,5 +71,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 38 implementation(s) of backend ``reference``."""
+    """Register the 43 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -57,3 +57,11 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
     """``torch.ops._C.gelu_quick(out, x)``."""
     return _pointwise(_ops().gelu_quick, x)
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """``torch.ops._C.swigluoai_and_mul(out, x, alpha, limit)``."""
+    d = x.shape[-1] // 2
+    out = torch.empty(x.shape[:-1] + (d,), dtype=x.dtype, device=x.device)
+    _ops().swigluoai_and_mul(out, x, self.alpha, self.limit)
+    return out

@@ -13,6 +13,7 @@ op's eager variant) calls it in place as vLLM does: 4 passes, 1 launch.
 
 import torch
 
+from vllm_fl import compat
 from vllm_fl.backends.reference.impl import normalization as _reference
 
 _custom_ops = None
@@ -76,3 +77,19 @@ def gemma_rms_norm(
     total = x if residual is None else x + residual
     out = _rms_norm(total, weight, self.variance_epsilon)
     return out if residual is None else (out, total)
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """What vLLM's ``RMSNormGated.forward_cuda`` runs: flash-linear-attention's Triton
+    ``rmsnorm_fn`` from vLLM's copy of it (``compat.gated_rms_norm_kernel``; vLLM has no CUDA
+    C++ kernel for the gated norm)."""
+    return compat.gated_rms_norm_kernel()(
+        x,
+        self.weight,
+        None,
+        z=z,
+        eps=self.eps,
+        group_size=self.group_size,
+        norm_before_gate=self.norm_before_gate,
+        activation=self.activation,
+    )

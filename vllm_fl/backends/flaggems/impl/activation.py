@@ -45,3 +45,19 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(1.702 x)."""
     return pointwise.quick_gelu(x)
+
+
+def gelu(self, x: torch.Tensor) -> torch.Tensor:
+    """The exact GELU: FlagGems' ``gelu_none`` kernel (``flag_gems.gelu(x)``)."""
+    return pointwise.gelu(x, "none")
+
+
+def gelu_tanh(self, x: torch.Tensor) -> torch.Tensor:
+    """The tanh GELU: FlagGems' ``gelu_tanh`` kernel (``flag_gems.gelu(x, approximate="tanh")``)."""
+    return pointwise.gelu(x, "tanh")
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """GPT-OSS's clamped SwiGLU over the interleaved gate and up columns, in one kernel
+    (FlagGems has none: ``vllm_fl.kernels.pointwise``)."""
+    return pointwise.swigluoai_and_mul(x, self.alpha, self.limit)

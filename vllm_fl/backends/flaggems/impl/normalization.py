@@ -1,4 +1,5 @@
-"""FlagGems RMS normalisations: vLLM's RMSNorm layers mapped to ``vllm_fl.kernels.norm``.
+"""FlagGems normalisations: vLLM's RMSNorm layers mapped to ``vllm_fl.kernels.norm``, its
+LayerNorm to FlagGems' ``layer_norm``, its RMSNormGated to the Triton kernel vLLM runs for it.
 
 With a residual, the functional ``rms_norm`` writes both results into new tensors in one launch;
 outside torch.compile, ``rms_norm_inplace`` (the op's eager variant) overwrites x and residual
@@ -7,6 +8,7 @@ with FlagGems' ``fused_add_rms_norm``, as vLLM does.
 
 import torch
 
+from vllm_fl import compat
 from vllm_fl.kernels import norm
 
 
@@ -41,3 +43,28 @@ def gemma_rms_norm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Gemma's RMSNorm, x * rrms * (1 + w) computed in float32 and rounded once."""
     return norm.gemma_rms_norm(self, x, residual, self.weight, self.variance_epsilon)
+
+
+def layer_norm(self, x: torch.Tensor) -> torch.Tensor:
+    """FlagGems' ``layer_norm``: x and the weight read in float32, the result rounded once to x's
+    dtype, which is vLLM's widening to a float32 weight's dtype too."""
+    import flag_gems
+
+    out, _, _ = flag_gems.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    return out
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """FlagGems has no gated or grouped RMSNorm: flash-linear-attention's Triton kernel as vLLM
+    ships it (``compat.gated_rms_norm_kernel``), portable Triton like the rest of this backend,
+    float32 arithmetic rounded once."""
+    return compat.gated_rms_norm_kernel()(
+        x,
+        self.weight,
+        None,
+        z=z,
+        eps=self.eps,
+        group_size=self.group_size,
+        norm_before_gate=self.norm_before_gate,
+        activation=self.activation,
+    )

@@ -44,3 +44,21 @@ def gelu_fast(self, x: torch.Tensor) -> torch.Tensor:
 def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(1.702 * x) (vLLM ``QuickGELU.forward_native``)."""
     return x * torch.sigmoid(1.702 * x)
+
+
+def gelu(self, x: torch.Tensor) -> torch.Tensor:
+    """The exact GELU (vLLM ``GELU.forward_native``)."""
+    return F.gelu(x, approximate="none")
+
+
+def gelu_tanh(self, x: torch.Tensor) -> torch.Tensor:
+    """The tanh-approximated GELU (vLLM ``GELUTanh.forward_native``)."""
+    return F.gelu(x, approximate="tanh")
+
+
+def swigluoai_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+    """(u + 1) * g * sigmoid(alpha * g) of the clamped interleaved gate g = x[..., ::2] and up
+    u = x[..., 1::2], in x's dtype (vLLM ``SwigluOAIAndMul.forward_native``)."""
+    gate = x[..., ::2].clamp(min=None, max=self.limit)
+    up = x[..., 1::2].clamp(min=-self.limit, max=self.limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))

@@ -1,13 +1,16 @@
-"""Reference RMS normalisations: vLLM's ``vllm.ir`` native ``rms_norm`` and
-``fused_add_rms_norm``, which ``RMSNorm``/``GemmaRMSNorm.forward_native`` call.
+"""Reference normalisations: vLLM's ``vllm.ir`` native ``rms_norm`` and
+``fused_add_rms_norm``, which ``RMSNorm``/``GemmaRMSNorm.forward_native`` call, and the
+``forward_native`` of ``LayerNorm`` and ``RMSNormGated``.
 
 Dtype handling, as vLLM does it: x is normalised in float32; the result is cast to the
 weight's dtype, multiplied by the weight, then cast back to x's dtype. With a residual,
 the sum is taken in float32, returned rounded to x's dtype, and the float32 sum is what
-gets normalised.
+gets normalised. ``layer_norm`` and ``rms_norm_gated`` keep their layers' own dtype rules
+(their docstrings).
 """
 
 import torch
+import torch.nn.functional as F
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -47,3 +50,31 @@ def gemma_rms_norm(
     if residual is None:
         return _rms_norm(x, weight, self.variance_epsilon)
     return _fused_add_rms_norm(x, residual, weight, self.variance_epsilon)
+
+
+def layer_norm(self, x: torch.Tensor) -> torch.Tensor:
+    """``F.layer_norm`` in the wider of x's and the weight's dtype, returned in x's dtype
+    (vLLM ``LayerNorm.forward_native``: a float32 weight gives a float32 reduction)."""
+    weight = self.weight
+    compute = x.dtype if weight is None else torch.promote_types(x.dtype, weight.dtype)
+    out = F.layer_norm(x.to(compute), self.normalized_shape, weight, self.bias, self.eps)
+    return out.to(x.dtype)
+
+
+def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+    """Gated RMSNorm in float32, rounded once to x's dtype (vLLM
+    ``RMSNormGated.forward_static``; its einops regrouping is a reshape of the last dimension)."""
+    if self.activation not in ("silu", "sigmoid", "swish"):
+        raise ValueError(f"RMSNormGated: unknown activation {self.activation!r}")
+    act = torch.sigmoid if self.activation == "sigmoid" else F.silu
+    x32 = x.float()
+    gate = None if z is None else act(z.float())
+    if gate is not None and not self.norm_before_gate:
+        x32 = x32 * gate
+    group = x32.shape[-1] if self.group_size is None else self.group_size
+    grouped = x32.unflatten(-1, (-1, group))
+    variance = grouped.pow(2).mean(dim=-1, keepdim=True)
+    out = (grouped * torch.rsqrt(variance + self.eps)).flatten(-2) * self.weight.float()
+    if gate is not None and self.norm_before_gate:
+        out = out * gate
+    return out.to(x.dtype)
