@@ -14,6 +14,7 @@ from .reader import Reader
 from .targets import (
     RESERVED,
     check_collective_tests,
+    check_collectives_only,
     check_tested_collective,
     read_collective,
     read_function,
@@ -135,6 +136,8 @@ def read_op(
     if tests is not None and collective is not None:
         assert tests_entry is not None
         check_collective_tests(r, tests_entry, what, tests)
+    if collective is None:
+        check_collectives_only(r, what, schema, sig_node.line, tests)
     f.done()
     op = m.Op(
         name,
