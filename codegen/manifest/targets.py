@@ -160,19 +160,21 @@ def check_collective_tests(r: Reader, entry: Entry, what: str, tests: m.Tests) -
                 )
 
 
-def check_collectives_only(
-    r: Reader, what: str, schema: FunctionSchema, sig_line: int, tests: m.Tests | None
-) -> None:
-    """What only a collective's signature and tests may have: tensor lists (``Tensor[]``: the
-    parity tests and the torch.library wrappers of the other ops take none) and inputs that
-    differ between ranks (``per_rank``)."""
+def check_no_tensor_list(r: Reader, what: str, schema: FunctionSchema, sig_line: int) -> None:
+    """Only a collective takes or returns tensor lists (``Tensor[]``): the parity tests and the
+    torch.library wrappers of the other ops have none."""
     if schema.has_tensor_list:
         raise r.error(
             sig_line,
             f"{what} takes or returns a Tensor[] but replaces no communicator method",
             "Tensor[] only in the signature of an op with 'collective:'",
         )
-    for case in tests.cases if tests is not None else ():
+
+
+def check_no_per_rank(r: Reader, what: str, tests: m.Tests) -> None:
+    """Only a collective's test inputs differ between ranks (``per_rank``): the other ops run
+    in one process."""
+    for case in tests.cases:
         for name, spec in case.inputs:
             if isinstance(spec, m.PerRankInput):
                 raise r.error(
