@@ -334,9 +334,7 @@ def _per_rank(r: Reader, node: Map, what: str, type_: Type | TypeUnion) -> m.Per
     items = r.seq(f.require("per_rank", expected).value, f"per_rank of {what}", expected)
     f.done()
     if len(items.items) != world:
-        raise r.error(
-            items.line, f"per_rank of {what} gives {len(items.items)} input(s)", expected
-        )
+        raise r.error(items.line, f"per_rank of {what} gives {len(items.items)} input(s)", expected)
     ranks = []
     for rank, item in enumerate(items.items):
         sub = f"rank {rank}'s {what}"

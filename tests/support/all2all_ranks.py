@@ -74,9 +74,7 @@ def rank_main(rank: int, world: int, store: str, out: str, all2all_backend: str)
                     hidden, logits = ep.dispatch_router_logits(mine["hidden"], mine["logits"])
                     report["router_hidden"] = hidden.tolist()
                     report["router_logits"] = logits.tolist()
-                    hidden, weights, ids = ep.dispatch(
-                        mine["hidden"], mine["weights"], mine["ids"]
-                    )
+                    hidden, weights, ids = ep.dispatch(mine["hidden"], mine["weights"], mine["ids"])
                     report["hidden"] = hidden.tolist()
                     report["weights"] = weights.tolist()
                     report["ids"] = ids.tolist()

@@ -140,9 +140,7 @@ class All2AllFL:
         if self.all2all_manager is None:
             output.copy_(hidden_states)
             return output
-        return self.all2all_manager.combine_into_output(
-            hidden_states, output, is_sequence_parallel
-        )
+        return self.all2all_manager.combine_into_output(hidden_states, output, is_sequence_parallel)
 
     def reduce_scatterv_into_output(
         self,

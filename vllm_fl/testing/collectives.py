@@ -185,9 +185,7 @@ def _reduce_scatterv(args: Sequence[Arguments], rank: int) -> torch.Tensor:
     return total.narrow(dim, sum(sizes[:rank]), sizes[rank])
 
 
-def _all_gatherv(
-    args: Sequence[Arguments], rank: int
-) -> torch.Tensor | list[torch.Tensor]:
+def _all_gatherv(args: Sequence[Arguments], rank: int) -> torch.Tensor | list[torch.Tensor]:
     """Each rank's tensor(s) concatenated along dim in rank order (rank r's holding sizes[r] of
     it, which each rank's input already has): a tensor for a tensor, a list for a list."""
     dim = args[rank][1]
@@ -208,7 +206,9 @@ def _send(args: Sequence[Arguments], rank: int) -> torch.Tensor | None:
 
 #: communicator method -> its result on a rank from every rank's arguments (positional, in the
 #: order of vLLM's method); codegen.manifest.targets.TESTED_COLLECTIVES lists the same methods
-ORACLES: dict[str, Callable[[Sequence[Arguments], int], torch.Tensor | list[torch.Tensor] | None]] = {
+ORACLES: dict[
+    str, Callable[[Sequence[Arguments], int], torch.Tensor | list[torch.Tensor] | None]
+] = {
     "all_reduce": _all_reduce,
     "all_gather": _all_gather,
     "all_gatherv": _all_gatherv,
