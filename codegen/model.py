@@ -225,7 +225,38 @@ class DerivedInput:
     function: str
 
 
-Input = TensorInput | LiteralInput | QuantizedInput | DerivedInput
+@dataclass(frozen=True)
+class TensorListInput:
+    """A ``Tensor[]`` argument: one tensor input per element (collectives only)."""
+
+    items: tuple[TensorInput, ...]
+
+
+#: the ranks the generated collectives' tests run on: a per-rank input gives one input for each
+COLLECTIVE_WORLD_SIZE = 2
+
+
+@dataclass(frozen=True)
+class PerRankInput:
+    """An input of a collective's test case that differs between the ranks (``{per_rank:
+    [...]}``): rank r draws ``ranks[r]``, one per rank of ``COLLECTIVE_WORLD_SIZE``. vLLM's
+    uneven collectives need it: rank r contributes ``sizes[r]`` rows."""
+
+    ranks: tuple["TensorInput | LiteralInput | TensorListInput", ...]
+
+
+Input = TensorInput | LiteralInput | QuantizedInput | DerivedInput | TensorListInput | PerRankInput
+
+
+def tensor_inputs(spec: Input) -> tuple[TensorInput, ...]:
+    """The tensor inputs an input draws: itself, a list's elements, every rank's."""
+    if isinstance(spec, TensorInput):
+        return (spec,)
+    if isinstance(spec, TensorListInput):
+        return spec.items
+    if isinstance(spec, PerRankInput):
+        return tuple(t for item in spec.ranks for t in tensor_inputs(item))
+    return ()
 
 
 @dataclass(frozen=True)

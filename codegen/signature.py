@@ -3,8 +3,11 @@
     rms_norm(Tensor x, Tensor? residual=None) -> Tensor | (Tensor, Tensor)
 
 Types are ``Tensor``, ``int``, ``float``, ``bool``, ``str``, ``int[]`` (a sequence of ints, such
-as a shape) and ``ScalarType`` (a ``torch.dtype``), each optionally followed by ``?`` (may be
-None). A return is one type, a parenthesised tuple of types, or alternatives joined by
+as a shape), ``Tensor[]`` (a list of tensors) and ``ScalarType`` (a ``torch.dtype``), each
+optionally followed by ``?`` (may be None). An argument may also take one of several types,
+``Tensor|Tensor[] input_`` (vLLM's ``all_gatherv`` takes a tensor or a list of them): a
+``TypeUnion`` of distinct, non-optional types. A return is one type, a parenthesised tuple of
+types, or alternatives joined by
 ``|``, or ``None`` alone for an op that only writes into caller-provided tensors (declared in
 ops.yaml as ``mutates``). Defaults are Python literals (``None``, ``True``, ``False``, numbers, quoted strings).
 Every class has ``parse(text)`` and a ``__str__`` that round-trips: ``parse(str(s)) == s``.
@@ -17,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
-BASE_TYPES = ("Tensor", "int", "float", "bool", "str", "int[]", "ScalarType")
+BASE_TYPES = ("Tensor", "int", "float", "bool", "str", "int[]", "Tensor[]", "ScalarType")
 _PY_BASE = {
     "Tensor": "torch.Tensor",
     "int": "int",
@@ -25,6 +28,7 @@ _PY_BASE = {
     "bool": "bool",
     "str": "str",
     "int[]": "list[int]",
+    "Tensor[]": "list[torch.Tensor]",
     "ScalarType": "torch.dtype",
 }
 _TOKEN = re.compile(
@@ -59,6 +63,16 @@ class Type:
     def is_tensor(self) -> bool:
         return self.base == "Tensor"
 
+    @property
+    def has_tensor_list(self) -> bool:
+        """Whether a value may be a list of tensors (``Tensor[]``)."""
+        return self.base == "Tensor[]"
+
+    @property
+    def alternatives(self) -> tuple["Type", ...]:
+        """The types a value may have: this one alone (a ``TypeUnion`` has several)."""
+        return (self,)
+
     def python(self) -> str:
         """The Python annotation: ``torch.Tensor | None`` for ``Tensor?``."""
         return _PY_BASE[self.base] + (" | None" if self.optional else "")
@@ -79,13 +93,43 @@ class Type:
             return isinstance(value, (list, tuple)) and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in value
             )
-        return False  # a Tensor or a dtype has no literal other than None
+        return False  # a Tensor, a list of them or a dtype has no literal other than None
+
+
+@dataclass(frozen=True)
+class TypeUnion:
+    """An argument that takes a value of any of several types, ``Tensor|Tensor[]``: two or more
+    distinct types, none of them optional (the union as a whole is never None)."""
+
+    types: tuple[Type, ...]
+
+    def __str__(self) -> str:
+        return "|".join(str(t) for t in self.types)
+
+    #: never None; never a plain Tensor (so never in mutates, inplace, a cache or supports)
+    optional = False
+    is_tensor = False
+
+    @property
+    def has_tensor_list(self) -> bool:
+        return any(t.has_tensor_list for t in self.types)
+
+    @property
+    def alternatives(self) -> tuple[Type, ...]:
+        return self.types
+
+    def python(self) -> str:
+        """The Python annotation: ``torch.Tensor | list[torch.Tensor]``."""
+        return " | ".join(t.python() for t in self.types)
+
+    def accepts(self, value: object) -> bool:
+        return any(t.accepts(value) for t in self.types)
 
 
 @dataclass(frozen=True)
 class Argument:
     name: str
-    type: Type
+    type: Type | TypeUnion
     default: str | None = None  # canonical Python literal text, e.g. "None", "1e-06", "'none'"
 
     @staticmethod
@@ -228,6 +272,13 @@ class FunctionSchema:
     def arg_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.arguments)
 
+    @property
+    def has_tensor_list(self) -> bool:
+        """Whether an argument or a return may be a list of tensors (``Tensor[]``)."""
+        types = [a.type for a in self.arguments]
+        types += [t for form in self.returns.forms for t in form.types]
+        return any(t.has_tensor_list for t in types)
+
 
 class _Parser:
     """A recursive-descent parser over a token list; errors say what was expected where."""
@@ -290,8 +341,25 @@ class _Parser:
             raise SignatureError(f"unknown type {base!r}, wanted one of " + ", ".join(BASE_TYPES))
         return Type(base, self.accept("?"))
 
+    def argument_type(self) -> Type | TypeUnion:
+        """A type, or alternatives joined by ``|`` (``Tensor|Tensor[]``)."""
+        types = [self.type_()]
+        while self.accept("|"):
+            types.append(self.type_())
+        if len(types) == 1:
+            return types[0]
+        union = TypeUnion(tuple(types))
+        for i, type_ in enumerate(types):
+            if type_.optional:
+                raise SignatureError(
+                    f"{type_} in the union {union} is optional; a union takes no None"
+                )
+            if type_ in types[:i]:
+                raise SignatureError(f"{type_} appears twice in the union {union}")
+        return union
+
     def argument(self) -> Argument:
-        type_ = self.type_()
+        type_ = self.argument_type()
         name = self.name(f"an argument name after {type_}")
         default = None
         if self.accept("="):
@@ -309,7 +377,7 @@ class _Parser:
                 raise SignatureError(f"default {text} of {name!r} is not a finite number")
             if not type_.accepts(value):
                 raise SignatureError(f"default {text} does not fit type {type_} of {name!r}")
-            if isinstance(value, float) and type_.base == "int":
+            if isinstance(value, float) and isinstance(type_, Type) and type_.base == "int":
                 raise SignatureError(f"default {text} does not fit type {type_} of {name!r}")
             default = repr(value)
         return Argument(name, type_, default)

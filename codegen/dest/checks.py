@@ -35,9 +35,9 @@ def _dtype_from(op: m.Op) -> tuple[str, ...]:
         found: list[str] = []
         for case in op.tests.cases:
             for name, spec in case.inputs:
-                if isinstance(spec, m.TensorInput) and spec.dtype == m.DTYPE_PLACEHOLDER:
-                    if name not in found:
-                        found.append(name)
+                drawn = m.tensor_inputs(spec)
+                if any(t.dtype == m.DTYPE_PLACEHOLDER for t in drawn) and name not in found:
+                    found.append(name)
         return tuple(a for a in op.schema.arg_names if a in found)
     return tuple(
         a.name for a in op.schema.arguments if a.type.is_tensor and a.name not in op.mutates

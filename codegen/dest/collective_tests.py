@@ -18,8 +18,8 @@ from ..signature import FunctionSchema
 from .parity import DIR, SEED, case_id, literal_id
 
 PATH = f"{DIR}/test_collectives.py"
-#: the processes of the group the collectives run on
-WORLD_SIZE = 2
+#: the processes of the group the collectives run on (a per-rank input gives one input each)
+WORLD_SIZE = m.COLLECTIVE_WORLD_SIZE
 
 
 def tested(manifest: m.Manifest) -> list[m.Op]:
@@ -51,14 +51,35 @@ class _OpView:
 
 
 def _argument(spec: m.Input) -> dict[str, object]:
+    """A case's input as the harness draws it (``vllm_fl.testing.collectives``)."""
     if isinstance(spec, m.LiteralInput):
         return {"value": spec.value}
+    if isinstance(spec, m.TensorListInput):
+        return {"tensors": [_argument(item) for item in spec.items]}
+    if isinstance(spec, m.PerRankInput):
+        return {"per_rank": [_argument(item) for item in spec.ranks]}
     assert isinstance(spec, m.TensorInput)  # the loader refuses other inputs for collectives
     item: dict[str, object] = {"shape": spec.shape, "dtype": spec.dtype}
     for key in ("high", "scale", "values"):
         if getattr(spec, key) is not None:
             item[key] = getattr(spec, key)
     return item
+
+
+def _id_part(name: str, spec: m.Input) -> str:
+    """An input in a test id: ``input_3x5``, ``dim=0``, ``input_3x4_3`` (a list),
+    ``input_3x4.2x4`` (rank 0's, rank 1's)."""
+    if isinstance(spec, m.LiteralInput):
+        return f"{name}={literal_id(spec.value)}"
+    if isinstance(spec, m.TensorListInput):
+        return name + "_".join(_id_part("", item) for item in spec.items)
+    if isinstance(spec, m.PerRankInput):
+        parts = [_id_part(name, item) for item in spec.ranks]
+        if all(isinstance(item, m.LiteralInput) for item in spec.ranks):
+            return parts[0] + "".join("." + p.split("=", 1)[1] for p in parts[1:])
+        return parts[0] + "".join("." + p[len(name) :] for p in parts[1:])
+    assert isinstance(spec, m.TensorInput)
+    return name + "x".join(str(d) for d in spec.shape)
 
 
 def _case_view(index: int, case: m.Case, schema: FunctionSchema) -> _CaseView:
@@ -71,11 +92,7 @@ def _case_view(index: int, case: m.Case, schema: FunctionSchema) -> _CaseView:
             args[arg.name] = {"value": arg.default_value}
             continue
         args[arg.name] = _argument(spec)
-        if isinstance(spec, m.TensorInput):
-            parts.append(arg.name + "x".join(str(d) for d in spec.shape))
-        else:
-            assert isinstance(spec, m.LiteralInput)
-            parts.append(f"{arg.name}={literal_id(spec.value)}")
+        parts.append(_id_part(arg.name, spec))
     return _CaseView(case_id(index, parts), args)
 
 

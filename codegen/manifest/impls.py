@@ -4,7 +4,7 @@ the long form ``{fn, priority, requires, eager, supports}``."""
 from __future__ import annotations
 
 from .. import model as m
-from ..signature import Argument, FunctionSchema
+from ..signature import Argument, FunctionSchema, Type
 from .reader import Reader
 from ..yamlnodes import Entry, Map, Scalar
 
@@ -121,6 +121,12 @@ def read_supports(
 
 
 def _supported_values(r: Reader, item: Entry, what: str, arg: Argument) -> tuple[object, ...]:
+    if not isinstance(arg.type, Type) or not (arg.type.is_tensor or arg.type.base in _VALUE_TYPES):
+        raise r.error(
+            item.key_line,
+            f"{what}: {arg.name} is a {arg.type}",
+            "supports only for optional Tensors (Tensor?) and str, int, float, bool arguments",
+        )
     if arg.type.is_tensor:
         expected = f"[null] (a Tensor argument: the impl serves calls without {arg.name})"
         if not arg.type.optional:

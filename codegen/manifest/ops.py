@@ -15,6 +15,8 @@ from .reader import Reader
 from .targets import (
     RESERVED,
     check_collective_tests,
+    check_no_per_rank,
+    check_no_tensor_list,
     check_tested_collective,
     read_collective,
     read_function,
@@ -85,6 +87,8 @@ def read_op(
         )
     collective_entry = f.pop("collective")
     collective = read_collective(r, collective_entry.value, what) if collective_entry else None
+    if collective is None:
+        check_no_tensor_list(r, what, schema, sig_node.line)
     if collective_entry is not None and (layer is not None or function is not None):
         raise r.error(
             collective_entry.key_line,
@@ -147,6 +151,8 @@ def read_op(
     if tests is not None and collective is not None:
         assert tests_entry is not None
         check_collective_tests(r, tests_entry, what, tests)
+    if collective is None and tests is not None:
+        check_no_per_rank(r, what, tests)
     f.done()
     op = m.Op(
         name,

@@ -106,6 +106,7 @@ def read_collective(r: Reader, node: Node, what: str) -> str:
 TESTED_COLLECTIVES = (
     "all_reduce",
     "all_gather",
+    "all_gatherv",
     "reduce_scatter",
     "reduce_scatterv",
     "gather",
@@ -133,7 +134,8 @@ def check_tested_collective(r: Reader, entry: Entry, what: str, method: str) -> 
 
 def check_collective_tests(r: Reader, entry: Entry, what: str, tests: m.Tests) -> None:
     """The tests of a collective: inputs the harness can draw on every rank (shapes,
-    ``{shape, dtype, ...}``, ``{values}``, literals), no canonical form and no round trip."""
+    ``{shape, dtype, ...}``, ``{values}``, lists of them, literals, each the same on every rank
+    or ``{per_rank: [...]}``), no canonical form and no round trip."""
     sub = f"tests of {what}"
     for key, present in (
         ("canonical", tests.canonical is not None),
@@ -148,12 +150,39 @@ def check_collective_tests(r: Reader, entry: Entry, what: str, tests: m.Tests) -
             )
     for case in tests.cases:
         for name, spec in case.inputs:
-            if not isinstance(spec, (m.TensorInput, m.LiteralInput)):
+            drawable = (m.TensorInput, m.LiteralInput, m.TensorListInput, m.PerRankInput)
+            if not isinstance(spec, drawable):
                 raise r.error(
                     case.line,
                     f"input {name!r} of a test case of {what} is quantized or derived",
-                    "a shape, {shape: ..., dtype: ...}, {values: [...]} or a literal "
-                    "(each rank draws a collective's inputs itself)",
+                    "a shape, {shape: ..., dtype: ...}, {values: [...]}, a list of them, a "
+                    "literal or {per_rank: [...]} (each rank draws a collective's inputs itself)",
+                )
+
+
+def check_no_tensor_list(r: Reader, what: str, schema: FunctionSchema, sig_line: int) -> None:
+    """Only a collective takes or returns tensor lists (``Tensor[]``): the parity tests and the
+    torch.library wrappers of the other ops have none."""
+    if schema.has_tensor_list:
+        raise r.error(
+            sig_line,
+            f"{what} takes or returns a Tensor[] but replaces no communicator method",
+            "Tensor[] only in the signature of an op with 'collective:'",
+        )
+
+
+def check_no_per_rank(r: Reader, what: str, tests: m.Tests) -> None:
+    """Only a collective's test inputs differ between ranks (``per_rank``): the other ops run
+    in one process."""
+    for case in tests.cases:
+        for name, spec in case.inputs:
+            if isinstance(spec, m.PerRankInput):
+                raise r.error(
+                    case.line,
+                    f"input {name!r} of a test case of {what} is per_rank, but the op is no "
+                    "collective",
+                    "the same input for the one process that runs the op (per_rank only in "
+                    "a collective's tests)",
                 )
 
 
@@ -198,7 +227,15 @@ def read_reads(r: Reader, node: Node, what: str, schema: FunctionSchema) -> tupl
                 f"attribute {attr!r} of {what} has the name of a signature argument",
                 "attribute names distinct from arguments",
             )
-        attrs.append(m.Attr(attr, r.type_(entry.value, f"type of {what}.reads.{attr}")))
+        type_ = r.type_(entry.value, f"type of {what}.reads.{attr}")
+        if type_.has_tensor_list:
+            raise r.error(
+                entry.value.line,
+                f"type of {what}.reads.{attr} is {type_}",
+                "a Tensor, int, float, bool or str attribute (a layer holds no Tensor[] the "
+                "torch.library wrappers could pass)",
+            )
+        attrs.append(m.Attr(attr, type_))
     return tuple(attrs)
 
 

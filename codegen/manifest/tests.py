@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import model as m
 from .reader import Reader
 from .tolerances import read_tolerances
-from ..signature import FunctionSchema, Type
+from ..signature import FunctionSchema, Type, TypeUnion
 from ..yamlnodes import Entry, Map, Node, Scalar, Seq, describe
 
 KEYS = ("dtypes", "cases", "tolerances", "canonical", "round_trip")
@@ -14,6 +14,9 @@ CASE_KEYS = ("init", "inputs")
 TENSOR_KEYS = ("shape", "dtype", "high", "scale", "values")
 QUANTIZED_KEYS = ("quantize", "scheme", "group", "scales", "zeros", "transpose", "scale")
 DERIVED_KEYS = ("derive",)
+PER_RANK_KEYS = ("per_rank",)
+#: the most tensors a Tensor[] input may hold
+MAX_TENSORS = 64
 ROUND_TRIP_KEYS = ("fn", "tolerances")
 REFERENCE_FN = "module.function under the reference backend's impl/ package"
 #: the most elements a tensor given by its ``values`` may have (a test's metadata, not its data)
@@ -234,7 +237,13 @@ def _shape(r: Reader, node: Node, what: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.LiteralInput:
+def _input(r: Reader, node: Node, what: str, type_: Type | TypeUnion) -> m.Input:
+    if isinstance(node, Map) and "per_rank" in node.entries:
+        return _per_rank(r, node, what, type_)
+    if isinstance(type_, TypeUnion):
+        return _input(r, node, what, _alternative(r, node, what, type_))
+    if type_.base == "Tensor[]":
+        return _tensor_list(r, node, what)
     if type_.base == "int[]":
         return _int_list(r, node, what, type_)
     if not type_.is_tensor:
@@ -265,6 +274,81 @@ def _input(r: Reader, node: Node, what: str, type_: Type) -> m.TensorInput | m.L
         "{quantize: ..., scheme: ..., scales: ...}, {derive: module.function}"
         + (" or null" if type_.optional else ""),
     )
+
+
+#: how an input of each type is written, in an error about a union's input
+_FORMS = {
+    "Tensor": "a shape like [7, 256] or {shape: ...}",
+    "Tensor[]": "a list of shapes like [[7, 256], [7]]",
+    "int[]": "a list of integers like [3, 2]",
+}
+
+
+def _alternative(r: Reader, node: Node, what: str, union: TypeUnion) -> Type:
+    """The type of a union argument's input, by the input's form, in the union's order: a list of
+    lists or mappings is a ``Tensor[]``, another list a ``Tensor`` shape or an ``int[]``, a
+    mapping a ``Tensor``, a scalar a literal of a scalar type."""
+    for type_ in union.types:
+        if isinstance(node, Seq) and node.items and isinstance(node.items[0], (Seq, Map)):
+            fits = type_.base == "Tensor[]"
+        elif isinstance(node, Seq):
+            fits = type_.base in ("Tensor", "int[]")
+        elif isinstance(node, Map):
+            fits = type_.base == "Tensor"
+        else:
+            fits = type_.base not in _FORMS and type_.base != "ScalarType"
+        if fits:
+            return type_
+    forms = [_FORMS.get(t.base, f"a {t} literal") for t in union.types]
+    raise r.error(node.line, f"{what} is {describe(node)}", " or ".join(forms))
+
+
+def _tensor_list(r: Reader, node: Node, what: str) -> m.TensorListInput:
+    """A ``Tensor[]`` input: a list of tensor inputs (shapes or ``{shape, dtype, ...}``)."""
+    expected = "a list of tensor inputs like [[7, 256], {shape: [7], dtype: int32, high: 8}]"
+    items = r.seq(node, what, expected)
+    if not items.items or len(items.items) > MAX_TENSORS:
+        raise r.error(
+            items.line,
+            f"{what} holds {len(items.items)} tensors",
+            f"{expected}, 1 to {MAX_TENSORS} of them",
+        )
+    out = []
+    for i, item in enumerate(items.items):
+        sub = f"tensor {i} of {what}"
+        if isinstance(item, Seq):
+            out.append(m.TensorInput(_shape(r, item, sub), m.DTYPE_PLACEHOLDER, None))
+        elif isinstance(item, Map):
+            out.append(_tensor(r, item, sub))
+        else:
+            raise r.error(item.line, f"{sub} is {describe(item)}", expected)
+    return m.TensorListInput(tuple(out))
+
+
+def _per_rank(r: Reader, node: Map, what: str, type_: Type | TypeUnion) -> m.PerRankInput:
+    """``{per_rank: [rank 0's input, rank 1's, ...]}``: one input of the argument's type per rank
+    of the collectives' tests (whether the op is a collective is checked with the op)."""
+    world = m.COLLECTIVE_WORLD_SIZE
+    expected = f"{{per_rank: [...]}} with one input per rank ({world} ranks)"
+    f = r.fields(node, what, expected, PER_RANK_KEYS)
+    items = r.seq(f.require("per_rank", expected).value, f"per_rank of {what}", expected)
+    f.done()
+    if len(items.items) != world:
+        raise r.error(items.line, f"per_rank of {what} gives {len(items.items)} input(s)", expected)
+    ranks = []
+    for rank, item in enumerate(items.items):
+        sub = f"rank {rank}'s {what}"
+        if isinstance(item, Map) and "per_rank" in item.entries:
+            raise r.error(item.line, f"{sub} is per_rank again", "the input of one rank")
+        spec = _input(r, item, sub, type_)
+        if not isinstance(spec, (m.TensorInput, m.LiteralInput, m.TensorListInput)):
+            raise r.error(
+                item.line,
+                f"{sub} is quantized or derived",
+                "a shape, {shape: ..., dtype: ...}, {values: [...]}, a list of them or a literal",
+            )
+        ranks.append(spec)
+    return m.PerRankInput(tuple(ranks))
 
 
 def _int_list(r: Reader, node: Node, what: str, type_: Type) -> m.LiteralInput:

@@ -865,6 +865,49 @@ CASES = [
 ]
 
 
+CASES += [
+    (
+        "tensor-list-outside-a-collective",
+        "    signature: scale_into(Tensor x, Tensor dest, float factor=2.0) -> None\n",
+        "    signature: scale_into(Tensor[] x, Tensor dest, float factor=2.0) -> None\n",
+        "op 'scale_into' takes or returns a Tensor[] but replaces no communicator method, "
+        "expected Tensor[] only in the signature of an op with 'collective:'",
+        "    signature: scale_into(Tensor[] x",
+    ),
+    (
+        "optional-type-in-a-union",
+        "    signature: all_reduce(Tensor input_) -> Tensor\n",
+        "    signature: all_reduce(Tensor|Tensor[]? input_) -> Tensor\n",
+        "Tensor[]? in the union Tensor|Tensor[]? is optional; a union takes no None",
+        "    signature: all_reduce(Tensor|",
+    ),
+    (
+        "tensor-list-input-given-as-a-shape",
+        "    signature: all_reduce(Tensor input_) -> Tensor\n",
+        "    signature: all_reduce(Tensor[] input_) -> Tensor\n",
+        "tensor 0 of input 'input_' of test case of op 'all_reduce' is the integer 4, expected "
+        "a list of tensor inputs",
+        "        - inputs: {input_: [4, 6]}",
+    ),
+    (
+        "per-rank-input-of-one-rank",
+        "        - inputs: {input_: [4, 6]}\n",
+        "        - inputs: {input_: {per_rank: [[4, 6]]}}\n",
+        "per_rank of input 'input_' of test case of op 'all_reduce' gives 1 input(s), expected "
+        "{per_rank: [...]} with one input per rank (2 ranks)",
+        "        - inputs: {input_: {per_rank",
+    ),
+    (
+        "per-rank-input-outside-a-collective",
+        "        - inputs: {x: [3, 16], dest: [3, 16]}\n",
+        "        - inputs: {x: {per_rank: [[3, 16], [2, 16]]}, dest: [3, 16]}\n",
+        "input 'x' of a test case of op 'scale_into' is per_rank, but the op is no collective, "
+        "expected the same input for the one process",
+        "        - inputs: {x: {per_rank",
+    ),
+]
+
+
 def _line_of(text: str, anchor: str | None) -> int:
     if anchor is None:
         return 1

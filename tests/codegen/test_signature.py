@@ -17,6 +17,7 @@ from codegen.signature import (
     ReturnForm,
     SignatureError,
     Type,
+    TypeUnion,
 )
 
 
@@ -41,9 +42,27 @@ def test_defaults_are_canonical_python_literals():
     assert FunctionSchema.parse(str(schema)) == schema
 
 
+def test_a_tensor_or_a_list_of_tensors():
+    schema = FunctionSchema.parse(
+        "all_gatherv(Tensor|Tensor[] input_, int dim=0, int[]? sizes=None) -> Tensor | Tensor[]"
+    )
+    union = TypeUnion((Type("Tensor"), Type("Tensor[]")))
+    assert schema.arguments[0] == Argument("input_", union)
+    assert schema.arguments[0].python() == "input_: torch.Tensor | list[torch.Tensor]"
+    assert schema.returns.python() == "torch.Tensor | list[torch.Tensor]"
+    assert schema.has_tensor_list
+    assert not union.is_tensor and not union.optional
+    assert not FunctionSchema.parse("f(Tensor x, int[] s) -> Tensor").has_tensor_list
+    assert FunctionSchema.parse("f(Tensor x) -> Tensor[]").has_tensor_list
+    assert FunctionSchema.parse(str(schema)) == schema
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
+        ("f(Tensor|Tensor[]? x) -> Tensor", "Tensor[]? in the union Tensor|Tensor[]? is optional"),
+        ("f(Tensor|Tensor x) -> Tensor", "Tensor appears twice in the union"),
+        ("f(Tensor|int x=None) -> Tensor", "default None does not fit type Tensor|int"),
         ("f(Tensor x) ->", "unexpected end of text"),
         ("f(Tensr x) -> Tensor", "unknown type 'Tensr'"),
         ("f(Tensor x, Tensor x) -> Tensor", "argument 'x' appears twice"),
@@ -100,6 +119,7 @@ def schemas(draw):
                 value = {
                     "Tensor": None,
                     "int[]": None,
+                    "Tensor[]": None,
                     "ScalarType": None,
                     "int": draw(st.integers(-5, 5)),
                     "float": draw(st.floats(-1e6, 1e6, allow_nan=False)),

@@ -61,6 +61,79 @@ SPEC = {
             },
         ],
     },
+    "all_gatherv": {
+        "method": "all_gatherv",
+        "impls": [
+            "reference.torch",
+            "vendor.cuda",
+            "vendor.flagcx",
+        ],
+        "tolerances": {
+            "float32": {"atol": 1e-05, "rtol": 1.3e-06},
+            "bfloat16": {"atol": 0.01, "rtol": 0.016},
+        },
+        "cases": [
+            {
+                "id": "case0-input_3x4.2x4-sizes=3_2",
+                "args": {
+                    "input_": {
+                        "per_rank": (
+                            {"shape": (3, 4), "dtype": "$dtype"},
+                            {"shape": (2, 4), "dtype": "$dtype"},
+                        )
+                    },
+                    "dim": {"value": 0},
+                    "sizes": {"value": (3, 2)},
+                },
+            },
+            {
+                "id": "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+                "args": {
+                    "input_": {
+                        "per_rank": (
+                            {
+                                "tensors": (
+                                    {"shape": (1, 6), "dtype": "$dtype"},
+                                    {"shape": (1, 2), "dtype": "$dtype"},
+                                    {"shape": (1, 2), "dtype": "int32", "high": 8},
+                                )
+                            },
+                            {
+                                "tensors": (
+                                    {"shape": (4, 6), "dtype": "$dtype"},
+                                    {"shape": (4, 2), "dtype": "$dtype"},
+                                    {"shape": (4, 2), "dtype": "int32", "high": 8},
+                                )
+                            },
+                        )
+                    },
+                    "dim": {"value": 0},
+                    "sizes": {"value": (1, 4)},
+                },
+            },
+            {
+                "id": "case2-input_2x3_2",
+                "args": {
+                    "input_": {
+                        "tensors": (
+                            {"shape": (2, 3), "dtype": "$dtype"},
+                            {"shape": (2,), "dtype": "$dtype"},
+                        )
+                    },
+                    "dim": {"value": 0},
+                    "sizes": {"value": None},
+                },
+            },
+            {
+                "id": "case3-input_2x5",
+                "args": {
+                    "input_": {"shape": (2, 5), "dtype": "$dtype"},
+                    "dim": {"value": 0},
+                    "sizes": {"value": None},
+                },
+            },
+        ],
+    },
     "reduce_scatter": {
         "method": "reduce_scatter",
         "impls": [
@@ -344,6 +417,174 @@ def results():
             "bfloat16",
             "case1-input_2x3x4-dim=-1",
             id="all_gather-flagcx-bfloat16-case1-input_2x3x4-dim=-1",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "float32",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-reference-float32-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "float32",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-reference-float32-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "float32",
+            "case2-input_2x3_2",
+            id="all_gatherv-reference-float32-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "float32",
+            "case3-input_2x5",
+            id="all_gatherv-reference-float32-case3-input_2x5",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "bfloat16",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-reference-bfloat16-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "bfloat16",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-reference-bfloat16-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "bfloat16",
+            "case2-input_2x3_2",
+            id="all_gatherv-reference-bfloat16-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "reference.torch",
+            "bfloat16",
+            "case3-input_2x5",
+            id="all_gatherv-reference-bfloat16-case3-input_2x5",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "float32",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-cuda-float32-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "float32",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-cuda-float32-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "float32",
+            "case2-input_2x3_2",
+            id="all_gatherv-cuda-float32-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "float32",
+            "case3-input_2x5",
+            id="all_gatherv-cuda-float32-case3-input_2x5",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "bfloat16",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-cuda-bfloat16-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "bfloat16",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-cuda-bfloat16-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "bfloat16",
+            "case2-input_2x3_2",
+            id="all_gatherv-cuda-bfloat16-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.cuda",
+            "bfloat16",
+            "case3-input_2x5",
+            id="all_gatherv-cuda-bfloat16-case3-input_2x5",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "float32",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-flagcx-float32-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "float32",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-flagcx-float32-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "float32",
+            "case2-input_2x3_2",
+            id="all_gatherv-flagcx-float32-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "float32",
+            "case3-input_2x5",
+            id="all_gatherv-flagcx-float32-case3-input_2x5",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "bfloat16",
+            "case0-input_3x4.2x4-sizes=3_2",
+            id="all_gatherv-flagcx-bfloat16-case0-input_3x4.2x4-sizes=3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "bfloat16",
+            "case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+            id="all_gatherv-flagcx-bfloat16-case1-input_1x6_1x2_1x2.4x6_4x2_4x2-sizes=1_4",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "bfloat16",
+            "case2-input_2x3_2",
+            id="all_gatherv-flagcx-bfloat16-case2-input_2x3_2",
+        ),
+        pytest.param(
+            "all_gatherv",
+            "vendor.flagcx",
+            "bfloat16",
+            "case3-input_2x5",
+            id="all_gatherv-flagcx-bfloat16-case3-input_2x5",
         ),
         pytest.param(
             "reduce_scatter",

@@ -37,6 +37,17 @@ def one_sided(self, input_: torch.Tensor) -> torch.Tensor:
     return reference.all_reduce(self, input_)
 
 
+def gatherv_first(self, input_: list[torch.Tensor], dim: int = 0, sizes=None) -> torch.Tensor:
+    """Gathers only the first tensor of a list, and gives it as a tensor."""
+    return reference.all_gatherv(self, input_[0], dim, sizes)
+
+
+def gatherv_in_place_rows(self, input_: list[torch.Tensor], dim: int = 0, sizes=None) -> list:
+    """Right, but zeroes the rows of its second input first."""
+    input_[1].zero_()
+    return reference.all_gatherv(self, input_, dim, sizes)
+
+
 def with_state(self, input_: torch.Tensor) -> torch.Tensor:
     assert self.backend_state["hooked"] == STATE, self.backend_state
     return reference.all_reduce(self, input_)
@@ -73,6 +84,8 @@ def register() -> None:
             _impl("one_sided", one_sided),
             _impl("unavailable", off_by_one, _never),
             _impl("crash", crash),
+            _impl("gatherv_first", gatherv_first),
+            _impl("gatherv_in_place_rows", gatherv_in_place_rows),
         ]
     )
     with registry.registering_for(Backend("hooked", communicator_setup=set_up)):

@@ -24,6 +24,31 @@ GATHER = {
     },
 }
 
+#: vLLM's dispatch: a list of tensors, rank 0 holding 3 rows and rank 1 two
+UNEVEN_LIST = {
+    "id": "uneven-list",
+    "args": {
+        "input_": {
+            "per_rank": (
+                {
+                    "tensors": (
+                        {"shape": (3, 2), "dtype": "$dtype"},
+                        {"shape": (3,), "dtype": "$dtype"},
+                    )
+                },
+                {
+                    "tensors": (
+                        {"shape": (2, 2), "dtype": "$dtype"},
+                        {"shape": (2,), "dtype": "$dtype"},
+                    )
+                },
+            )
+        },
+        "dim": {"value": 0},
+        "sizes": {"value": (3, 2)},
+    },
+}
+
 
 def _entry(method: str, *cases: dict, impls: tuple[str, ...] = (IMPL,)) -> dict:
     return {"method": method, "impls": list(impls), "tolerances": TOLERANCES, "cases": list(cases)}
@@ -39,6 +64,10 @@ SPEC = {
     "unavailable": _entry("all_reduce", ROWS),
     "missing": _entry("all_reduce", ROWS),
     "with_state": _entry("all_reduce", ROWS),
+    "all_gatherv": _entry("all_gatherv", UNEVEN_LIST, impls=("reference.torch",)),
+    "gatherv_first": _entry("all_gatherv", UNEVEN_LIST),
+    "gatherv_in_place_rows": _entry("all_gatherv", UNEVEN_LIST),
+    # last: the crash ends the run
     "crash": _entry("all_reduce", ROWS, ONE_ROW),
 }
 
@@ -54,7 +83,7 @@ def results():
 
 
 def _outcome(results, op, case="rows"):
-    impl = "reference.torch" if op == "all_reduce" else IMPL
+    impl = "reference.torch" if op in ("all_reduce", "all_gatherv") else IMPL
     return results[op, impl, "float32", case]
 
 
@@ -119,3 +148,20 @@ def test_a_crashing_rank_fails_what_it_ran_and_what_it_never_reached(results):
     never = _outcome(results, "crash", "one-row")
     assert never.ranks[1].error.startswith("not run: rank 1 exited with code 3 while running")
     assert not never.ok
+
+
+def test_a_list_of_uneven_tensors_gathers_on_the_reference(results):
+    outcome = _outcome(results, "all_gatherv", "uneven-list")
+    assert outcome.ok, outcome.failure
+    assert all(r.max_error == 0.0 for r in outcome.ranks.values())
+
+
+def test_a_tensor_where_a_list_is_due_fails(results):
+    outcome = _outcome(results, "gatherv_first", "uneven-list")
+    assert all(r.status == "failed" for r in outcome.ranks.values())
+    assert "expected a list of 2 tensors" in outcome.failure
+
+
+def test_an_impl_modifying_a_tensor_of_its_list_input_fails(results):
+    outcome = _outcome(results, "gatherv_in_place_rows", "uneven-list")
+    assert {r.error for r in outcome.ranks.values()} == {"modified its input argument(s) 0"}

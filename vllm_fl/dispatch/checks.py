@@ -704,6 +704,21 @@ CHECKS: dict[str, dict] = {
             "float32": (1e-05, 1.3e-06),
         },
     },
+    "all_gatherv": {
+        "args": ("input_", "dim", "sizes"),
+        "layer": True,
+        "mutates": (),
+        "inplace": (),
+        "dtype_from": ("input_",),
+        "canonical": None,
+        "cache": (),
+        "slots": None,
+        "tolerances": {
+            "bfloat16": (0.01, 0.016),
+            "float16": (0.001, 0.001),
+            "float32": (1e-05, 1.3e-06),
+        },
+    },
     "reduce_scatter": {
         "args": ("input_", "dim"),
         "layer": True,

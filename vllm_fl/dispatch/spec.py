@@ -182,6 +182,7 @@ class FLBackendBase(abc.ABC):
         "fp8_scaled_mm",
         "all_reduce",
         "all_gather",
+        "all_gatherv",
         "reduce_scatter",
         "reduce_scatterv",
         "gather",
@@ -863,6 +864,24 @@ class FLBackendBase(abc.ABC):
 
         Signature: ``all_gather(Tensor input_, int dim=-1) -> Tensor``.
         Replaces vLLM's ``DeviceCommunicatorBase.all_gather``.
+        """
+
+    @abc.abstractmethod
+    def all_gatherv(
+        self,
+        communicator: Communicator,
+        input_: torch.Tensor | list[torch.Tensor],
+        dim: int = 0,
+        sizes: list[int] | None = None,
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """The ranks' input_ tensors concatenated along dim in rank order, on every rank, rank r
+        contributing sizes[r] of them along dim (equal sizes without sizes); a list of tensors
+        gathers each (one sizes for all) and gives a list, a tensor a tensor: what vLLM's
+        all-gather/reduce-scatter all-to-all dispatches MoE tokens with under data and expert
+        parallelism.
+
+        Signature: ``all_gatherv(Tensor|Tensor[] input_, int dim=0, int[]? sizes=None) -> Tensor | Tensor[]``.
+        Replaces vLLM's ``DeviceCommunicatorBase.all_gatherv``.
         """
 
     @abc.abstractmethod

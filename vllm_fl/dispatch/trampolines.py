@@ -2041,6 +2041,38 @@ def split_all_gather(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn
     return all_gather
 
 
+def plain_all_gatherv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_gatherv``: every call goes to ``_impl``."""
+
+    def all_gatherv(self, input_, dim=0, sizes=None):
+        try:
+            return (_f := _impl)(self, input_, dim, sizes)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim, sizes), {}, _traced)
+
+    return all_gatherv
+
+
+def split_all_gatherv(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``all_gatherv``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def all_gatherv(self, input_, dim=0, sizes=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, input_, dim, sizes)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, input_, dim, sizes), {}, _traced)
+
+    return all_gatherv
+
+
 def plain_reduce_scatter(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``reduce_scatter``: every call goes to ``_impl``."""
 
@@ -2244,6 +2276,7 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "fp8_scaled_mm": (plain_fp8_scaled_mm, split_fp8_scaled_mm),
     "all_reduce": (plain_all_reduce, split_all_reduce),
     "all_gather": (plain_all_gather, split_all_gather),
+    "all_gatherv": (plain_all_gatherv, split_all_gatherv),
     "reduce_scatter": (plain_reduce_scatter, split_reduce_scatter),
     "reduce_scatterv": (plain_reduce_scatterv, split_reduce_scatterv),
     "gather": (plain_gather, split_gather),

@@ -11,6 +11,8 @@ capture needs a ``CudaCommunicator``).
 - ``communicator``: ``CommunicatorFL``, which selects each collective's implementation once when
   vLLM builds it, checks that every rank of the group selected the same ones, and runs the
   ``communicator_setup`` hook of each backend it selected;
+- ``all2all``: ``All2AllFL``, the communicator's all2all manager for MoE expert parallelism
+  (vLLM's all-gather/reduce-scatter one, over the dispatched collectives);
 - ``cuda``: ``CudaCommunicatorFL``, the same on vLLM's CUDA communicator.
 
 Nothing here is imported by ``import vllm_fl``: vLLM imports the class by its path.

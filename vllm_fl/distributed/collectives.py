@@ -20,6 +20,7 @@ class CollectivesFL:
     COLLECTIVES: dict[str, str] = {
         "all_reduce": "all_reduce",
         "all_gather": "all_gather",
+        "all_gatherv": "all_gatherv",
         "reduce_scatter": "reduce_scatter",
         "reduce_scatterv": "reduce_scatterv",
         "gather": "gather",
@@ -44,6 +45,22 @@ class CollectivesFL:
         Op ``all_gather``: ``all_gather(Tensor input_, int dim=-1) -> Tensor``.
         """
         return self.collective_impls["all_gather"](self, input_, dim)
+
+    def all_gatherv(
+        self,
+        input_: torch.Tensor | list[torch.Tensor],
+        dim: int = 0,
+        sizes: list[int] | None = None,
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """The ranks' input_ tensors concatenated along dim in rank order, on every rank, rank r
+        contributing sizes[r] of them along dim (equal sizes without sizes); a list of tensors
+        gathers each (one sizes for all) and gives a list, a tensor a tensor: what vLLM's
+        all-gather/reduce-scatter all-to-all dispatches MoE tokens with under data and expert
+        parallelism.
+
+        Op ``all_gatherv``: ``all_gatherv(Tensor|Tensor[] input_, int dim=0, int[]? sizes=None) -> Tensor | Tensor[]``.
+        """
+        return self.collective_impls["all_gatherv"](self, input_, dim, sizes)
 
     def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
         """The sum of input_ over the ranks, split along dim into world_size equal chunks; rank r

@@ -19,6 +19,7 @@ from vllm.distributed.device_communicators.base_device_communicator import (
 
 from vllm_fl.dispatch import DispatchError, get_default_manager, get_logger
 
+from .all2all import All2AllFL
 from .collectives import CollectivesFL
 
 __all__ = ["CommunicatorFL", "select_collectives"]
@@ -33,8 +34,9 @@ def select_collectives(ops: tuple[str, ...]) -> dict[str, Any]:
     return {op: manager.binding(op).select()[0] for op in ops}
 
 
-class CommunicatorFL(CollectivesFL, DeviceCommunicatorBase):
-    """vLLM's ``DeviceCommunicatorBase`` with the collectives of ops.yaml (``CollectivesFL``).
+class CommunicatorFL(CollectivesFL, All2AllFL, DeviceCommunicatorBase):
+    """vLLM's ``DeviceCommunicatorBase`` with the collectives of ops.yaml (``CollectivesFL``)
+    and, for MoE expert parallelism, an all2all manager over them (``All2AllFL``).
 
     Built by vLLM with the keyword arguments of its own communicators (``cpu_group``,
     ``device``, ``device_group``, ``unique_name``, and whatever the installed vLLM adds);
@@ -51,13 +53,16 @@ class CommunicatorFL(CollectivesFL, DeviceCommunicatorBase):
         self.collective_impls: dict[str, Callable[..., Any]] = {
             op: impl.fn for op, impl in selected.items()
         }
+        self._set_up_all2all()
+        manager = self.all2all_manager
         logger.info(
-            "Communicator %s of group %r (rank %d of %d): %s",
+            "Communicator %s of group %r (rank %d of %d): %s%s",
             type(self).__name__,
             self.unique_name,
             self.rank_in_group,
             self.world_size,
             ", ".join(f"{op}={impl.impl_id}" for op, impl in selected.items()),
+            "" if manager is None else f"; all2all={type(manager).__name__}",
         )
 
     def _all_gather_object(self, obj: Any) -> list[Any]:

@@ -11,8 +11,8 @@ others). The impl's backend's ``communicator_setup`` hook, if it has one, runs o
 case every rank draws its inputs from a seed of (op, case index, dtype, rank), so each can draw
 every rank's too, calls the impl and compares its result with ``ORACLES[method]`` of all the
 ranks' inputs, computed locally in the tested dtype (with 2 ranks, a sum is exact); the impl
-must return the declared kind (a tensor, or None), no tensor sharing memory with an input, and
-leave its inputs alone. ``send`` runs with the ``recv`` of the same impl id: rank 0 sends its
+must return the declared kind (a tensor, a list of them, or None), no tensor sharing memory
+with an input, and leave its inputs alone. ``send`` runs with the ``recv`` of the same impl id: rank 0 sends its
 tensor, the receiving rank (``dst``, the next rank without one) must get it.
 
 A spec entry (what ``codegen.dest.collective_tests`` writes)::
@@ -28,7 +28,10 @@ A spec entry (what ``codegen.dest.collective_tests`` writes)::
 
 Every argument of the signature is in ``args``, in order (the positional arguments of vLLM's
 method): a tensor ``{shape, dtype, high, scale}`` or ``{values, dtype}`` (``$dtype``: the dtype
-under test) or a literal ``{value}``.
+under test), a list of tensors ``{tensors: [tensor, ...]}``, a literal ``{value}``, or
+``{per_rank: [rank 0's, rank 1's, ...]}`` (one of the others per rank: an uneven collective's
+rank r holds ``sizes[r]`` rows). A method may return a tensor, None or a list of tensors (where
+vLLM's does: ``all_gatherv`` of a list); a list is compared element by element.
 
 The ranks report each result to the parent as they go, over a pipe each (written synchronously:
 what a rank wrote before it died is read). A rank that crashes, or a
@@ -182,6 +185,15 @@ def _reduce_scatterv(args: Sequence[Arguments], rank: int) -> torch.Tensor:
     return total.narrow(dim, sum(sizes[:rank]), sizes[rank])
 
 
+def _all_gatherv(args: Sequence[Arguments], rank: int) -> torch.Tensor | list[torch.Tensor]:
+    """Each rank's tensor(s) concatenated along dim in rank order (rank r's holding sizes[r] of
+    it, which each rank's input already has): a tensor for a tensor, a list for a list."""
+    dim = args[rank][1]
+    if isinstance(args[rank][0], torch.Tensor):
+        return torch.cat([a[0] for a in args], dim=dim)
+    return [torch.cat(parts, dim=dim) for parts in zip(*(a[0] for a in args))]
+
+
 def _gather(args: Sequence[Arguments], rank: int) -> torch.Tensor | None:
     _, dst, dim = args[rank]
     return torch.cat([a[0] for a in args], dim=dim) if rank == dst else None
@@ -194,9 +206,12 @@ def _send(args: Sequence[Arguments], rank: int) -> torch.Tensor | None:
 
 #: communicator method -> its result on a rank from every rank's arguments (positional, in the
 #: order of vLLM's method); codegen.manifest.targets.TESTED_COLLECTIVES lists the same methods
-ORACLES: dict[str, Callable[[Sequence[Arguments], int], torch.Tensor | None]] = {
+ORACLES: dict[
+    str, Callable[[Sequence[Arguments], int], torch.Tensor | list[torch.Tensor] | None]
+] = {
     "all_reduce": _all_reduce,
     "all_gather": _all_gather,
+    "all_gatherv": _all_gatherv,
     "reduce_scatter": _reduce_scatter,
     "reduce_scatterv": _reduce_scatterv,
     "gather": _gather,
@@ -218,17 +233,33 @@ def seed_of(seed: int, op: str, case_index: int, dtype: str, rank: int) -> int:
     return (seed + zlib.crc32(f"{op}/{case_index}/{dtype}/{rank}".encode())) % (1 << 62)
 
 
-def draw_arguments(args: dict[str, dict[str, Any]], dtype: str, seed: int) -> Arguments:
-    """The arguments of a case (a spec's ``args``) in ``dtype``, tensors drawn from ``seed``."""
+def draw_arguments(
+    args: dict[str, dict[str, Any]], dtype: str, seed: int, rank: int = 0
+) -> Arguments:
+    """Rank ``rank``'s arguments of a case (a spec's ``args``) in ``dtype``, tensors drawn from
+    ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    out: Arguments = []
-    for item in args.values():
-        if "value" in item:
-            value = item["value"]
-            out.append(list(value) if isinstance(value, tuple) else value)
-            continue
-        out.append(draw_tensor(item, getattr(torch, dtype), generator))
-    return out
+    return [_draw(item, rank, getattr(torch, dtype), generator) for item in args.values()]
+
+
+def _draw(item: dict[str, Any], rank: int, dtype: torch.dtype, generator: torch.Generator) -> Any:
+    if "per_rank" in item:
+        return _draw(item["per_rank"][rank], rank, dtype, generator)
+    if "tensors" in item:
+        return [_draw(t, rank, dtype, generator) for t in item["tensors"]]
+    if "value" in item:
+        value = item["value"]
+        return list(value) if isinstance(value, tuple) else value
+    return draw_tensor(item, dtype, generator)
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    """The tensors of an argument or a result: itself, or a list's elements."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
 
 
 # -- the parent ------------------------------------------------------------------------------
@@ -556,11 +587,13 @@ class _Rank:
         """Run one case on this rank and compare with the oracle; raises what the impl raises."""
         case = entry["cases"][case_index]
         every = [
-            draw_arguments(case["args"], dtype, seed_of(self.seed, op, case_index, dtype, rank))
+            draw_arguments(
+                case["args"], dtype, seed_of(self.seed, op, case_index, dtype, rank), rank
+            )
             for rank in range(self.world_size)
         ]
         mine = every[self.rank]
-        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in mine]
+        before = [[t.clone() for t in _tensors(a)] for a in mine]
         expected = ORACLES[entry["method"]](every, self.rank)
         if entry["method"] == "send":
             receiver = _receiver(every, self.world_size)
@@ -576,7 +609,7 @@ class _Rank:
         changed = [
             str(i)
             for i, (a, b) in enumerate(zip(mine, before))
-            if isinstance(a, torch.Tensor) and not torch.equal(a, b)
+            if not all(torch.equal(x, y) for x, y in zip(_tensors(a), b))
         ]
         if changed:
             return RankResult(
@@ -588,11 +621,13 @@ class _Rank:
 
 def _compare(
     result: object,
-    expected: torch.Tensor | None,
+    expected: torch.Tensor | list[torch.Tensor] | None,
     inputs: Arguments,
     atol: float,
     rtol: float,
 ) -> RankResult:
+    if isinstance(expected, list):
+        return _compare_list(result, expected, inputs, atol, rtol)
     if expected is None:
         if result is None:
             return RankResult("ok")
@@ -605,11 +640,11 @@ def _compare(
             error=f"returned {_kind(result)}, expected {_kind(expected)}",
         )
     for i, arg in enumerate(inputs):
-        if (
-            isinstance(arg, torch.Tensor)
-            and arg.numel()
+        if any(
+            tensor.numel()
             and result.numel()
-            and result.untyped_storage().data_ptr() == arg.untyped_storage().data_ptr()
+            and result.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+            for tensor in _tensors(arg)
         ):
             return RankResult("failed", error=f"returned input argument {i} or a view of it")
     if not result.numel():
@@ -627,7 +662,27 @@ def _compare(
     )
 
 
+def _compare_list(
+    result: object, expected: list[torch.Tensor], inputs: Arguments, atol: float, rtol: float
+) -> RankResult:
+    """A list result: a list of as many tensors, each compared as a tensor result is."""
+    if not isinstance(result, list) or len(result) != len(expected):
+        return RankResult(
+            "failed", error=f"returned {_kind(result)}, expected a list of {len(expected)} tensors"
+        )
+    worst: float | None = None
+    for i, (got, want) in enumerate(zip(result, expected)):
+        one = _compare(got, want, inputs, atol, rtol)
+        if one.max_error is not None:
+            worst = max(worst or 0.0, one.max_error)
+        if one.status != "ok":
+            return RankResult("failed", worst, f"element {i} of the list: {one.error}")
+    return RankResult("ok", worst)
+
+
 def _kind(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
     return "None" if value is None else f"a {type(value).__name__}"

@@ -1122,6 +1122,7 @@ IMPLS = (
     ),
     Impl("all_reduce", _cuda_collectives.all_reduce),
     Impl("all_gather", _cuda_collectives.all_gather),
+    Impl("all_gatherv", _cuda_collectives.all_gatherv),
     Impl("reduce_scatter", _cuda_collectives.reduce_scatter),
     Impl("reduce_scatterv", _cuda_collectives.reduce_scatterv),
     Impl("gather", _cuda_collectives.gather),
@@ -1133,5 +1134,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 38 implementation(s) of backend ``cuda``."""
+    """Register the 39 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

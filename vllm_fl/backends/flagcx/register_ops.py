@@ -23,6 +23,7 @@ DECLARED = DeclaredBackend(
 IMPLS = (
     Impl("all_reduce", _flagcx_collectives.all_reduce),
     Impl("all_gather", _flagcx_collectives.all_gather),
+    Impl("all_gatherv", _flagcx_collectives.all_gatherv),
     Impl("reduce_scatter", _flagcx_collectives.reduce_scatter),
     Impl("reduce_scatterv", _flagcx_collectives.reduce_scatterv),
     Impl("gather", _flagcx_collectives.gather),
@@ -34,5 +35,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 7 implementation(s) of backend ``flagcx``."""
+    """Register the 8 implementation(s) of backend ``flagcx``."""
     REGISTRATIONS.register(registry)

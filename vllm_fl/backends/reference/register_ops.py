@@ -60,6 +60,7 @@ IMPLS = (
     Impl("fp8_scaled_mm", _reference_quant.fp8_scaled_mm),
     Impl("all_reduce", _reference_collectives.all_reduce),
     Impl("all_gather", _reference_collectives.all_gather),
+    Impl("all_gatherv", _reference_collectives.all_gatherv),
     Impl("reduce_scatter", _reference_collectives.reduce_scatter),
     Impl("reduce_scatterv", _reference_collectives.reduce_scatterv),
     Impl("gather", _reference_collectives.gather),
@@ -71,5 +72,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 43 implementation(s) of backend ``reference``."""
+    """Register the 44 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

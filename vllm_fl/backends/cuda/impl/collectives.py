@@ -30,6 +30,16 @@ def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return _vllm().all_gather(self, input_, dim)
 
 
+def all_gatherv(
+    self,
+    input_: torch.Tensor | list[torch.Tensor],
+    dim: int = 0,
+    sizes: list[int] | None = None,
+) -> torch.Tensor | list[torch.Tensor]:
+    """vLLM's all-gather of uneven chunks (pynccl; a list in one NCCL group; dim 0 only)."""
+    return _vllm().all_gatherv(self, input_, dim, sizes)
+
+
 def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """vLLM's reduce-scatter (pynccl)."""
     return _vllm().reduce_scatter(self, input_, dim)

@@ -2,7 +2,8 @@
 (``self.backend_state["flagcx"]``), enqueued on the current device stream as vLLM's own are.
 
 FlagCX has no gather: ``gather`` all-gathers and keeps the result on ``dst`` (more traffic, the
-same answer); uneven ``reduce_scatterv`` all-reduces and keeps this rank's chunk.
+same answer); uneven ``reduce_scatterv`` all-reduces and keeps this rank's chunk; uneven
+``all_gatherv`` all-gathers chunks padded to the largest and cuts each rank's rows out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from vllm_fl.backends.reference.impl.collectives import (
     concatenated_along,
     gather_buffer,
     scatter_buffers,
+    uneven_all_gather,
     uneven_reduce_scatter,
 )
 
@@ -43,6 +45,16 @@ def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     gathered = gather_buffer(source, self.world_size)
     group.library.all_gather(group.comm, source, gathered, _stream(source))
     return concatenated_along(gathered, input_, dim, self.world_size)
+
+
+def all_gatherv(
+    self,
+    input_: torch.Tensor | list[torch.Tensor],
+    dim: int = 0,
+    sizes: list[int] | None = None,
+) -> torch.Tensor | list[torch.Tensor]:
+    """The ranks' tensors along ``dim``, rank r's ``sizes[r]`` long (``flagcxAllGather``)."""
+    return uneven_all_gather(self, input_, dim, sizes, all_gather)
 
 
 def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -46,6 +46,61 @@ def concatenated_along(
     return stacked.reshape(shape)
 
 
+def all_gatherv(
+    self,
+    input_: torch.Tensor | list[torch.Tensor],
+    dim: int = 0,
+    sizes: list[int] | None = None,
+) -> torch.Tensor | list[torch.Tensor]:
+    """The ranks' tensors along ``dim`` in rank order, rank r's ``sizes[r]`` long there; a list
+    gathers each tensor."""
+    return uneven_all_gather(self, input_, dim, sizes, all_gather)
+
+
+def uneven_all_gather(
+    self,
+    input_: torch.Tensor | list[torch.Tensor],
+    dim: int,
+    sizes: list[int] | None,
+    all_gather_fn: Callable[..., torch.Tensor],
+) -> torch.Tensor | list[torch.Tensor]:
+    """``all_gatherv`` over a backend's ``all_gather_fn(self, tensor, dim)``: a tensor gives a
+    tensor, a list a list (each tensor gathered with the same ``sizes``). Equal sizes (or none)
+    are the all-gather itself; uneven ones are padded along ``dim`` to the largest, so that
+    every library's equal-size all-gather carries them (gloo has no uneven one), and each rank's
+    rows are cut out of the result."""
+    if isinstance(input_, torch.Tensor):
+        return _gather_padded(self, input_, dim, sizes, all_gather_fn)
+    return [_gather_padded(self, tensor, dim, sizes, all_gather_fn) for tensor in input_]
+
+
+def _gather_padded(
+    self,
+    tensor: torch.Tensor,
+    dim: int,
+    sizes: list[int] | None,
+    all_gather_fn: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    dim = dim % tensor.dim()
+    if sizes is not None and (
+        len(sizes) != self.world_size or tensor.shape[dim] != sizes[self.rank_in_group]
+    ):
+        raise ValueError(
+            f"all_gatherv: sizes {list(sizes)} of {self.world_size} ranks do not give rank "
+            f"{self.rank_in_group} its {tensor.shape[dim]} rows along dimension {dim}"
+        )
+    if sizes is None or len(set(sizes)) == 1:
+        return all_gather_fn(self, tensor, dim)
+    largest = max(sizes)
+    shape = list(tensor.shape)
+    shape[dim] = largest
+    padded = tensor.new_zeros(shape)
+    padded.narrow(dim, 0, tensor.shape[dim]).copy_(tensor)
+    gathered = all_gather_fn(self, padded, dim)
+    parts = [gathered.narrow(dim, rank * largest, size) for rank, size in enumerate(sizes)]
+    return torch.cat(parts, dim=dim)
+
+
 def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Chunk ``rank_in_group`` (of ``world_size`` equal ones along ``dim``) of the sum."""
     moved, out = scatter_buffers(input_, dim, self.world_size)
