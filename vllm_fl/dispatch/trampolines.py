@@ -471,6 +471,38 @@ def split_rms_norm_gated(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -
     return rms_norm_gated
 
 
+def plain_mixer2_gated_rms_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``mixer2_gated_rms_norm``: every call goes to ``_impl``."""
+
+    def mixer2_gated_rms_norm(self, x, gate):
+        try:
+            return (_f := _impl)(self, x, gate)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x, gate), {}, _traced)
+
+    return mixer2_gated_rms_norm
+
+
+def split_mixer2_gated_rms_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``mixer2_gated_rms_norm``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def mixer2_gated_rms_norm(self, x, gate):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(self, x, gate)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (self, x, gate), {}, _traced)
+
+    return mixer2_gated_rms_norm
+
+
 def plain_rotary_embedding(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``rotary_embedding``: every call goes to ``_impl``."""
 
@@ -2249,6 +2281,7 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "gemma_rms_norm": (plain_gemma_rms_norm, split_gemma_rms_norm),
     "layer_norm": (plain_layer_norm, split_layer_norm),
     "rms_norm_gated": (plain_rms_norm_gated, split_rms_norm_gated),
+    "mixer2_gated_rms_norm": (plain_mixer2_gated_rms_norm, split_mixer2_gated_rms_norm),
     "rotary_embedding": (plain_rotary_embedding, split_rotary_embedding),
     "attention_backend": (plain_attention_backend, split_attention_backend),
     "reshape_and_cache_flash": (plain_reshape_and_cache_flash, split_reshape_and_cache_flash),

@@ -30,6 +30,7 @@ OOT_CLASSES: dict[str, str] = {
     "GemmaRMSNorm": "vllm_fl.ops.layernorm:GemmaRMSNormFL",
     "LayerNorm": "vllm_fl.ops.layernorm:LayerNormFL",
     "RMSNormGated": "vllm_fl.ops.layernorm:RMSNormGatedFL",
+    "Mixer2RMSNormGated": "vllm_fl.ops.mamba_mixer2:Mixer2RMSNormGatedFL",
     "RotaryEmbedding": "vllm_fl.ops.rotary_embedding:RotaryEmbeddingFL",
 }
 
@@ -81,6 +82,7 @@ OOT_OPS: dict[str, str] = {
     "TPAwareGemmaRMSNorm": "gemma_rms_norm",
     "LayerNorm": "layer_norm",
     "RMSNormGated": "rms_norm_gated",
+    "Mixer2RMSNormGated": "mixer2_gated_rms_norm",
     "RotaryEmbedding": "rotary_embedding",
     "Llama3RotaryEmbedding": "rotary_embedding",
     "YaRNScalingRotaryEmbedding": "rotary_embedding",

@@ -370,6 +370,82 @@ def _rms_norm_gated_fake(
     )
 
 
+def mixer2_gated_rms_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``mixer2_gated_rms_norm``: a direct call, or custom op
+    ``vllm_fl::flagos_mixer2_gated_rms_norm`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_normalization.mixer2_gated_rms_norm(self, x, gate)
+    return torch.ops.vllm_fl.flagos_mixer2_gated_rms_norm(
+        x,
+        gate,
+        self.weight,
+        self.variance_epsilon,
+        self.use_rms_norm,
+        self.group_size,
+        self.n_groups,
+        self.tp_size,
+        self.tp_rank,
+        self.per_rank_hidden_size,
+    )
+
+
+def _mixer2_gated_rms_norm_kernel(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor | None,
+    variance_epsilon: float,
+    use_rms_norm: bool,
+    group_size: int,
+    n_groups: int,
+    tp_size: int,
+    tp_rank: int,
+    per_rank_hidden_size: int,
+) -> torch.Tensor:
+    return _flagos_normalization.mixer2_gated_rms_norm(
+        _attrs(
+            weight=weight,
+            variance_epsilon=variance_epsilon,
+            use_rms_norm=use_rms_norm,
+            group_size=group_size,
+            n_groups=n_groups,
+            tp_size=tp_size,
+            tp_rank=tp_rank,
+            per_rank_hidden_size=per_rank_hidden_size,
+        ),
+        x,
+        gate,
+    )
+
+
+def _mixer2_gated_rms_norm_fake(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    weight: torch.Tensor | None,
+    variance_epsilon: float,
+    use_rms_norm: bool,
+    group_size: int,
+    n_groups: int,
+    tp_size: int,
+    tp_rank: int,
+    per_rank_hidden_size: int,
+) -> torch.Tensor:
+    return _reference_normalization.mixer2_gated_rms_norm(
+        _attrs(
+            weight=weight,
+            variance_epsilon=variance_epsilon,
+            use_rms_norm=use_rms_norm,
+            group_size=group_size,
+            n_groups=n_groups,
+            tp_size=tp_size,
+            tp_rank=tp_rank,
+            per_rank_hidden_size=per_rank_hidden_size,
+        ),
+        x,
+        gate,
+    )
+
+
 def rotary_embedding(
     self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -1086,6 +1162,12 @@ IMPLS = (
         custom_op=CustomOp(_rms_norm_gated_kernel, _rms_norm_gated_fake),
     ),
     Impl(
+        "mixer2_gated_rms_norm",
+        _flagos_normalization.mixer2_gated_rms_norm,
+        adapter=mixer2_gated_rms_norm,
+        custom_op=CustomOp(_mixer2_gated_rms_norm_kernel, _mixer2_gated_rms_norm_fake),
+    ),
+    Impl(
         "rotary_embedding",
         _flagos_rotary.rotary_embedding,
         eager=_flagos_rotary.rotary_embedding_inplace,
@@ -1158,5 +1240,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 34 implementation(s) of backend ``flagos``."""
+    """Register the 35 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

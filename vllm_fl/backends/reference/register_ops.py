@@ -36,6 +36,7 @@ IMPLS = (
     Impl("gemma_rms_norm", _reference_normalization.gemma_rms_norm),
     Impl("layer_norm", _reference_normalization.layer_norm),
     Impl("rms_norm_gated", _reference_normalization.rms_norm_gated),
+    Impl("mixer2_gated_rms_norm", _reference_normalization.mixer2_gated_rms_norm),
     Impl("rotary_embedding", _reference_rotary.rotary_embedding),
     Impl("attention_backend", _reference_attention.attention_backend),
     Impl("reshape_and_cache_flash", _reference_attention.reshape_and_cache_flash),
@@ -72,5 +73,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 44 implementation(s) of backend ``reference``."""
+    """Register the 45 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

@@ -12,6 +12,7 @@ op's eager variant) calls it in place as vLLM does: 4 passes, 1 launch.
 """
 
 import torch
+import torch.nn.functional as F
 
 from vllm_fl import compat
 from vllm_fl.backends.reference.impl import normalization as _reference
@@ -92,4 +93,27 @@ def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torc
         group_size=self.group_size,
         norm_before_gate=self.norm_before_gate,
         activation=self.activation,
+    )
+
+
+def mixer2_gated_rms_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """What vLLM's ``Mixer2RMSNormGated.forward_cuda`` runs (vLLM has no CUDA C++ kernel for it):
+    the Triton ``rms_norm_gated`` (``compat.mixer2_gated_rms_norm_kernel``), here on every call
+    whose groups lie within this rank (vLLM's own uses it for one group only, its
+    forward_native for the others; the kernel's group_size covers them).
+    A call whose norm needs other ranks' data runs the reference, whose collectives are vLLM's,
+    as vLLM's forward_cuda runs its forward_native; without the norm, the gate alone in x's
+    dtype as vLLM's forward_cuda computes it."""
+    if not self.use_rms_norm:
+        return x * F.silu(gate.to(torch.float32)).to(x.dtype)
+    if _reference.mixer2_crosses_ranks(self):
+        return _reference.mixer2_gated_rms_norm(self, x, gate)
+    return compat.mixer2_gated_rms_norm_kernel()(
+        x,
+        self.weight,
+        None,
+        z=gate,
+        eps=self.variance_epsilon,
+        group_size=self.group_size,
+        norm_before_gate=False,
     )

@@ -1,5 +1,6 @@
 """FlagGems normalisations: vLLM's RMSNorm layers mapped to ``vllm_fl.kernels.norm``, its
-LayerNorm to FlagGems' ``layer_norm``, its RMSNormGated to the Triton kernel vLLM runs for it.
+LayerNorm to FlagGems' ``layer_norm``, its RMSNormGated and Mixer2RMSNormGated to the Triton
+kernels vLLM runs for them.
 
 With a residual, the functional ``rms_norm`` writes both results into new tensors in one launch;
 outside torch.compile, ``rms_norm_inplace`` (the op's eager variant) overwrites x and residual
@@ -7,8 +8,10 @@ with FlagGems' ``fused_add_rms_norm``, as vLLM does.
 """
 
 import torch
+import torch.nn.functional as F
 
 from vllm_fl import compat
+from vllm_fl.backends.reference.impl import normalization as _reference
 from vllm_fl.kernels import norm
 
 
@@ -67,4 +70,26 @@ def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torc
         group_size=self.group_size,
         norm_before_gate=self.norm_before_gate,
         activation=self.activation,
+    )
+
+
+def mixer2_gated_rms_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """FlagGems has no gated RMSNorm: the Triton kernel vLLM's ``Mixer2RMSNormGated.forward_cuda``
+    runs (``compat.mixer2_gated_rms_norm_kernel``), on every call whose groups lie within this
+    rank (vLLM's own CUDA path uses it for one group only; its group_size covers the rest).
+    A call whose norm needs other ranks' data runs the reference, whose collectives are vLLM's,
+    as vLLM's forward_cuda runs its forward_native; without the norm, the gate alone in x's
+    dtype as vLLM's forward_cuda computes it."""
+    if not self.use_rms_norm:
+        return x * F.silu(gate.to(torch.float32)).to(x.dtype)
+    if _reference.mixer2_crosses_ranks(self):
+        return _reference.mixer2_gated_rms_norm(self, x, gate)
+    return compat.mixer2_gated_rms_norm_kernel()(
+        x,
+        self.weight,
+        None,
+        z=gate,
+        eps=self.variance_epsilon,
+        group_size=self.group_size,
+        norm_before_gate=False,
     )

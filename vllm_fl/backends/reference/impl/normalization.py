@@ -1,11 +1,12 @@
 """Reference normalisations: vLLM's ``vllm.ir`` native ``rms_norm`` and
 ``fused_add_rms_norm``, which ``RMSNorm``/``GemmaRMSNorm.forward_native`` call, and the
-``forward_native`` of ``LayerNorm`` and ``RMSNormGated``.
+``forward_native`` of ``LayerNorm``, ``RMSNormGated`` and the Mamba2 mixer's
+``Mixer2RMSNormGated``.
 
 Dtype handling, as vLLM does it: x is normalised in float32; the result is cast to the
 weight's dtype, multiplied by the weight, then cast back to x's dtype. With a residual,
 the sum is taken in float32, returned rounded to x's dtype, and the float32 sum is what
-gets normalised. ``layer_norm`` and ``rms_norm_gated`` keep their layers' own dtype rules
+gets normalised. ``layer_norm``, ``rms_norm_gated`` and ``mixer2_gated_rms_norm`` keep their layers' own dtype rules
 (their docstrings).
 """
 
@@ -78,3 +79,46 @@ def rms_norm_gated(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torc
     if gate is not None and self.norm_before_gate:
         out = out * gate
     return out.to(x.dtype)
+
+
+def mixer2_gated_rms_norm(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``Mixer2RMSNormGated.forward_native``: x * silu(gate) in float32, normalised over
+    groups, rounded to x's dtype and multiplied by the weight; its three tensor-parallel cases
+    (one group: the sum of squares all-reduced; tp_size dividing n_groups: each rank's own
+    groups; otherwise: x all-gathered and this rank's slice kept) through vLLM's tensor-parallel
+    helpers, which the plugin's communicator serves where it runs."""
+    input_dtype = x.dtype
+    gated = x * F.silu(gate.to(torch.float32))
+    if not self.use_rms_norm:
+        return gated.to(input_dtype)
+    if self.n_groups == 1:
+        if self.tp_size > 1:
+            from vllm.distributed import tensor_model_parallel_all_reduce
+
+            local_sums = gated.pow(2).sum(dim=-1, keepdim=True)
+            variance = tensor_model_parallel_all_reduce(local_sums) / (
+                self.tp_size * gated.shape[-1]
+            )
+        else:
+            variance = gated.pow(2).mean(-1, keepdim=True)
+        normed = gated * torch.rsqrt(variance + self.variance_epsilon)
+    else:
+        crosses_ranks = self.n_groups % self.tp_size != 0
+        if crosses_ranks:
+            from vllm.distributed import tensor_model_parallel_all_gather
+
+            gated = tensor_model_parallel_all_gather(gated, -1)
+        grouped = gated.unflatten(-1, (-1, self.group_size))
+        variance = grouped.pow(2).mean(-1, keepdim=True)
+        normed = (grouped * torch.rsqrt(variance + self.variance_epsilon)).flatten(-2)
+        if crosses_ranks:
+            start = self.per_rank_hidden_size * self.tp_rank
+            normed = normed[..., start : start + self.per_rank_hidden_size]
+    return self.weight * normed.to(input_dtype)
+
+
+def mixer2_crosses_ranks(self) -> bool:
+    """Whether a ``Mixer2RMSNormGated`` call needs other ranks' data: its norm reduces over groups
+    split across the tensor-parallel ranks (one group over several ranks, or a tp_size that does
+    not divide n_groups). Without the norm nothing is reduced."""
+    return self.use_rms_norm and self.n_groups % self.tp_size != 0
