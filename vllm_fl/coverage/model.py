@@ -106,7 +106,7 @@ def _check_architecture(config: dict[str, Any], where: Path) -> str:
     return known[0]
 
 
-def _init_single_process(vllm_config: Any) -> None:
+def init_single_process() -> None:
     """The distributed state vLLM's layers ask for (tensor-parallel size, ranks): one process,
     gloo, world size 1; kept for later models of the same process."""
     import torch.distributed as dist
@@ -158,7 +158,7 @@ def build_model(model: str | os.PathLike[str]) -> BuiltModel:
             ) from None
         with set_current_vllm_config(vllm_config):
             prepare_model_process(vllm_config)
-            _init_single_process(vllm_config)
+            init_single_process()
             with torch.device("meta"):
                 built = initialize_model(vllm_config=vllm_config)
     return BuiltModel(built, architecture, platform, vllm_config)

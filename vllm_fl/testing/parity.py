@@ -143,6 +143,8 @@ class Parity:
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.platforms import current_platform
 
+        from vllm_fl.coverage.model import init_single_process
+
         # as vLLM's platform does at start-up: some layers look their kernels up in
         # torch.ops._C when constructed
         current_platform.import_kernels()
@@ -150,6 +152,9 @@ class Parity:
         cls = getattr(importlib.import_module(module), name)
         kwargs = {key: dtype if value == "$dtype" else value for key, value in init.items()}
         with set_current_vllm_config(VllmConfig()), _default_dtype(dtype):
+            # as vLLM's one-process workers have it: some layers read the tensor-parallel size
+            # and rank when constructed (the Mamba2 mixer's norm)
+            init_single_process()
             layer = cls(**kwargs)
         generator = torch.Generator().manual_seed(self.seed)
         with torch.no_grad():
