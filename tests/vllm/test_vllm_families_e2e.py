@@ -111,6 +111,13 @@ def test_mamba2_generates_vanillas_tokens(mamba2_runs):
 def test_mamba2_runs_the_plugin_s_layers(mamba2_runs):
     result = mamba2_runs["plugin"].result
     assert result["used_impls"].get("rms_norm") == "reference.torch", result["used_impls"]
+    # the mixer's gated norm, which no attention layer accompanies here
+    layer = "Mixer2RMSNormGated"
+    assert result["layer_classes"][layer].startswith("vllm_fl."), result["layer_classes"]
+    assert result["forward_methods"][layer] == "forward_oot", result["forward_methods"]
+    assert result["used_impls"].get("mixer2_gated_rms_norm") == "reference.torch", result[
+        "used_impls"
+    ]
 
 
 def test_qwen3_next_generates_vanillas_tokens(qwen3_next_runs):
@@ -142,6 +149,7 @@ def test_falcon_h1_runs_the_plugin_s_layers(falcon_h1_runs):
         falcon_h1_runs["plugin"].result,
         {
             "RMSNorm": "rms_norm",
+            "Mixer2RMSNormGated": "mixer2_gated_rms_norm",
             "RotaryEmbedding": "rotary_embedding",
             "SiluAndMul": "silu_and_mul",
         },
@@ -155,5 +163,9 @@ def test_nemotron_h_generates_vanillas_tokens(nemotron_h_runs):
 def test_nemotron_h_runs_the_plugin_s_layers(nemotron_h_runs):
     _assert_ran_on_the_dispatch(
         nemotron_h_runs["plugin"].result,
-        {"RMSNorm": "rms_norm", "ReLUSquaredActivation": "relu_squared"},
+        {
+            "RMSNorm": "rms_norm",
+            "Mixer2RMSNormGated": "mixer2_gated_rms_norm",
+            "ReLUSquaredActivation": "relu_squared",
+        },
     )
