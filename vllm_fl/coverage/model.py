@@ -106,32 +106,6 @@ def _check_architecture(config: dict[str, Any], where: Path) -> str:
     return known[0]
 
 
-def init_single_process() -> None:
-    """The distributed state vLLM's layers ask for (tensor-parallel size, ranks): one process,
-    gloo, world size 1; kept for later models of the same process."""
-    import torch.distributed as dist
-    from vllm.distributed import (
-        init_distributed_environment,
-        initialize_model_parallel,
-        model_parallel_is_initialized,
-    )
-
-    if model_parallel_is_initialized():
-        return
-    if not dist.is_initialized():
-        handle, rendezvous = tempfile.mkstemp(prefix="vllm-fl-coverage-rdzv-")
-        os.close(handle)
-        os.unlink(rendezvous)  # gloo's file store creates it
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"file://{rendezvous}",
-            backend="gloo",
-        )
-    initialize_model_parallel(1, 1)
-
-
 def build_model(model: str | os.PathLike[str]) -> BuiltModel:
     """vLLM's model for the config at ``model``, on the meta device, with the plugin's classes
     registered over vLLM's. Raises `CoverageError` (one line) for a path or config it cannot
@@ -144,6 +118,7 @@ def build_model(model: str | os.PathLike[str]) -> BuiltModel:
         from vllm.engine.arg_utils import EngineArgs
         from vllm.model_executor.model_loader.utils import initialize_model
 
+        from vllm_fl.distributed.single_process import init_single_process
         from vllm_fl.registration import prepare_model_process
 
         try:

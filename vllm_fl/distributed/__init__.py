@@ -14,6 +14,8 @@ capture needs a ``CudaCommunicator``).
 - ``all2all``: ``All2AllFL``, the communicator's all2all manager for MoE expert parallelism
   (vLLM's all-gather/reduce-scatter one, over the dispatched collectives);
 - ``cuda``: ``CudaCommunicatorFL``, the same on vLLM's CUDA communicator.
+- ``single_process``: vLLM's tensor-parallel state for one process outside an engine (a model's
+  structure for ``vllm-fl coverage``, layers for the parity tests).
 
 Nothing here is imported by ``import vllm_fl``: vLLM imports the class by its path.
 """

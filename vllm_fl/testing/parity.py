@@ -143,7 +143,7 @@ class Parity:
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.platforms import current_platform
 
-        from vllm_fl.coverage.model import init_single_process
+        from vllm_fl.distributed.single_process import init_single_process
 
         # as vLLM's platform does at start-up: some layers look their kernels up in
         # torch.ops._C when constructed
