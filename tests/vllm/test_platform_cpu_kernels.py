@@ -45,4 +45,3 @@ def test_vllm_s_mamba_package_is_told_cpu(module):
 def test_everything_else_sees_an_out_of_tree_platform(module):
     assert _ask_from(module) is False
     assert PlatformFLCpu().is_out_of_tree()
-
