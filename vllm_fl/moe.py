@@ -7,8 +7,8 @@ the plugin's platforms. ``UnquantizedFusedMoEMethodFL`` is registered over it li
 layer classes (``CustomOp.register_oot``, key ``UnquantizedFusedMoEMethod``) and
 
 - is modular (``is_monolithic`` False): vLLM's router picks the experts, calling
-  ``vllm._custom_ops.topk_softmax`` (or ``grouped_topk``), which ``vllm_fl.functions`` routes
-  through the dispatch; shared experts stay with vLLM's runner, which runs them when the MoE
+  ``vllm._custom_ops.topk_softmax``, which ``vllm_fl.functions`` routes through the dispatch,
+  or, grouped, the op ``grouped_topk`` (``vllm_fl.grouped_routing``); shared experts stay with vLLM's runner, which runs them when the MoE
   kernel cannot overlap them (no kernel: never);
 - computes the routed experts with the dispatch op ``fused_experts`` (ops.yaml), whose backends
   call ``moe_align_block_size`` / ``moe_sum`` through the dispatch too.

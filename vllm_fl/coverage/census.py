@@ -69,11 +69,27 @@ INTEGRATION_OPS: dict[str, tuple[str, ...]] = {
 }
 
 #: vLLM's MoE routers whose top-k is a vLLM function the plugin routes through the dispatch
+#: (``GroupedTopKRouter``: ``vllm_fl.grouped_routing``, where vLLM would use its fused kernel)
 ROUTER_OPS: dict[str, tuple[str, ...]] = {
     "FusedTopKRouter": ("topk_softmax",),
     "FusedTopKBiasRouter": ("topk_softmax",),
     "GroupedTopKRouter": ("grouped_topk",),
 }
+
+
+def _grouped_dispatchable(router: Any) -> bool:
+    """Whether a grouped router's calls reach the op (``vllm_fl.grouped_routing``): those vLLM
+    would give its fused kernel; the others (DeepSeek-V2's routing without a correction bias)
+    run vLLM's Python routing."""
+    from vllm_fl.grouped_routing import dispatchable
+
+    return dispatchable(
+        getattr(router, "num_expert_group", None),
+        getattr(router, "top_k", 0),
+        getattr(router, "scoring_func", ""),
+        getattr(router, "e_score_correction_bias", None),
+    )
+
 
 #: modules that compute nothing
 _INERT = ("Identity", "Dropout", "ModuleList", "ModuleDict", "Sequential")
@@ -322,13 +338,16 @@ class _Walker:
 
         def make() -> Layer:
             ops = ROUTER_OPS.get(cls.__name__, ())
+            note = "the MoE router (no module)"
+            if ops == ("grouped_topk",) and not _grouped_dispatchable(router):
+                ops, note = (), f"{note}; vLLM's Python grouped top-k (no fused-kernel call)"
             return Layer(
                 name=cls.__name__,
                 qualname=_qualname(cls),
                 reach=ROUTER if ops else VLLM,
                 ops=ops,
                 vllm_code=self.code([(getattr(router, "select_experts", None), router)]),
-                note="the MoE router (no module)",
+                note=note,
             )
 
         self._add(_qualname(cls), path, make)
