@@ -15,7 +15,9 @@ from tests.support.codegen_trees import FIXTURES, REPO, registered
 
 from vllm_fl.dispatch.runtime import registration
 
-FIXTURE_OPS = "silu_and_mul, rms_norm, pick_backend, all_reduce, send, recv, scale_into, scaled_mm"
+FIXTURE_OPS = (
+    "silu_and_mul, gelu_tanh, rms_norm, pick_backend, all_reduce, send, recv, scale_into, scaled_mm"
+)
 
 
 def test_vendor_scaffolds_the_ops_asked_for_and_edits_manifest_in_place(generated, cli):
@@ -79,7 +81,7 @@ def test_vendor_without_ops_prints_the_usage_and_changes_nothing(generated, cli,
         assert out == ""
         assert err.startswith("usage: make vendor NAME=<vendor> OPS=<op>[,<op>...]\n"), err
         assert f"  {FIXTURE_OPS}\n" in err
-        assert "e.g. make vendor NAME=metax OPS=silu_and_mul,rms_norm\n" in err
+        assert "e.g. make vendor NAME=metax OPS=silu_and_mul,gelu_tanh\n" in err
         assert err.endswith("nothing was written\n")
     assert snapshot(generated) == before
 
@@ -106,7 +108,7 @@ def test_vendor_again_adds_ops_and_refuses_one_it_has(generated, cli, snapshot):
     assert rc == 1
     assert err.startswith(
         "error: OPS: vendor 'metax' implements 'rms_norm' already, expected ops it does not "
-        "implement yet: silu_and_mul, pick_backend"
+        "implement yet: silu_and_mul, gelu_tanh, pick_backend"
     )
     assert snapshot(generated) == before
     rc, _, err = cli("vendor", "metax", "--ops", "silu_and_mul", "--root", generated)

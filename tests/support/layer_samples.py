@@ -50,10 +50,15 @@ def make_inputs(spec: dict, seed: int = 0, dtype: torch.dtype = torch.float32) -
 
 def make_layer(cls: type, kwargs: dict, seed: int = 0):
     """Construct `cls` and give its weights (if any) non-trivial values. vLLM's kernels are
-    loaded first: some constructors (NewGELU, FastGELU, QuickGELU) look up torch.ops._C."""
+    loaded first: some constructors (NewGELU, FastGELU, QuickGELU) look up torch.ops._C; and
+    vLLM's one-process tensor-parallel state set up: some read the tensor-parallel size and rank
+    (the Mamba2 mixer's norm). Needs a current vLLM config."""
     from vllm.platforms import current_platform
 
+    from vllm_fl.distributed.single_process import init_single_process
+
     current_platform.import_kernels()
+    init_single_process()
     layer = cls(**kwargs)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():

@@ -33,6 +33,7 @@ from vllm.config import VllmConfig, set_current_vllm_config
 
 from tests.support.layer_samples import (
     function_samples,
+    installed,
     make_inputs,
     make_layer,
     op_of,

@@ -309,8 +309,9 @@ class _Walker:
 
     def kernel(self, module: Any, path: str, quant_method: Any) -> bool:
         """Record a layer whose quant method computes through one of the plugin's kernel classes
-        (one attribute deep: vLLM keeps the kernel it chose on the method); whether it did."""
-        parts = [quant_method, *vars(quant_method).values()]
+        (vLLM keeps the kernel it chose on the method, a MoE method's modular kernel a few
+        objects further: `_held_objects`); whether it did."""
+        parts = _held_objects(quant_method)
         plugin = [p for p in parts if type(p).__module__.startswith("vllm_fl.")]
         if not plugin:
             return False
@@ -351,6 +352,27 @@ class _Walker:
             )
 
         self._add(_qualname(cls), path, make)
+
+
+def _held_objects(root: Any, depth: int = 3) -> list[Any]:
+    """``root`` and the objects its attributes hold, followed through vLLM's own objects up to
+    ``depth`` attributes deep (a MoE method -> its modular kernel -> the kernel's implementation
+    -> the experts), each once."""
+    found: list[Any] = [root]
+    seen = {id(root)}
+    frontier = [root]
+    for _ in range(depth):
+        following = []
+        for obj in frontier:
+            for value in getattr(obj, "__dict__", {}).values():
+                if id(value) in seen or isinstance(value, (str, bytes, int, float, bool)):
+                    continue
+                seen.add(id(value))
+                found.append(value)
+                if type(value).__module__.startswith("vllm.") and hasattr(value, "__dict__"):
+                    following.append(value)
+        frontier = following
+    return found
 
 
 def bound_ops(module_name: str) -> list[str]:
