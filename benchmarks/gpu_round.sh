@@ -74,6 +74,11 @@
 #                silu_and_mul beside the FlagGems kernels (the report and bisect name it)
 #   moe-trace    vLLM's torch profiler in the engine core of the default layout, Qwen3-MoE shape
 #                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
+#   latency      decode ms per step at batch 1 and 8, vanilla, the shipped policy, the portable
+#                path and vanilla again (A/A), SHAPE (default llama3-8b) in MODE (default compile)
+#   expert-parallel  a 2-GPU machine: Qwen3-MoE shape (8 layers) with tensor_parallel_size=2 and
+#                expert parallelism, vanilla, the shipped policy and the portable path, eager and
+#                compiled: tokens and every worker's compiled kernels (benchmarks.multi_gpu)
 #
 # Results go to OUT_DIR as JSON (copy them to benchmarks/results/ and run
 # `python -m benchmarks.report` to render the docs' tables). PY (default python3) is a Python
@@ -83,7 +88,7 @@ stages=(
     tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
     moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
     moe-trace accuracy bringup quant quant-census quant-paired quant-profile quant-gemm attention-kernels
-    attention-tune block-fp8-tune mla mla-census
+    attention-tune block-fp8-tune mla mla-census latency expert-parallel
 )
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
@@ -246,6 +251,18 @@ bringup)
     env "${wrong[@]}" "$py" "${verify[@]}" --json "$out/h100_verify_real_wrong.json" || [ $? -eq 1 ]
     env "${wrong[@]}" "$py" -m vllm_fl.verify bisect "${verify[@]:2}" \
         --json "$out/h100_bisect_real_wrong.json"
+    ;;
+latency)
+    shape=${SHAPE:-llama3-8b}
+    "$py" -m benchmarks.latency --shape "$shape" --modes "${MODE:-compile}" \
+        --configs vanilla,plugin,flagos-deny-cuda,vanilla --batches 1,8 --repeats 5 \
+        --input-len 128 --output-len 64 --dummy-range 0.05 \
+        --json "$out/h100_latency_${shape}_${MODE:-compile}.json"
+    ;;
+expert-parallel)
+    "$py" -m benchmarks.multi_gpu --tp 2 --expert-parallel --shape qwen3-moe --layers 8 \
+        --configs vanilla,plugin,flagos-deny-cuda --modes eager,compile --prompts 64 \
+        --input-len 128 --output-len 64 --dummy-range 0.05 --json "$out/h100x2_ep_qwen3-moe.json"
     ;;
 *)
     echo "unknown stage '$stage' (one of: ${stages[*]})" >&2
