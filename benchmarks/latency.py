@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.engines import (
@@ -40,7 +41,7 @@ TASK = "benchmarks.latency:latency_task"
 
 def latency_task(llm, work) -> dict:
     """Per batch size of ``work.task_options["batches"]``: decode ms per step, each repeat."""
-    from vllm_fl.testing.engine import sampling_params
+    from vllm_fl.testing.engine import prompts, sampling_params
 
     options = work.task_options
     steps = work.max_tokens
@@ -51,10 +52,6 @@ def latency_task(llm, work) -> dict:
     def fresh(count: int) -> list[dict]:
         nonlocal seed
         seed += 1
-        from dataclasses import replace
-
-        from vllm_fl.testing.engine import prompts
-
         return prompts(replace(work, num_prompts=count), seed)
 
     def timed(batch, params) -> float:
