@@ -96,6 +96,7 @@ def _case(seed, q_lens, k_lens, heads=8, kv_heads=2, block=16, head_size=32, dty
 CASES = {
     "prefills-and-decodes": dict(q_lens=[13, 1, 7, 1, 0, 20], k_lens=[45, 20, 7, 64, 9, 20]),
     "decodes": dict(q_lens=[1] * 9, k_lens=[1, 33, 100, 17, 64, 5, 128, 77, 16]),
+    "decodes-and-empty-sequences": dict(q_lens=[1, 0, 1, 0, 1], k_lens=[12, 40, 33, 7, 70]),
     "mqa": dict(q_lens=[5, 1, 3], k_lens=[40, 70, 3], kv_heads=1),
     "one-long-prefill": dict(q_lens=[90], k_lens=[130]),
 }
@@ -140,3 +141,30 @@ def test_sequences_are_batched_within_the_score_budget(monkeypatch):
     # four heads: decodes of up to 70 keys fit 3 at a time in 1000 scores, the prefill goes alone
     monkeypatch.setattr(attention, "SCORE_BUDGET", 1000)
     assert attention._batches([0, 1, 2, 3, 4], starts, lens, 4) == [[0, 1, 2], [3], [4]]
+
+
+def test_decodes_read_nothing_back_and_leave_padding_rows(monkeypatch):
+    """A decode batch (max_query_len 1) is attended without reading a length back to the host
+    (so bring-up mode can capture it in a CUDA graph), even with max_seq_len above the longest
+    sequence; query rows past the last sequence's (padding) keep what output held."""
+    inputs = _case(11, q_lens=[1, 1, 0, 1], k_lens=[30, 5, 9, 64])
+    padded = torch.cat([inputs["query"], torch.randn(3, *inputs["query"].shape[1:])])
+    expected = torch.full_like(padded, 7.0)
+    _one_by_one(output=expected, softmax_scale=0.125, **{**inputs, "query": padded})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the decode path read a tensor back to the host")
+
+    for name in ("tolist", "item", "__int__", "__bool__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    actual = torch.full_like(padded, 7.0)
+    attention.paged_attention(
+        output=actual,
+        max_query_len=1,
+        max_seq_len=100,
+        softmax_scale=0.125,
+        **{**inputs, "query": padded},
+    )
+    monkeypatch.undo()
+    torch.testing.assert_close(actual, expected, atol=2e-6, rtol=2e-6)
+    assert (actual[-3:] == 7.0).all()

@@ -7,6 +7,8 @@ hands them (vLLM 0.24 unbinds a [num_blocks, 2, ...] tensor, 0.32 splits the las
 them. Scores and the softmax are computed in float32 and each output rounded once.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from vllm_fl.attention import PLUGIN_BACKEND
@@ -72,32 +74,47 @@ def paged_attention(
 ) -> None:
     """Each sequence's pages gathered in order, then masked softmax attention in float32;
     sequences go in batches, padded to the batch's longest query and context (padding masked,
-    never read into a result)."""
+    never read into a result). A batch of decodes (``max_query_len`` <= 1) is padded to
+    ``max_seq_len`` instead and never reads the lengths back to the host, so that it can be
+    captured in a CUDA graph (bring-up mode replays its checks that way)."""
     num_heads, num_kv_heads = query.shape[1], key_cache.shape[2]
     if num_heads % num_kv_heads:
         raise ValueError(
             f"paged_attention: query has {num_heads} heads, not a multiple of the caches' "
             f"{num_kv_heads} kv heads"
         )
-    starts = query_start_loc.tolist()
-    lens = seq_lens.tolist()
-    seqs = [s for s in range(len(lens)) if starts[s + 1] > starts[s]]
-    for batch in _batches(seqs, starts, lens, num_heads):
-        _attend(
+    mask = _Masks(causal, window_left, logits_soft_cap, sinks, softmax_scale)
+    if max_query_len <= 1:
+        _attend_decodes(
             query,
             key_cache,
             value_cache,
             output,
             block_table,
-            batch,
-            starts,
-            lens,
-            softmax_scale,
-            causal,
-            window_left,
-            logits_soft_cap,
-            sinks,
+            seq_lens,
+            query_start_loc,
+            max_seq_len,
+            mask,
         )
+        return
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    seqs = [s for s in range(len(lens)) if starts[s + 1] > starts[s]]
+    for batch in _batches(seqs, starts, lens, num_heads):
+        _attend_sequences(
+            query, key_cache, value_cache, output, block_table, batch, starts, lens, mask
+        )
+
+
+@dataclass(frozen=True)
+class _Masks:
+    """What shapes the scores besides the lengths: the op's scalar arguments and sinks."""
+
+    causal: bool
+    window_left: int
+    logits_soft_cap: float
+    sinks: torch.Tensor | None
+    softmax_scale: float
 
 
 def _batches(seqs: list[int], starts: list[int], lens: list[int], heads: int) -> list[list[int]]:
@@ -118,7 +135,7 @@ def _batches(seqs: list[int], starts: list[int], lens: list[int], heads: int) ->
     return batches
 
 
-def _attend(
+def _attend_sequences(
     query,
     key_cache,
     value_cache,
@@ -127,33 +144,114 @@ def _attend(
     batch: list[int],
     starts: list[int],
     lens: list[int],
-    softmax_scale: float,
-    causal: bool,
-    window_left: int,
-    logits_soft_cap: float,
-    sinks,
+    mask: _Masks,
 ) -> None:
     """Attention of the sequences ``batch``, written into their rows of ``output``."""
     device = query.device
-    num_heads, head_size = query.shape[1], query.shape[2]
-    num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
-    group = num_heads // num_kv_heads
     # the lengths are on the host already: no read-back from the device for the padding
     query_lens = [starts[s + 1] - starts[s] for s in batch]
     key_lens = [lens[s] for s in batch]
     longest_q, longest_k = max(query_lens), max(key_lens)
     q_lens = torch.tensor(query_lens, device=device)
     k_lens = torch.tensor(key_lens, device=device)
-    size = len(batch)
     # rows of the padded queries [batch, longest_q]; padding rows read the first row
     j = torch.arange(longest_q, device=device)
     q_valid = j[None, :] < q_lens[:, None]
     first = torch.tensor([starts[s] for s in batch], device=device)
     rows = torch.where(q_valid, first[:, None] + j[None, :], first[:, None])
+    out = _attend(
+        query,
+        key_cache,
+        value_cache,
+        block_table[batch],
+        rows,
+        q_valid,
+        q_lens,
+        k_lens,
+        longest_k,
+        mask,
+    )
+    output[rows[q_valid]] = out[q_valid].to(output.dtype)
+
+
+def _attend_decodes(
+    query,
+    key_cache,
+    value_cache,
+    output,
+    block_table,
+    seq_lens,
+    query_start_loc,
+    max_seq_len: int,
+    mask: _Masks,
+) -> None:
+    """Attention of a batch where each sequence has at most one query token, by query token:
+    token t belongs to the sequence whose rows hold it (a token past the last sequence's rows
+    is padding: its row of ``output`` is left as it was). Nothing is read back to the host."""
+    tokens, num_heads = query.shape[0], query.shape[1]
+    if tokens == 0:
+        return
+    device = query.device
+    num_seqs = seq_lens.shape[0]
+    if num_seqs == 0:
+        return
+    # each token's sequence: the number of sequences whose rows end at or before it
+    token = torch.arange(tokens, device=device, dtype=query_start_loc.dtype)
+    seq = torch.searchsorted(query_start_loc[1:].contiguous(), token, right=True)
+    valid = seq < num_seqs
+    seq = seq.clamp(max=num_seqs - 1)
+    ones = torch.ones(tokens, dtype=seq_lens.dtype, device=device)
+    # one token a sequence: the query is its last position
+    q_valid = valid[:, None]
+    # no sequence holds more keys than its row of the block table has room for
+    max_seq_len = min(max_seq_len, block_table.shape[1] * key_cache.shape[1])
+    per_token = max(1, SCORE_BUDGET // (num_heads * max(max_seq_len, 1)))
+    for first in range(0, tokens, per_token):
+        last = min(first + per_token, tokens)
+        part = slice(first, last)
+        rows = token[part, None].to(torch.int64)
+        out = _attend(
+            query,
+            key_cache,
+            value_cache,
+            block_table[seq[part]],
+            rows,
+            q_valid[part],
+            ones[part],
+            seq_lens[seq[part]],
+            max_seq_len,
+            mask,
+        )
+        done = out[:, 0].to(output.dtype)
+        output[part] = torch.where(valid[part, None, None], done, output[part])
+
+
+def _attend(
+    query,
+    key_cache,
+    value_cache,
+    pages_of,
+    rows,
+    q_valid,
+    q_lens,
+    k_lens,
+    longest_k: int,
+    mask: _Masks,
+) -> torch.Tensor:
+    """Padded attention [batch, longest_q, heads, head_size] (float32) of the queries ``rows``
+    [batch, longest_q] (``q_valid`` marks the real ones; each sequence's queries are its last
+    ``q_lens`` positions) over the first ``k_lens`` cache entries of each sequence, whose pages
+    are ``pages_of`` [batch, pages]."""
+    device = query.device
+    num_heads, head_size = query.shape[1], query.shape[2]
+    num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
+    group = num_heads // num_kv_heads
+    size, longest_q = rows.shape
+    j = torch.arange(longest_q, device=device)
     q = query[rows].to(torch.float32).view(size, longest_q, num_kv_heads, group, head_size)
     # each sequence's first longest_k cache entries; entries past its length are masked out
     pages_used = -(-longest_k // block_size)
-    pages = block_table[batch, :pages_used].to(torch.int64).clamp(0, key_cache.shape[0] - 1)
+    pages = pages_of[:, :pages_used].to(torch.int64).clamp(0, key_cache.shape[0] - 1)
     t = torch.arange(longest_k, device=device)
     k_valid = t[None, :] < k_lens[:, None]
 
@@ -164,30 +262,29 @@ def _attend(
         return torch.where(k_valid[:, :, None, None], tokens, 0.0)
 
     keys, values = gathered(key_cache), gathered(value_cache)
-    scores = torch.einsum("bqngd,btnd->bngqt", q, keys) * softmax_scale
+    scores = torch.einsum("bqngd,btnd->bngqt", q, keys) * mask.softmax_scale
     scores = scores.reshape(size, num_heads, longest_q, longest_k)
-    if logits_soft_cap > 0:
-        scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)
+    if mask.logits_soft_cap > 0:
+        scores = mask.logits_soft_cap * torch.tanh(scores / mask.logits_soft_cap)
     # the queries are each sequence's last q_len positions
     query_pos = (k_lens - q_lens)[:, None] + j[None, :]
     distance = query_pos[:, :, None] - t[None, None, :]
     visible = k_valid[:, None, :] & q_valid[:, :, None]
-    if causal:
+    if mask.causal:
         visible &= distance >= 0
-    if window_left >= 0:
-        visible &= distance <= window_left
-        if not causal:
-            visible &= distance >= -window_left
+    if mask.window_left >= 0:
+        visible &= distance <= mask.window_left
+        if not mask.causal:
+            visible &= distance >= -mask.window_left
     scores = scores.masked_fill(~visible[:, None], float("-inf"))
-    if sinks is not None:
-        sink = sinks.to(torch.float32).view(1, num_heads, 1, 1).expand(size, -1, longest_q, 1)
+    if mask.sinks is not None:
+        sink = mask.sinks.to(torch.float32).view(1, num_heads, 1, 1).expand(size, -1, longest_q, 1)
         probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1)
     # a query that sees no key (only possible with a window and no sink) attends to nothing
     probs = torch.nan_to_num(probs, nan=0.0)
     probs = probs.view(size, num_kv_heads, group, longest_q, longest_k)
-    out = torch.einsum("bngqt,btnd->bqngd", probs, values).reshape(
+    return torch.einsum("bngqt,btnd->bqngd", probs, values).reshape(
         size, longest_q, num_heads, head_size
     )
-    output[rows[q_valid]] = out[q_valid].to(output.dtype)
