@@ -110,6 +110,20 @@ class CallCopy:
     def named(self) -> dict[str, Any]:
         return named_arguments(self.check, self.args, self.kwargs)
 
+    def parts(self) -> tuple:
+        """The copy as plain containers of tensors (what a CUDA graph of the check records):
+        ``from_parts`` rebuilds it."""
+        slots = None
+        if self.slots is not None:
+            slots = (self.slots.block, self.slots.offset, self.slots.valid)
+        return self.args, self.kwargs, self.held, slots
+
+    @classmethod
+    def from_parts(
+        cls, check: Check, shared: tuple[int, ...], args, kwargs, held, slots
+    ) -> CallCopy:
+        return cls(check, args, kwargs, _Slots(*slots) if slots else None, held, shared)
+
     def widened(self, dtype: torch.dtype) -> CallCopy:
         """The same arguments with every floating tensor that is not a weight nor a shared cache
         in ``dtype`` (``mutates`` copied again, since the reference in the call's dtype writes

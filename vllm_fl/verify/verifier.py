@@ -21,7 +21,9 @@ calls while a CUDA graph is captured and calls made by a reference impl are not 
 
 from __future__ import annotations
 
+import functools
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -30,8 +32,9 @@ from vllm_fl.dispatch import CHECKS, BackendImplKind, OpImpl, get_logger
 
 from .arguments import CallCopy, named_arguments
 from .check import Check
-from .compare import WIDER, measure, unit_roundoff
+from .compare import WIDER, Measure, measure, unit_roundoff
 from .record import CallKey, Recorder
+from .replay import Replays
 from .sites import Sites
 
 __all__ = ["Check", "Verifier"]
@@ -43,6 +46,36 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """What one verified call's check depends on besides its tensors."""
+
+    check: Check
+    ref_fn: Callable[..., Any]
+    dtype: str
+
+    @functools.cached_property
+    def wide_dtype(self) -> torch.dtype | None:
+        return WIDER.get(getattr(torch, self.dtype, None))
+
+    @functools.cached_property
+    def tolerance(self) -> tuple[float, float]:
+        return self.check.tolerance(self.dtype)
+
+    @functools.cached_property
+    def unit(self) -> float:
+        return unit_roundoff(getattr(torch, self.dtype)) if self.wide_dtype is not None else 0.0
+
+    @functools.cached_property
+    def written(self) -> set[str]:
+        check = self.check
+        return set(check.mutates) | set(check.inplace) | set(check.cache) | {check.slots}
+
+    @property
+    def constants(self) -> tuple:
+        return (id(self.check), id(self.ref_fn), self.dtype)
+
+
 def _shape(value: torch.Tensor) -> str:
     return "x".join(str(d) for d in value.shape) or "scalar"
 
@@ -51,7 +84,13 @@ class Verifier:
     """Verifies the ops ``ops`` selects (True: every op), one call in ``every`` of each op, during
     the first ``steps`` engine steps (0: every step; ``step`` counts them)."""
 
-    def __init__(self, ops: bool | frozenset[str] = True, every: int = 1, steps: int = 0) -> None:
+    def __init__(
+        self,
+        ops: bool | frozenset[str] = True,
+        every: int = 1,
+        steps: int = 0,
+        replay: bool = True,
+    ) -> None:
         self.ops = ops
         self.every = max(every, 1)
         self.steps = steps
@@ -64,6 +103,8 @@ class Verifier:
         self._local = threading.local()
         self._warned: set[str] = set()
         self.checks = {op: Check(**entry) for op, entry in CHECKS.items()}
+        #: checks replayed as CUDA graphs (``replay=False``: every check eagerly)
+        self.replays = Replays() if replay else None
 
     # -- the dispatch's selection wrapper ---------------------------------------------------
 
@@ -160,46 +201,103 @@ class Verifier:
     def _compare(self, op, impl_id, ref_fn, check, before: CallCopy, args, kwargs, out):
         real = named_arguments(check, args, kwargs)
         dtype = self._dtype(check, real, out)
-        wide_dtype = WIDER.get(getattr(torch, dtype, None))
+        spec = _Spec(check, ref_fn, dtype)
+        result = self._measure(op, spec, before, real, out)
+        shapes = " ".join(
+            f"{name}={_shape(value)}"
+            for name, value in real.items()
+            if isinstance(value, torch.Tensor) and name not in check.mutates
+        )
+        key = CallKey(op, impl_id, self._site(check, args), shapes, dtype, *spec.tolerance)
+        self.recorder.pend(key, result, self._calls.get(op, 0), self.step)
+
+    def _measure(self, op: str, spec: _Spec, before: CallCopy, real: dict, out: Any) -> Measure:
+        """The call's check: replayed as a CUDA graph where it can be (``Replays``), the
+        references and the comparison together or, when the references cannot be recorded,
+        the comparison alone; else run eagerly. The same code computes all three."""
+        caches = {id(real[name]) for name in spec.check.cache if name in real}
+
+        def keep(value: torch.Tensor) -> bool:
+            return isinstance(value, torch.nn.Parameter) or id(value) in caches
+
+        state = (*before.parts(), real, out)
+        replays = self.replays
+        if replays is not None:
+            check = functools.partial(self._checked, spec, before.shared)
+            result = replays.run(op, "check", check, state, keep, spec.constants)
+            if result is not None:
+                return result
+        expected, wide, wide_out = self._references(spec, before)
+        if replays is not None and (op, "check") in replays.refused:
+            compared = functools.partial(self._compared_parts, spec, before.shared)
+            wide_parts = wide.parts() if wide is not None else None
+            result = replays.run(
+                op,
+                "comparison",
+                compared,
+                (*state, expected, wide_parts, wide_out),
+                keep,
+                spec.constants,
+            )
+            if result is not None:
+                return result
+        return self._compared(spec, before, real, out, expected, wide, wide_out)
+
+    def _references(self, spec: _Spec, before: CallCopy) -> tuple[Any, CallCopy | None, Any]:
+        """The reference's results in the call's dtype and in the wider one (with the wide
+        arguments; None where the reference cannot run there)."""
         # the wide copies are made before the reference in dtype writes into its copies
-        wide = before.widened(wide_dtype) if wide_dtype is not None else None
+        wide = before.widened(spec.wide_dtype) if spec.wide_dtype is not None else None
         self._local.in_reference = True
         try:
-            expected = ref_fn(*before.args, **before.kwargs)
+            expected = spec.ref_fn(*before.args, **before.kwargs)
             wide_out = None
             if wide is not None:
                 try:
-                    wide_out = ref_fn(*wide.args, **wide.kwargs)
+                    wide_out = spec.ref_fn(*wide.args, **wide.kwargs)
                 except Exception:  # noqa: BLE001 - the parity rule alone then
                     wide = None
         finally:
             self._local.in_reference = False
+        return expected, wide, wide_out
+
+    def _checked(self, spec: _Spec, shared: tuple, *state: Any) -> Measure:
+        """References and comparison of a call given as ``CallCopy.parts``, the real arguments
+        and the impl's result (what ``Replays`` records)."""
+        *parts, real, out = state
+        before = CallCopy.from_parts(spec.check, shared, *parts)
+        expected, wide, wide_out = self._references(spec, before)
+        return self._compared(spec, before, real, out, expected, wide, wide_out)
+
+    def _compared_parts(self, spec: _Spec, shared: tuple, *state: Any) -> Measure:
+        """The comparison alone, the references' results given (what ``Replays`` records for an
+        op whose references cannot be recorded)."""
+        *parts, real, out, expected, wide_parts, wide_out = state
+        before = CallCopy.from_parts(spec.check, shared, *parts)
+        wide = CallCopy.from_parts(spec.check, shared, *wide_parts) if wide_parts else None
+        return self._compared(spec, before, real, out, expected, wide, wide_out)
+
+    @staticmethod
+    def _compared(spec, before: CallCopy, real, out, expected, wide, wide_out) -> Measure:
+        check = spec.check
         copies = before.named()
         actual_form = before.form(out, real, real=True)
         expected_form = before.form(expected, copies)
         wide_form = wide.form(wide_out, wide.named()) if wide is not None else None
-        atol, rtol = check.tolerance(dtype)
-        unit = unit_roundoff(getattr(torch, dtype)) if wide is not None else 0.0
-        result = measure(actual_form, expected_form, wide_form, atol, rtol, unit)
+        unit = spec.unit if wide is not None else 0.0
+        result = measure(actual_form, expected_form, wide_form, *spec.tolerance, unit)
         # the reference wrote only into its copies of ``mutates``; any other copy still holds
         # the argument as it was before the call
         # (and a cache writer's references got a renumbered slot mapping: no copy to compare)
-        written = set(check.mutates) | set(check.inplace) | set(check.cache) | {check.slots}
         for name, value in real.items():
-            if name in written or not isinstance(value, torch.Tensor):
+            if name in spec.written or not isinstance(value, torch.Tensor):
                 continue
             was = copies.get(name)
             if isinstance(was, torch.Tensor) and was is not value:
                 result.flags.append(
                     ((was != value).any(), f"the impl wrote into its input '{name}'")
                 )
-        shapes = " ".join(
-            f"{name}={_shape(value)}"
-            for name, value in real.items()
-            if isinstance(value, torch.Tensor) and name not in check.mutates
-        )
-        key = CallKey(op, impl_id, self._site(check, args), shapes, dtype, atol, rtol)
-        self.recorder.pend(key, result, self._calls.get(op, 0), self.step)
+        return result
 
     @staticmethod
     def _dtype(check: Check, named: dict[str, Any], out: Any) -> str:
