@@ -7,14 +7,17 @@ with the same shapes call after call (every decode step of every layer), so `Rep
 once as a CUDA graph and then replays it: the call's tensors are copied into the graph's input
 buffers, one graph launch does the rest, and the small statistics it leaves are copied out.
 
-A check is recorded the second time its key is seen (a key seen once, a prefill's shapes say,
-is checked eagerly and costs no capture). The key holds everything the recorded graph bakes in:
-the op and the check, each copied tensor's shape, strides and dtype, the address of each tensor
-that is not copied (a layer's weights, the paged KV cache, read where they are), the identity of
-other objects (the layer) and the value of plain arguments. A check that cannot be recorded (its
-reference reads a number back to the host, say) is refused for that op from then on and runs
-eagerly, as it always did; so is any check on a machine without CUDA. The result is the same
-`Measure` the eager check gives, computed by the same code.
+The key holds everything the recorded graph bakes in: the op and the check, each copied
+tensor's shape, strides and dtype, the address of each tensor that is not copied (a layer's
+weights, the paged KV cache, read where they are), the identity of other objects (the layer)
+and the value of plain arguments. The first time a key is seen its check runs eagerly, with
+PyTorch's synchronisation debug mode watching: a check that synchronises with the host (its
+reference reads a length back, selects with a mask, copies a list to the device) can never be
+recorded, and its key is marked so and keeps running eagerly. A key seen a second time without
+that is recorded (so a prefill's shapes, seen once, cost no capture), and replayed from then on.
+Should a capture fail nevertheless, no check of the process is recorded any more (a failed
+capture can leave the allocator's capture pool engaged). Without CUDA every check runs eagerly.
+The result is the same `Measure` the eager check gives, computed by the same code.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import warnings
 
 import torch
 
@@ -51,8 +56,8 @@ class _Recorded:
 
 
 class _Leaves:
-    """The tensors of a nested value (tuples, lists, dicts, dataclass-free objects left whole),
-    split into the copied ones (``copied``) and the ones read in place (``kept``), and the key
+    """The tensors of a nested value (tuples, lists and dicts are walked into, other objects
+    kept whole), split into the copied ones (``copied``) and the ones read in place (``kept``), and the key
     of everything else."""
 
     def __init__(self, value: Any, keep: Callable[[torch.Tensor], bool]) -> None:
@@ -109,6 +114,24 @@ def _substituted(value: Any, replace: dict[int, torch.Tensor]) -> Any:
     return value
 
 
+def _watched(check: Callable[..., Measure], state: tuple) -> tuple[Measure, str | None]:
+    """``check(*state)`` run eagerly, and the first synchronisation with the host it made
+    (PyTorch's synchronisation debug mode, as a warning), or None."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            result = check(*state)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    for warning in caught:
+        text = str(warning.message)
+        if "synchroniz" in text:
+            return result, text.splitlines()[0]
+    return result, None
+
+
 def _copied_out(result: Measure) -> Measure:
     """The recorded result's numbers in tensors of their own (the graph writes its outputs again
     on its next replay)."""
@@ -125,8 +148,11 @@ class Replays:
     def __init__(self) -> None:
         self._recorded: dict[tuple, _Recorded] = {}
         self._seen: Counter[tuple] = Counter()
-        #: (op, what) -> why its checks are not recorded
+        #: (op, what) -> why some of its checks are not recorded (their keys: _synchronising)
         self.refused: dict[tuple[str, str], str] = {}
+        self._synchronising: set[tuple] = set()
+        #: why no check is recorded any more (a capture failed), or None
+        self.failed: str | None = None
         self._bytes = 0
         self._pool: Any = None
         self._stream: torch.cuda.Stream | None = None
@@ -148,8 +174,8 @@ class Replays:
         the caller must run it eagerly. ``what`` names the check (one op has two: with and
         without the references); ``keep`` tells the tensors read in place (never copied: their
         addresses go into the key); ``constants`` are the plain values ``check`` depends on
-        besides ``state``."""
-        if (op, what) in self.refused:
+        besides ``state``. The first call of a key runs ``check`` here, eagerly."""
+        if self.failed is not None:
             return None
         leaves = _Leaves(state, keep)
         if not leaves.copied or any(t.device.type != "cuda" for t in leaves.copied):
@@ -157,9 +183,15 @@ class Replays:
         key = (op, what, constants, tuple(leaves.key))
         recorded = self._recorded.get(key)
         if recorded is None:
+            if key in self._synchronising:
+                return None
             self._seen[key] += 1
             if self._seen[key] < RECORD_AT:
-                return None
+                result, synchronised = _watched(check, state)
+                if synchronised:
+                    self._synchronising.add(key)
+                    self.refused.setdefault((op, what), synchronised)
+                return result
             size = leaves.nbytes()
             if size > MAX_CALL_BYTES or self._bytes + size > MAX_TOTAL_BYTES:
                 return None
@@ -200,11 +232,12 @@ class Replays:
                     result = check(*static)
                 finally:
                     graph.capture_end()
-        except Exception as exc:  # noqa: BLE001 - the check then runs eagerly, as before
+        except Exception as exc:  # noqa: BLE001 - the checks then run eagerly, as before
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            self.refused[(op, what)] = reason
-            logger.info(
-                "vllm_fl verify: the check of op '%s' (%s) is not replayed as a CUDA graph: %s",
+            self.failed = f"op '{op}' ({what}): {reason}"
+            logger.warning(
+                "vllm_fl verify: recording the check of op '%s' (%s) as a CUDA graph failed "
+                "(%s); every check of this process runs eagerly from now on",
                 op,
                 what,
                 reason,
