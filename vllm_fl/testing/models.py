@@ -2,32 +2,39 @@
 
 Tiny models (nothing is downloaded): `build_tiny_llama(path)` writes a Hugging Face model directory
 that vLLM loads with `vllm.LLM(model=path)` (hidden 64, 2 layers, 2 heads of head_dim 32,
-vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_int8_llama` the same as an
-INT8 W8A8 checkpoint, `build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one,
-`build_tiny_awq_llama` as an AWQ (W4A16 with zero points) one, `build_tiny_fp8_block_llama` as a
-block-quantized FP8 one (or its dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same
-size; `build_tiny_deepseek_v3` a DeepSeek-V3 of that hidden size (multi-head latent attention,
-grouped MoE routing); `build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`,
-`build_tiny_falcon_h1` and `build_tiny_nemotron_h` one model of each of those families. Their
+vocabulary 384, a byte-level BPE tokenizer trained locally); `build_tiny_quantized_llama` the same
+as a checkpoint of any format of `vllm_fl.testing.formats` (quantised from the float one by its
+`quantize_checkpoint`), and by name: `build_tiny_int8_llama` as an INT8 W8A8 checkpoint,
+`build_tiny_gptq_llama` as a GPTQ (W4A16 or W8A16) one, `build_tiny_awq_llama` as an AWQ (W4A16
+with zero points) one, `build_tiny_fp8_block_llama` as a block-quantized FP8 one (or its
+dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same size; `build_tiny_deepseek_v3`
+a DeepSeek-V3 of that hidden size (multi-head latent attention, grouped MoE routing);
+`build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`, `build_tiny_falcon_h1` and
+`build_tiny_nemotron_h` one model of each of those families. Their
 weights come from a fixed seed and are scaled up so the logits are far from ties, which makes
 greedy decoding a sharp comparison between two runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
-``quantization_config`` of each checkpoint format, and `ModelShape` reads from a config the sizes
-that kernel inputs are made of.
+``quantization_config`` of each checkpoint format (defined in `vllm_fl.testing.formats`), and
+`ModelShape` reads from a config the sizes that kernel inputs are made of.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+# the checkpoint formats live with their quantiser (QUANTIZATIONS and dequantise_fp8_blocks are
+# re-exported here, beside the models, where the benchmarks and tests take them)
+from vllm_fl.testing.formats import (  # noqa: F401
+    QUANTIZATIONS,
+    dequantise_fp8_blocks,
+    quantize_checkpoint,
+)
 
 VOCAB_SIZE = 384
 HIDDEN_SIZE = 64
@@ -131,28 +138,39 @@ def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
     return path
 
 
+def build_tiny_quantized_llama(
+    path: str | Path,
+    fmt: str,
+    hidden_size: int = 256,
+    group_size: int | None = None,
+    dequantised: bool = False,
+) -> Path:
+    """The tiny Llama (hidden `hidden_size`) as a checkpoint of format `fmt` in `path` (which
+    must not exist or be empty): built unquantized next to it, then every projection quantised
+    by `vllm_fl.testing.formats.quantize_checkpoint` (its `group_size` and `dequantised`)."""
+    return _quantized(
+        path,
+        lambda folder: build_tiny_llama(folder, hidden_size=hidden_size),
+        fmt,
+        group_size=group_size,
+        dequantised=dequantised,
+    )
+
+
+def _quantized(path: str | Path, build: Callable[[Path], Path], fmt: str, **options) -> Path:
+    """The model `build` writes, quantised to format `fmt` into `path` (`options` go to
+    quantize_checkpoint); the unquantized model lives in a scratch folder next to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}-float-") as scratch:
+        return quantize_checkpoint(build(Path(scratch)), path, fmt, **options)
+
+
 def build_tiny_int8_llama(path: str | Path, hidden_size: int = 256) -> Path:
     """The tiny Llama as an INT8 W8A8 checkpoint (compressed-tensors, the layout of
     ``QUANTIZATIONS["int8-w8a8"]``): every projection's weights quantised symmetrically per
     output channel (``weight`` int8, ``weight_scale`` [N, 1])."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    path = build_tiny_llama(path, hidden_size=hidden_size)
-    weights = load_file(str(path / "model.safetensors"))
-    quantised: dict[str, torch.Tensor] = {}
-    for name, tensor in weights.items():
-        if not name.endswith("proj.weight"):
-            quantised[name] = tensor
-            continue
-        scale = tensor.abs().amax(dim=1, keepdim=True) / 127
-        quantised[name] = torch.round(tensor / scale).clamp(-128, 127).to(torch.int8)
-        quantised[name.removesuffix("weight") + "weight_scale"] = scale.float()
-    save_file(quantised, str(path / "model.safetensors"))
-    config = json.loads((path / "config.json").read_text())
-    config["quantization_config"] = QUANTIZATIONS["int8-w8a8"]
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
+    return build_tiny_quantized_llama(path, "int8-w8a8", hidden_size)
 
 
 def build_tiny_gptq_llama(
@@ -160,95 +178,22 @@ def build_tiny_gptq_llama(
 ) -> Path:
     """The tiny Llama as a GPTQ checkpoint of format `quant` (``QUANTIZATIONS["w4a16-gptq"]``
     or ``["w8a16-gptq"]``: symmetric, groups of 128, no act-order): every projection's weight
-    [N, K] quantised per group of input channels (``vllm_fl.kernels.wna16.quantize``) and saved
-    as GPTQ does: ``qweight`` [K / p, N] int32 packed along K, ``scales`` [K / G, N] float16,
-    ``qzeros`` [K / G, N / p] holding zero point - 1 (GPTQ's format v1), ``g_idx`` [K]."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from vllm_fl.kernels import wna16 as packing
-
-    spec = QUANTIZATIONS[quant]
-    bits, group = spec["bits"], spec["group_size"]
-    path = build_tiny_llama(path, hidden_size=hidden_size)
-    weights = load_file(str(path / "model.safetensors"))
-    quantised: dict[str, torch.Tensor] = {}
-    for name, tensor in weights.items():
-        if not name.endswith("proj.weight"):
-            quantised[name] = tensor
-            continue
-        prefix = name.removesuffix("weight")
-        qweight, scales, _ = packing.quantize(tensor.t(), bits, group)
-        k, n = tensor.shape[1], tensor.shape[0]
-        zeros = torch.full((k // group, n), packing.default_zero(bits) - 1, dtype=torch.int32)
-        quantised[prefix + "qweight"] = packing.canonical_to_k_packed(qweight, bits)
-        quantised[prefix + "scales"] = scales.to(torch.float16)
-        quantised[prefix + "qzeros"] = packing.pack(zeros, bits, dim=1)
-        quantised[prefix + "g_idx"] = torch.arange(k, dtype=torch.int32) // group
-    save_file(quantised, str(path / "model.safetensors"))
-    config = json.loads((path / "config.json").read_text())
-    config["quantization_config"] = QUANTIZATIONS[quant]
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
-
-
-#: AWQ's order of the 4-bit values in a word: nibble j holds output channel AWQ_PACK_ORDER[j] of
-#: its 8 (vLLM undoes it with ``_REVERSE_AWQ_PACK_ORDER``)
-AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
-
-
-def _awq_pack(canonical: torch.Tensor) -> torch.Tensor:
-    """Canonical 4-bit words [R, N / 8] (sequential nibbles) in AWQ's interleaved order."""
-    from vllm_fl.kernels import wna16 as packing
-
-    values = packing.unpack(canonical, 4, dim=1)
-    words = values.reshape(values.shape[0], -1, 8)[:, :, list(AWQ_PACK_ORDER)]
-    return packing.pack(words.reshape(values.shape), 4, dim=1)
+    [N, K] quantised per group of input channels and saved as GPTQ does: ``qweight`` [K / p, N]
+    int32 packed along K, ``scales`` [K / G, N] float16, ``qzeros`` [K / G, N / p] holding zero
+    point - 1 (GPTQ's format v1), ``g_idx`` [K]."""
+    return build_tiny_quantized_llama(path, quant, hidden_size)
 
 
 def build_tiny_awq_llama(path: str | Path, hidden_size: int = 256) -> Path:
     """The tiny Llama as an AWQ checkpoint (``QUANTIZATIONS["w4a16-awq"]``: 4 bits, groups of
     128, zero points): every projection's weight [N, K] quantised per group of input channels
-    with zero points (``vllm_fl.kernels.wna16.quantize``) and saved as AutoAWQ's GEMM format
-    does: ``qweight`` [K, N / 8] and ``qzeros`` [K / G, N / 8] int32 packed along N in AWQ's
-    order (``AWQ_PACK_ORDER``), ``scales`` [K / G, N] float16."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from vllm_fl.kernels import wna16 as packing
-
-    spec = QUANTIZATIONS["w4a16-awq"]
-    path = build_tiny_llama(path, hidden_size=hidden_size)
-    weights = load_file(str(path / "model.safetensors"))
-    quantised: dict[str, torch.Tensor] = {}
-    for name, tensor in weights.items():
-        if not name.endswith("proj.weight"):
-            quantised[name] = tensor
-            continue
-        prefix = name.removesuffix("weight")
-        qweight, scales, qzeros = packing.quantize(
-            tensor.t(), spec["bits"], spec["group_size"], zero_points=True
-        )
-        assert qzeros is not None
-        quantised[prefix + "qweight"] = _awq_pack(qweight)
-        quantised[prefix + "qzeros"] = _awq_pack(qzeros)
-        quantised[prefix + "scales"] = scales.to(torch.float16)
-    save_file(quantised, str(path / "model.safetensors"))
-    config = json.loads((path / "config.json").read_text())
-    config["quantization_config"] = QUANTIZATIONS["w4a16-awq"]
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
+    with zero points and saved as AutoAWQ's GEMM format does: ``qweight`` [K, N / 8] and
+    ``qzeros`` [K / G, N / 8] int32 packed along N in AWQ's order (``formats.AWQ_PACK_ORDER``),
+    ``scales`` [K / G, N] float16."""
+    return build_tiny_quantized_llama(path, "w4a16-awq", hidden_size)
 
 
 FP8_BLOCK = (128, 128)
-
-
-def dequantise_fp8_blocks(quantised, scales, block: tuple[int, int] = FP8_BLOCK):
-    """The float32 weight [N, K] a block-quantized one stands for (scales [N / bn, K / bk])."""
-    rows, cols = block
-    n, k = quantised.shape
-    full = scales.repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)[:n, :k]
-    return quantised.float() * full
 
 
 def build_tiny_fp8_block_llama(
@@ -260,30 +205,7 @@ def build_tiny_fp8_block_llama(
     ``dequantised``, the unquantized checkpoint of the weights the FP8 one stands for (float32
     weights equal to the dequantised blocks, no quantization config): what the FP8 model computes
     up to the activations' quantisation."""
-    from safetensors.torch import load_file, save_file
-
-    from vllm_fl.testing.quantize import fp8_block
-
-    path = build_tiny_llama(path, hidden_size=hidden_size)
-    weights = load_file(str(path / "model.safetensors"))
-    converted = {}
-    for name, tensor in weights.items():
-        if not name.endswith("proj.weight"):
-            converted[name] = tensor
-            continue
-        blocks = fp8_block(tensor.float(), FP8_BLOCK)
-        quantised, scales = blocks.q, blocks.scales
-        if dequantised:
-            converted[name] = dequantise_fp8_blocks(quantised, scales)
-        else:
-            converted[name] = quantised
-            converted[name.removesuffix("weight") + "weight_scale_inv"] = scales
-    save_file(converted, str(path / "model.safetensors"))
-    if not dequantised:
-        config = json.loads((path / "config.json").read_text())
-        config["quantization_config"] = QUANTIZATIONS["fp8-block"]
-        (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
+    return build_tiny_quantized_llama(path, "fp8-block", hidden_size, dequantised=dequantised)
 
 
 TINY_MOE_LAYERS = 2
@@ -564,34 +486,27 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
     ``weight_scale_inv`` per 128x128 block. The attention projections and the router stay
     unquantized (``ignored_layers``): this checkpoint is about the experts. With `dequantised`,
     the same model unquantized, every expert weight replaced by what its FP8 values stand for."""
-    from safetensors.torch import load_file, save_file
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    from vllm_fl.testing.quantize import fp8_block
+    def build(folder: Path) -> Path:
+        return build_tiny_model(
+            folder,
+            Qwen3MoeConfig,
+            Qwen3MoeForCausalLM,
+            hidden_size=FP8_BLOCK[0],
+            intermediate_size=2 * FP8_BLOCK[0],
+            moe_intermediate_size=FP8_BLOCK[0],
+            head_dim=64,  # which every GPU attention kernel supports
+            **TINY_QWEN3_MOE,
+        )
 
-    path = build_tiny_model(
+    path = _quantized(
         path,
-        Qwen3MoeConfig,
-        Qwen3MoeForCausalLM,
-        hidden_size=FP8_BLOCK[0],
-        intermediate_size=2 * FP8_BLOCK[0],
-        moe_intermediate_size=FP8_BLOCK[0],
-        head_dim=64,  # which every GPU attention kernel supports
-        **TINY_QWEN3_MOE,
+        build,
+        "fp8-block",
+        select=lambda name: ".mlp.experts." in name,
+        dequantised=dequantised,
     )
-    weights = load_file(str(path / "model.safetensors"))
-    converted = {}
-    for name, tensor in weights.items():
-        if ".mlp.experts." not in name:
-            converted[name] = tensor
-            continue
-        blocks = fp8_block(tensor.float(), FP8_BLOCK)
-        if dequantised:
-            converted[name] = dequantise_fp8_blocks(blocks.q, blocks.scales).to(tensor.dtype)
-        else:
-            converted[name] = blocks.q
-            converted[name + "_scale_inv"] = blocks.scales
-    save_file(converted, str(path / "model.safetensors"))
     if not dequantised:
         config = json.loads((path / "config.json").read_text())
         ignored = [
@@ -605,7 +520,7 @@ def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Pat
                 "mlp.gate",
             )
         ]
-        config["quantization_config"] = {**QUANTIZATIONS["fp8-block"], "ignored_layers": ignored}
+        config["quantization_config"]["ignored_layers"] = ignored
         (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
 
@@ -760,84 +675,6 @@ class ModelShape:
     @property
     def kv_size(self) -> int:
         return self.kv_heads * self.head_dim
-
-
-#: the projections a GPTQ checkpoint quantises, named: without the list vLLM 0.24 infers them from
-#: the checkpoint's safetensors, and a dummy checkpoint (a config.json only) has none, so every
-#: layer would stay unquantized
-GPTQ_MODULES = [
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-]
-#: Checkpoint formats a shape can be run in: the ``quantization_config`` a quantized checkpoint of
-#: that format ships (with dummy weights vLLM creates the quantized parameters of the format).
-QUANTIZATIONS: dict[str, dict] = {
-    # Qwen3-FP8 and DeepSeek-V3: 128x128 weight blocks, activations per 1x128 group
-    "fp8-block": {
-        "quant_method": "fp8",
-        "activation_scheme": "dynamic",
-        "weight_block_size": [128, 128],
-    },
-    # per-tensor weights, dynamic activations
-    "fp8-tensor": {"quant_method": "fp8", "activation_scheme": "dynamic"},
-    # compressed-tensors INT8 W8A8: per-channel weights, dynamic per-token activations
-    "int8-w8a8": {
-        "quant_method": "compressed-tensors",
-        "format": "int-quantized",
-        "quantization_status": "compressed",
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": {
-                    "num_bits": 8,
-                    "type": "int",
-                    "symmetric": True,
-                    "strategy": "channel",
-                    "dynamic": False,
-                },
-                "input_activations": {
-                    "num_bits": 8,
-                    "type": "int",
-                    "symmetric": True,
-                    "strategy": "token",
-                    "dynamic": True,
-                },
-            }
-        },
-        "ignore": ["lm_head"],
-    },
-    # GPTQ 4-bit weights, groups of 128 (W4A16)
-    "w4a16-gptq": {
-        "quant_method": "gptq",
-        "bits": 4,
-        "group_size": 128,
-        "desc_act": False,
-        "sym": True,
-        "modules_in_block_to_quantize": GPTQ_MODULES,
-    },
-    # GPTQ 8-bit weights, groups of 128 (W8A16)
-    "w8a16-gptq": {
-        "quant_method": "gptq",
-        "bits": 8,
-        "group_size": 128,
-        "desc_act": False,
-        "sym": True,
-        "modules_in_block_to_quantize": GPTQ_MODULES,
-    },
-    # AWQ 4-bit weights with zero points, groups of 128 (W4A16, AutoAWQ's GEMM format)
-    "w4a16-awq": {
-        "quant_method": "awq",
-        "bits": 4,
-        "group_size": 128,
-        "zero_point": True,
-        "version": "gemm",
-    },
-}
 
 
 def model_config(name: str, layers: int | None = None, quant: str | None = None) -> dict:
