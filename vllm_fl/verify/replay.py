@@ -63,17 +63,19 @@ class _Leaves:
     def __init__(self, value: Any, keep: Callable[[torch.Tensor], bool]) -> None:
         self.copied: list[torch.Tensor] = []
         self.kept: list[torch.Tensor] = []
-        self._seen: set[int] = set()
+        self._seen: dict[int, int] = {}
         self.key: list[Any] = []
         self._keep = keep
         self._walk(value)
 
     def _walk(self, value: Any) -> None:
         if isinstance(value, torch.Tensor):
-            if id(value) in self._seen:
-                self.key.append(("same", id(value)))
+            earlier = self._seen.get(id(value))
+            if earlier is not None:
+                # the same tensor again (an impl returning its input): where it was first met
+                self.key.append(("same", earlier))
                 return
-            self._seen.add(id(value))
+            self._seen[id(value)] = len(self._seen)
             if self._keep(value):
                 self.kept.append(value)
                 self.key.append(
