@@ -340,6 +340,8 @@ class Op:
     declared_in: str | None = None
     #: the paged KV-cache arguments, or None
     cache: Cache | None = None
+    #: int arguments that only bound lengths the tensors give (a larger value, the same result)
+    bounds: tuple[str, ...] = ()
     #: the method of vLLM's device communicator the op replaces (a collective), or None
     collective: str | None = None
     #: vLLM subclasses of ``layer`` that compute what it computes (manifest order)

@@ -1,7 +1,7 @@
 """``vllm_fl/dispatch/checks.py``: how each op's result is checked against its reference at run
 time (``vllm_fl.verify``): the parity tests' tolerances per dtype, the arguments it writes into,
-the arguments whose dtype is the dtype under test, its canonical form and its KV-cache
-arguments. Plain data, so the
+the arguments whose dtype is the dtype under test, its canonical form, its KV-cache
+arguments and its length bounds. Plain data, so the
 runtime reads the manifest's numbers without reading the manifest."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class _CheckView:
     canonical: str | None
     cache: tuple[str, ...]
     slots: str | None
+    bounds: tuple[str, ...]
     tolerances: tuple[tuple[str, float, float], ...]
 
 
@@ -64,6 +65,7 @@ def _view(manifest: m.Manifest, op: m.Op) -> _CheckView:
         canonical=canonical,
         cache=op.cache.tensors if op.cache else (),
         slots=op.cache.slots if op.cache else None,
+        bounds=op.bounds,
         tolerances=tuple((d, t.atol, t.rtol) for d, t in sorted(tolerances.items())),
     )
 

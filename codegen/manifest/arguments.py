@@ -1,6 +1,7 @@
 """Per-op lists of signature arguments: ``inplace`` (what an eager variant may overwrite),
 ``mutates`` (the caller-provided outputs every impl writes into), and how they combine with the
-signature's return; ``cache`` (the paged KV-cache arguments, which verification never copies)."""
+signature's return; ``cache`` (the paged KV-cache arguments, which verification never copies);
+``bounds`` (int arguments that only bound lengths the tensors give)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,32 @@ def read_tensor_args(r: Reader, node: Node, sub: str, schema: FunctionSchema) ->
         if not arg.type.is_tensor:
             raise r.error(
                 item.line, f"{sub} names {name!r} of type {arg.type}", "Tensor arguments only"
+            )
+        if name in names:
+            raise r.error(item.line, f"{sub} lists {name!r} twice", "each argument once")
+        names.append(name)
+    return tuple(names)
+
+
+def read_bounds(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:
+    """A non-empty list of distinct int arguments of ``schema`` (``sub`` names the key)."""
+    expected = "a list of the signature's int arguments, like [max_seq_len]"
+    items = r.seq(node, sub, expected)
+    if not items.items:
+        raise r.error(items.line, f"{sub} is empty", expected)
+    names: list[str] = []
+    for item in items.items:
+        name = r.ident(item, f"argument in {sub}")
+        arg = schema.argument(name)
+        if arg is None:
+            raise r.error(
+                item.line,
+                f"{sub} names {name!r}, which is not an argument",
+                "one of " + ", ".join(schema.arg_names),
+            )
+        if str(arg.type) != "int":
+            raise r.error(
+                item.line, f"{sub} names {name!r} of type {arg.type}", "int arguments only"
             )
         if name in names:
             raise r.error(item.line, f"{sub} lists {name!r} twice", "each argument once")

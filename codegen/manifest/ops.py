@@ -9,7 +9,7 @@ import keyword
 import re
 
 from .. import model as m
-from .arguments import check_mutates, read_cache, read_tensor_args
+from .arguments import check_mutates, read_bounds, read_cache, read_tensor_args
 from .impls import read_impls
 from .reader import Reader
 from .targets import (
@@ -40,6 +40,7 @@ KEYS = (
     "inplace",
     "mutates",
     "cache",
+    "bounds",
     "impls",
     "tests",
 )
@@ -120,6 +121,8 @@ def read_op(
     check_mutates(r, what, schema, mutates, sig_node.line, inplace_entry, collective is not None)
     cache_entry = f.pop("cache")
     cache = read_cache(r, cache_entry, what, schema, mutates) if cache_entry else None
+    bounds_entry = f.pop("bounds")
+    bounds = read_bounds(r, bounds_entry.value, f"bounds of {what}", schema) if bounds_entry else ()
     impls_entry = f.require("impls", "a mapping of backend -> module.function")
     impls = read_impls(r, impls_entry, what, backends, inplace, schema)
     tests_entry = f.pop("tests")
@@ -167,6 +170,7 @@ def read_op(
         function,
         mutates,
         cache=cache,
+        bounds=bounds,
         collective=collective,
         subclasses=subclasses,
     )

@@ -433,6 +433,20 @@ CASES = [
         "    cache: {tensors: [dest], slot: x}",
     ),
     (
+        "bounds-a-float",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    bounds: [factor]\n",
+        "bounds of op 'scale_into' names 'factor' of type float, expected int arguments only",
+        "    bounds: [factor]",
+    ),
+    (
+        "bounds-unknown-argument",
+        "    mutates: [dest]\n",
+        "    mutates: [dest]\n    bounds: [max_len]\n",
+        "bounds of op 'scale_into' names 'max_len', which is not an argument",
+        "    bounds: [max_len]",
+    ),
+    (
         "mutates-unknown-argument",
         "mutates: [dest]",
         "mutates: [dst]",

@@ -299,3 +299,41 @@ def test_a_kernel_writing_a_wrong_slot_is_named():
     _cache_call(manager)
     (row,) = verifier.recorder.rows.values()
     assert (row.op, row.calls, row.exceeded) == ("reshape_and_cache_flash", 1, 1)
+
+
+def test_the_references_get_an_ops_length_bounds_rounded_up_to_a_power_of_two():
+    """paged_attention's max_query_len and max_seq_len are ``bounds`` in ops.yaml: the references
+    get them rounded up (a check recorded as a CUDA graph then repeats while the sequences
+    grow), the impl the call's own, and the rounded bound changes nothing in the report."""
+    from vllm_fl.backends.reference.impl import attention
+
+    bounds: list = []
+
+    def reference(*args, **kwargs):
+        bounds.append((kwargs["max_query_len"], kwargs["max_seq_len"]))
+        return attention.paged_attention(*args, **kwargs)
+
+    def impl(*args, **kwargs):
+        bounds.append(("impl", kwargs["max_query_len"], kwargs["max_seq_len"]))
+        return attention.paged_attention(*args, **kwargs)
+
+    manager = OpManager(_register(OpRegistry(), "paged_attention", reference, impl))
+    verifier = enable(ops=True)
+    gen = torch.Generator().manual_seed(3)
+    caches = [torch.randn(12, 16, 2, 32, generator=gen, dtype=torch.float32) for _ in "kv"]
+    query = torch.randn(3, 4, 32, generator=gen).bfloat16()
+    manager.binding("paged_attention").fn(
+        query=query,
+        key_cache=caches[0].bfloat16(),
+        value_cache=caches[1].bfloat16(),
+        output=torch.zeros(3, 4, 32, dtype=torch.bfloat16),
+        block_table=torch.randperm(12, generator=gen)[:12].view(3, 4).to(torch.int32),
+        seq_lens=torch.tensor([9, 50, 33], dtype=torch.int32),
+        query_start_loc=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+        max_query_len=1,
+        max_seq_len=50,
+        softmax_scale=0.2,
+    )
+    (row,) = verifier.recorder.rows.values()
+    assert (row.calls, row.exceeded, row.unverified) == (1, 0, 0), row
+    assert bounds == [("impl", 1, 50), (1, 64), (1, 64)]

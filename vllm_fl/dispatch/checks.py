@@ -9,8 +9,10 @@ after the call), ``inplace`` (those an eager variant may overwrite), ``dtype_fro
 whose dtype picks the tolerance; none: the result's), ``canonical`` (``module:function`` mapping a
 result to what is compared, where the op leaves order or padding open), ``cache`` (the paged
 KV-cache arguments, never copied), ``slots`` (for an op writing the cache, the argument holding
-each token's slot: only those slots are compared) and ``tolerances`` (dtype -> (atol, rtol): the
-op's own, else ops.yaml's top-level ones).
+each token's slot: only those slots are compared), ``bounds`` (int arguments that only bound
+lengths the tensors give: the references get them rounded up to a power of two, so that a
+check recorded as a CUDA graph repeats while a sequence grows) and ``tolerances`` (dtype ->
+(atol, rtol): the op's own, else ops.yaml's top-level ones).
 """
 
 CHECKS: dict[str, dict] = {
@@ -23,6 +25,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -38,6 +41,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -53,6 +57,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -68,6 +73,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -83,6 +89,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -98,6 +105,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -113,6 +121,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -128,6 +137,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -143,6 +153,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -158,6 +169,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -173,6 +185,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -188,6 +201,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -203,6 +217,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -218,6 +233,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -233,6 +249,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -248,6 +265,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -263,6 +281,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -278,6 +297,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": ("key_cache", "value_cache"),
         "slots": "slot_mapping",
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -308,6 +328,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": ("key_cache", "value_cache"),
         "slots": None,
+        "bounds": ("max_query_len", "max_seq_len"),
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -323,6 +344,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": ("kv_cache",),
         "slots": "slot_mapping",
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -348,6 +370,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": ("src_cache",),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.0, 0.0),
             "float16": (0.0, 0.0),
@@ -372,6 +395,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -399,6 +423,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -423,6 +448,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": ("kv_cache",),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.03, 0.03),
             "float16": (0.005, 0.005),
@@ -446,6 +472,7 @@ CHECKS: dict[str, dict] = {
         "canonical": "vllm_fl.backends.reference.impl.moe:topk_softmax_canonical",
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -470,6 +497,7 @@ CHECKS: dict[str, dict] = {
         "canonical": "vllm_fl.backends.reference.impl.moe:moe_align_block_size_canonical",
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -485,6 +513,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -509,6 +538,7 @@ CHECKS: dict[str, dict] = {
         "canonical": "vllm_fl.backends.reference.impl.moe:grouped_topk_canonical",
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -536,6 +566,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.05, 0.05),
             "float16": (0.01, 0.01),
@@ -571,6 +602,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.2, 0.06),
             "float16": (0.001, 0.001),
@@ -586,6 +618,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (1.0, 0.0),
             "float16": (1.0, 0.0),
@@ -601,6 +634,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),
@@ -616,6 +650,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.1, 0.02),
             "float16": (0.02, 0.01),
@@ -638,6 +673,7 @@ CHECKS: dict[str, dict] = {
         "canonical": "vllm_fl.backends.reference.impl.quant:fp8_group_quant_canonical",
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.001, 0.13),
             "float16": (0.001, 0.13),
@@ -653,6 +689,7 @@ CHECKS: dict[str, dict] = {
         "canonical": "vllm_fl.backends.reference.impl.quant:fp8_quant_canonical",
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.001, 0.13),
             "float16": (0.001, 0.13),
@@ -668,6 +705,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),
@@ -683,6 +721,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.05, 0.02),
             "float16": (0.001, 0.001),
@@ -698,6 +737,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -713,6 +753,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -728,6 +769,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -743,6 +785,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -758,6 +801,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -773,6 +817,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -788,6 +833,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),
@@ -803,6 +849,7 @@ CHECKS: dict[str, dict] = {
         "canonical": None,
         "cache": (),
         "slots": None,
+        "bounds": (),
         "tolerances": {
             "bfloat16": (0.01, 0.016),
             "float16": (0.001, 0.001),

@@ -12,6 +12,9 @@ which is never copied:
   call the same slots of the real cache are gathered and compared with the scratch.
 
 So no verification allocates more than a small multiple of the call's own inputs and outputs.
+An op's ``bounds`` (int arguments that only bound lengths the tensors give, ``max_seq_len``) reach
+the references rounded up to a power of two: the same result, and a check recorded as a CUDA
+graph (``vllm_fl.verify.replay``) that repeats while a sequence grows by a token a step.
 ``widened`` gives the same arguments in a wider dtype, for the reference that is the truth of
 ``vllm_fl.verify.compare``.
 """
@@ -25,7 +28,7 @@ import torch
 
 from .check import Check
 
-__all__ = ["CallCopy", "named_arguments"]
+__all__ = ["CallCopy", "named_arguments", "rounded_bound"]
 
 
 def named_arguments(check: Check, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -34,6 +37,13 @@ def named_arguments(check: Check, args: tuple, kwargs: dict) -> dict[str, Any]:
     named = dict(zip(check.args, positional))
     named.update(kwargs)
     return named
+
+
+def rounded_bound(value: Any) -> Any:
+    """A positive int bound rounded up to a power of two (anything else as it is)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return 1 << (value - 1).bit_length()
+    return value
 
 
 def _copy(value: Any) -> Any:
@@ -83,6 +93,8 @@ class CallCopy:
         replaced: dict[str, Any] = {
             name: _copy(value) for name, value in named.items() if name not in caches
         }
+        for name in check.bounds:
+            replaced[name] = rounded_bound(named.get(name))
         slots = None
         held: dict[str, torch.Tensor] = {}
         shared: list[int] = []

@@ -23,6 +23,7 @@ class Check:
     tolerances: dict[str, tuple[float, float]]
     cache: tuple[str, ...] = ()
     slots: str | None = None
+    bounds: tuple[str, ...] = ()
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         """The tolerance of ``dtype`` (float64, which ops.yaml does not list: float32's)."""
