@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,12 @@ def run_all(
     together on one GPU can trip over each other where one alone does not."""
 
     def one(run: Run) -> dict:
-        return run_one(run, folders[run.format], kv_cache_gib, extra_env)
+        start = time.monotonic()
+        result = run_one(run, folders[run.format], kv_cache_gib, extra_env)
+        # as each run ends, so that a stage cut short by its time limit still shows what ran
+        done = "FAILED" if "error" in result else f"perplexity {_ppl(result):.4f}"
+        print(f"{run}: {done} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+        return result
 
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
         futures = {run: pool.submit(one, run) for run in runs}
