@@ -44,6 +44,10 @@ RECORD_AT = 2
 MAX_CALL_BYTES = 64 << 20
 #: bytes of input buffers all recorded checks may hold together
 MAX_TOTAL_BYTES = 2 << 30
+#: recorded checks at most (a server's every batch size, op and layer could be many)
+MAX_RECORDED = 8192
+#: keys seen once that are remembered at most (forgotten all at once beyond)
+MAX_SEEN = 65536
 
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
@@ -187,6 +191,8 @@ class Replays:
         if recorded is None:
             if key in self._synchronising:
                 return None
+            if len(self._seen) >= MAX_SEEN:
+                self._seen.clear()
             self._seen[key] += 1
             if self._seen[key] < RECORD_AT:
                 result, synchronised = _watched(check, state)
@@ -195,7 +201,11 @@ class Replays:
                     self.refused.setdefault((op, what), synchronised)
                 return result
             size = leaves.nbytes()
-            if size > MAX_CALL_BYTES or self._bytes + size > MAX_TOTAL_BYTES:
+            if (
+                size > MAX_CALL_BYTES
+                or self._bytes + size > MAX_TOTAL_BYTES
+                or len(self._recorded) >= MAX_RECORDED
+            ):
                 return None
             recorded = self._record(op, what, check, state, leaves)
             if recorded is None:
