@@ -54,7 +54,7 @@ from vllm_fl.testing.launch import launch, vllm_env
 
 #: format -> the `vllm.LLM` arguments of its runs. bfloat16 for the quantized checkpoints too:
 #: vLLM's GPTQ method takes float16 or bfloat16, and this model's residual stream reaches about
-#: 26000 (float32, the CPython passages), 40% of float16's largest value
+#: 26000 (float32, three of the CPython passages), 40% of float16's largest value
 FORMATS = {
     "bf16": {"dtype": "bfloat16"},
     "fp8": {"dtype": "bfloat16", "quantization": "fp8"},

@@ -30,6 +30,8 @@ SUFFIXES = {
 }
 #: float32 arithmetic around the rounding (x * (127 / amax) against x / scale, and the like)
 SLACK = 1 + 1e-5
+#: the largest relative rounding of a float16 (10 fraction bits), GPTQ's and AWQ's stored scales
+FP16_ROUNDING = 2.0**-11
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,8 @@ def _expand(scales: torch.Tensor, rows: int, cols: int, shape: torch.Size) -> to
 
 
 def _read_back(fmt: str, t: dict[str, torch.Tensor], group: int | None, shape: torch.Size):
-    """(the weight [N, K] the format's tensors stand for, half a quantisation step per element),
-    from each layout as vLLM reads it."""
+    """(the weight [N, K] the format's tensors stand for, the format's rounding per element: half
+    a quantisation step), from each layout as vLLM reads it."""
     n, k = shape
     if fmt == "int8-w8a8":
         assert t["weight"].dtype == torch.int8 and t["weight_scale"].shape == (n, 1)
@@ -77,7 +79,11 @@ def _read_back(fmt: str, t: dict[str, torch.Tensor], group: int | None, shape: t
         q = packing.unpack(t["qweight"], bits, dim=0)
         zeros = packing.unpack(t["qzeros"], bits, dim=1)[t["g_idx"].long()] + 1
         assert (zeros == 2 ** (bits - 1)).all()  # symmetric
-    return ((q - zeros).float() * scale).t(), (scale / 2).t()
+    codes = (q - zeros).float()
+    # quantised with the float32 scale s, stored as float16 s16 = s (1 + e), |e| <= 2^-11: half a
+    # step of s, plus the code times the scale's rounding
+    bound = scale * (1 + FP16_ROUNDING) / 2 + codes.abs() * scale * FP16_ROUNDING
+    return (codes * scale).t(), bound.t()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

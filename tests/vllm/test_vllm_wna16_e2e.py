@@ -9,7 +9,12 @@ use vLLM's default process layout."""
 from __future__ import annotations
 
 import pytest
-from vllm_fl.testing.models import build_tiny_awq_llama, build_tiny_gptq_llama, build_tiny_llama
+from vllm_fl.testing.models import (
+    build_tiny_awq_llama,
+    build_tiny_gptq_llama,
+    build_tiny_llama,
+    build_tiny_quantized_llama,
+)
 
 from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, vllm_available
 
@@ -28,24 +33,8 @@ PLUGIN_MULTIPROCESS = {**PLUGIN_ON, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 def dequantised_w8_model(tmp_path_factory):
     """The tiny Llama whose projections are the 8-bit GPTQ model's weights, dequantised: a float
     checkpoint computing what the quantized one does."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from vllm_fl.kernels import wna16 as packing
-    from vllm_fl.testing.models import QUANTIZATIONS
-
-    spec = QUANTIZATIONS["w8a16-gptq"]
-    path = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-w8-dequantised"), hidden_size=256)
-    weights = load_file(str(path / "model.safetensors"))
-    for name, tensor in weights.items():
-        if name.endswith("proj.weight"):
-            quantised = packing.quantize(tensor.t(), spec["bits"], spec["group_size"])
-            qweight, scales, _ = quantised
-            scales = scales.to(torch.float16)  # as the checkpoint stores them
-            dequantised = packing.dequantize(qweight, scales, spec["bits"], spec["group_size"])
-            weights[name] = dequantised.t().contiguous()
-    save_file(weights, str(path / "model.safetensors"))
-    return path
+    folder = tmp_path_factory.mktemp("tiny-llama-w8-dequantised")
+    return build_tiny_quantized_llama(folder, "w8a16-gptq", dequantised=True)
 
 
 @pytest.fixture(scope="module")

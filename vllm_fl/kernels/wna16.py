@@ -18,8 +18,6 @@ Plain PyTorch (no Triton), on any device.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 SUPPORTED_BITS = (4, 8)
@@ -103,32 +101,13 @@ def dequantize(
     return (q - zeros) * scales.float().repeat_interleave(group, dim=0)
 
 
-def _round_up(scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``scales`` as the nearest values of ``dtype`` not below them (float32): a rounded-down
-    scale would push a group's largest weight past the top code. An all-zero group gets the
-    smallest scale that is not 0 in ``dtype``."""
-    scales = scales.clamp(min=max(1e-8, torch.finfo(dtype).tiny))
-    rounded = scales.to(dtype)
-    below = rounded.float() < scales
-    return torch.where(
-        below, torch.nextafter(rounded, rounded.new_tensor(math.inf)), rounded
-    ).float()
-
-
 def quantize(
-    weight: torch.Tensor,
-    bits: int,
-    group_size: int,
-    zero_points: bool = False,
-    scale_dtype: torch.dtype = torch.float32,
+    weight: torch.Tensor, bits: int, group_size: int, zero_points: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A float weight [K, N] quantised as GPTQ (symmetric: zero 2^(bits - 1), scale =
     max|w| / (2^(bits - 1) - 1)) or AWQ (``zero_points``: per-group min/max, zero =
     round(-min / scale)) per group of ``group_size`` input channels (-1: one group), rounding
-    half to even. The scales are rounded up to ``scale_dtype`` before the weights are quantised
-    with them (a checkpoint that stores float16 scales): each weight then lies within half a step
-    of the scale it is read back with, and none is clamped. Returns canonical
-    ``(qweight, scales, qzeros or None)``, scales float32 (holding values of ``scale_dtype``)."""
+    half to even. Returns canonical ``(qweight, scales, qzeros or None)``, scales float32."""
     k, n = weight.shape
     group = k if group_size == -1 else group_size
     if group <= 0 or k % group:
@@ -138,10 +117,10 @@ def quantize(
     if zero_points:
         lo = w.amin(dim=1).clamp(max=0.0)
         hi = w.amax(dim=1).clamp(min=0.0)
-        scales = _round_up((hi - lo) / top, scale_dtype)
+        scales = ((hi - lo) / top).clamp(min=1e-8)
         zeros = torch.round(-lo / scales).clamp(0, top)
     else:
-        scales = _round_up(w.abs().amax(dim=1) / (default_zero(bits) - 1), scale_dtype)
+        scales = (w.abs().amax(dim=1) / (default_zero(bits) - 1)).clamp(min=1e-8)
         zeros = torch.full_like(scales, float(default_zero(bits)))
     q = torch.round(w / scales[:, None, :]) + zeros[:, None, :]
     q = q.clamp(0, top).to(torch.int32).reshape(k, n)

@@ -15,8 +15,8 @@ projection's weight (``*proj.weight``) is replaced by the format's tensors; embe
 - ``w4a16-gptq``, ``w8a16-gptq`` (GPTQ, symmetric, no act-order): per group of G input channels,
   ``scale = max|w| / (2^(bits-1) - 1)`` stored in float16, ``qweight`` [K / p, N] int32 packed
   along K, ``scales`` [K / G, N] float16, ``qzeros`` [K / G, N / p] holding zero point - 1
-  (GPTQ's format v1), ``g_idx`` [K]. G is one of -1 (one group over K), 32, 64, 128 (the group
-  sizes of vLLM's GPTQ kernels, Marlin and Machete, and the plugin's); default 128.
+  (GPTQ's format v1), ``g_idx`` [K]. G is one of -1 (one group over K), 32, 64, 128 (Marlin's
+  group sizes, which vLLM's GPTQ method checks, and the plugin's kernel's); default 128.
 - ``w4a16-awq`` (AutoAWQ's GEMM format): 4 bits with zero points per group of G input channels,
   ``qweight`` [K, N / 8] and ``qzeros`` [K / G, N / 8] int32 packed along N in AWQ's order,
   ``scales`` [K / G, N] float16; G as GPTQ's.
@@ -25,9 +25,9 @@ projection's weight (``*proj.weight``) is replaced by the format's tensors; embe
   the activations are quantised per token and group of B input channels while running.
   Default B = 128.
 
-A scale is rounded (up, for the integer formats' float16 scales) to what the checkpoint stores
-before the weights are quantised with it, so each weight read back lies within half a
-quantisation step of the original, the rounding of the format alone.
+Each weight read back lies within half a quantisation step of the original: the rounding of the
+format alone. GPTQ and AWQ quantise with float32 scales and store them in float16, as their
+tools do, which adds the scale's float16 rounding times the weight's code.
 
 A weight a format cannot hold in vLLM is refused, before anything is written, with a ValueError
 naming the tensor, its shape and what is allowed: GPTQ and AWQ need whole groups along K and K, N
@@ -228,7 +228,7 @@ def _gptq_quantise(bits: int):
         assert group is not None
         n, k = weight.shape
         size = k if group == -1 else group
-        qweight, scales, _ = packing.quantize(weight.t(), bits, group, scale_dtype=torch.float16)
+        qweight, scales, _ = packing.quantize(weight.t(), bits, group)
         # format v1: the zero point minus one (symmetric: vLLM's kernels assume 2^(bits-1))
         zeros = torch.full((k // size, n), packing.default_zero(bits) - 1, dtype=torch.int32)
         return {
@@ -285,9 +285,7 @@ def _awq_quantise(weight: torch.Tensor, group: int | None) -> Tensors:
     from vllm_fl.kernels import wna16 as packing
 
     assert group is not None
-    qweight, scales, qzeros = packing.quantize(
-        weight.t(), 4, group, zero_points=True, scale_dtype=torch.float16
-    )
+    qweight, scales, qzeros = packing.quantize(weight.t(), 4, group, zero_points=True)
     assert qzeros is not None
     return {
         "qweight": _awq_order(qweight, AWQ_PACK_ORDER),
