@@ -131,9 +131,14 @@ def test_bert_embeds_as_vanilla_does(bert_runs):
     assert worst <= EMBEDDING_ATOL, worst
 
 
-def test_bert_runs_the_plugin_s_gelu(bert_runs):
-    result = bert_runs["plugin"].result
-    assert_layers_ran_on_the_dispatch(result, {"GELU": "gelu"})
+def test_bert_runs_the_plugin_s_gelu_and_keeps_vllm_s_encoder_attention(bert_runs):
+    vanilla, plugin = bert_runs["vanilla"].result, bert_runs["plugin"].result
+    assert_layers_ran_on_the_dispatch(plugin, {"GELU": "gelu"})
+    # the plugin's backend takes decoder attention only (its validate_configuration refuses
+    # encoder-only attention), so the platform leaves BERT's layers on vLLM's own backend
+    backends = plugin["attention_backends"]
+    assert backends and PLUGIN_ATTENTION not in backends, backends
+    assert backends == vanilla["attention_backends"], (backends, vanilla["attention_backends"])
 
 
 def test_gpt_neox_generates_vanillas_tokens(gpt_neox_runs):

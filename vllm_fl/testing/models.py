@@ -10,9 +10,12 @@ with zero points) one, `build_tiny_fp8_block_llama` as a block-quantized FP8 one
 dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same size; `build_tiny_deepseek_v3`
 a DeepSeek-V3 of that hidden size (multi-head latent attention, grouped MoE routing);
 `build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`, `build_tiny_falcon_h1` and
-`build_tiny_nemotron_h` one model of each of those families. Their
-weights come from a fixed seed and are scaled up so the logits are far from ties, which makes
-greedy decoding a sharp comparison between two runs.
+`build_tiny_nemotron_h` one model of each of those families, as do `build_tiny_opt`,
+`build_tiny_gpt_neox`, `build_tiny_falcon` (Falcon-7B's structure), `build_tiny_mixtral`,
+`build_tiny_gemma2`, `build_tiny_gemma3` (text-only), `build_tiny_phi3` and `build_tiny_bert`
+(an encoder, for vLLM's pooling runner). Their weights come from a fixed seed and are scaled
+up so the logits are far from ties, which makes greedy decoding a sharp comparison between two
+runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
