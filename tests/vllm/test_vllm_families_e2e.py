@@ -21,14 +21,20 @@ from vllm_fl.testing.models import (
     build_tiny_qwen3_next,
 )
 
-pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+from tests.support.families import (
+    MAX_TOKENS,
+    NUM_PROMPTS,
+    assert_moe_ran_on_the_dispatch,
+    assert_ran_on_the_dispatch,
+    assert_same_tokens,
+)
 
-MAX_TOKENS = 8
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 
 def _runs(model, dtype: str = "float32") -> dict:
     return {
-        name: run_vllm(model, env, dtype=dtype, max_tokens=MAX_TOKENS, num_prompts=2)
+        name: run_vllm(model, env, dtype=dtype, max_tokens=MAX_TOKENS, num_prompts=NUM_PROMPTS)
         for name, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON))
     }
 
@@ -64,48 +70,26 @@ def nemotron_h_runs(tmp_path_factory):
     return _runs(build_tiny_nemotron_h(tmp_path_factory.mktemp("tiny-nemotron-h")))
 
 
-def _assert_same_tokens(runs: dict) -> None:
-    vanilla, plugin = runs["vanilla"].result, runs["plugin"].result
-    assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
-    assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
-    assert len(plugin["tokens"]) == 2 and all(len(t) == MAX_TOKENS for t in plugin["tokens"])
-    assert plugin["tokens"] == vanilla["tokens"]
-
-
-def _assert_ran_on_the_dispatch(result: dict, layers: dict[str, str]) -> None:
-    """Each in-tree layer of `layers` was built as the plugin's class and bound its
-    ``forward_oot``, the model's attention is the plugin's backend, and each op of `layers` is
-    served by the reference."""
-    for layer, op in layers.items():
-        assert result["layer_classes"][layer].startswith("vllm_fl."), result["layer_classes"]
-        assert result["forward_methods"][layer] == "forward_oot", result["forward_methods"]
-        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
-    assert list(result["attention_backends"]) == ["vllm_fl.attention.backend.AttentionBackendFL"]
-
-
 def test_gpt_oss_generates_vanillas_tokens(gpt_oss_runs):
-    _assert_same_tokens(gpt_oss_runs)
+    assert_same_tokens(gpt_oss_runs)
 
 
 def test_gpt_oss_experts_with_biases_and_swigluoai_ran_on_the_dispatch(gpt_oss_runs):
-    result = gpt_oss_runs["plugin"].result
-    method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
-    assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
-    assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
+    assert_moe_ran_on_the_dispatch(gpt_oss_runs["plugin"].result)
 
 
 def test_gpt2_generates_vanillas_tokens(gpt2_runs):
-    _assert_same_tokens(gpt2_runs)
+    assert_same_tokens(gpt2_runs)
 
 
 def test_gpt2_runs_the_plugin_s_layer_norm_and_gelu(gpt2_runs):
-    _assert_ran_on_the_dispatch(
+    assert_ran_on_the_dispatch(
         gpt2_runs["plugin"].result, {"LayerNorm": "layer_norm", "GELU": "gelu"}
     )
 
 
 def test_mamba2_generates_vanillas_tokens(mamba2_runs):
-    _assert_same_tokens(mamba2_runs)
+    assert_same_tokens(mamba2_runs)
 
 
 def test_mamba2_runs_the_plugin_s_layers(mamba2_runs):
@@ -121,12 +105,12 @@ def test_mamba2_runs_the_plugin_s_layers(mamba2_runs):
 
 
 def test_qwen3_next_generates_vanillas_tokens(qwen3_next_runs):
-    _assert_same_tokens(qwen3_next_runs)
+    assert_same_tokens(qwen3_next_runs)
 
 
 def test_qwen3_next_runs_the_plugin_s_layers(qwen3_next_runs):
     result = qwen3_next_runs["plugin"].result
-    _assert_ran_on_the_dispatch(
+    assert_ran_on_the_dispatch(
         result,
         {
             "GemmaRMSNorm": "gemma_rms_norm",
@@ -135,17 +119,15 @@ def test_qwen3_next_runs_the_plugin_s_layers(qwen3_next_runs):
             "SiluAndMul": "silu_and_mul",
         },
     )
-    method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
-    assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
-    assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
+    assert_moe_ran_on_the_dispatch(result)
 
 
 def test_falcon_h1_generates_vanillas_tokens(falcon_h1_runs):
-    _assert_same_tokens(falcon_h1_runs)
+    assert_same_tokens(falcon_h1_runs)
 
 
 def test_falcon_h1_runs_the_plugin_s_layers(falcon_h1_runs):
-    _assert_ran_on_the_dispatch(
+    assert_ran_on_the_dispatch(
         falcon_h1_runs["plugin"].result,
         {
             "RMSNorm": "rms_norm",
@@ -157,11 +139,11 @@ def test_falcon_h1_runs_the_plugin_s_layers(falcon_h1_runs):
 
 
 def test_nemotron_h_generates_vanillas_tokens(nemotron_h_runs):
-    _assert_same_tokens(nemotron_h_runs)
+    assert_same_tokens(nemotron_h_runs)
 
 
 def test_nemotron_h_runs_the_plugin_s_layers(nemotron_h_runs):
-    _assert_ran_on_the_dispatch(
+    assert_ran_on_the_dispatch(
         nemotron_h_runs["plugin"].result,
         {
             "RMSNorm": "rms_norm",

@@ -408,6 +408,21 @@ def greedy_logprobs(llm, workload: Workload) -> dict:
     }
 
 
+def embed_task(llm, workload: Workload) -> dict:
+    """A task (``Workload.task``) for an embedding model (``llm_args={"runner": "pooling"}``):
+    the text prompts' embeddings (``{"embeddings": [[float, ...], ...]}``, vLLM's default
+    pooling and normalisation for the model) and, when the model runs in this process, the
+    layers' classes, their bound forward methods and the attention backends, as `run` reports
+    them for a generation."""
+    outputs = llm.embed(prompts(workload), use_tqdm=False)
+    result: dict = {"embeddings": [[float(x) for x in out.outputs.embedding] for out in outputs]}
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        result["layer_classes"] = llm.apply_model(_layer_classes)[0]
+        result["forward_methods"] = llm.apply_model(_forward_method_names)[0]
+        result["attention_backends"] = llm.apply_model(_attention_backends)[0]
+    return result
+
+
 def reload_task(llm, workload: Workload) -> dict:
     """A task (``Workload.task``): the text prompts' greedy tokens, then vLLM's in-place weight
     reload (``reload_weights`` in every worker) from the checkpoint at

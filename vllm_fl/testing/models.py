@@ -10,9 +10,12 @@ with zero points) one, `build_tiny_fp8_block_llama` as a block-quantized FP8 one
 dequantised twin); `build_tiny_qwen3_moe` a sparse MoE of the same size; `build_tiny_deepseek_v3`
 a DeepSeek-V3 of that hidden size (multi-head latent attention, grouped MoE routing);
 `build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`, `build_tiny_falcon_h1` and
-`build_tiny_nemotron_h` one model of each of those families. Their
-weights come from a fixed seed and are scaled up so the logits are far from ties, which makes
-greedy decoding a sharp comparison between two runs.
+`build_tiny_nemotron_h` one model of each of those families, as do `build_tiny_opt`,
+`build_tiny_gpt_neox`, `build_tiny_falcon` (Falcon-7B's structure), `build_tiny_mixtral`,
+`build_tiny_gemma2`, `build_tiny_gemma3` (text-only), `build_tiny_phi3` and `build_tiny_bert`
+(an encoder, for vLLM's pooling runner). Their weights come from a fixed seed and are scaled
+up so the logits are far from ties, which makes greedy decoding a sharp comparison between two
+runs.
 
 Full-size models: `MODELS` holds the Hugging Face config of each model shape the benchmarks run
 (vLLM creates dummy weights from it, `write_dummy_checkpoint`), `QUANTIZATIONS` the
@@ -130,7 +133,10 @@ def build_tiny_model(path: str | Path, config_cls, model_cls, **config) -> Path:
     model = model_cls(config_cls(**{**defaults, **config}))
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name:
+            # a norm's scale near 1; its bias (LayerNorm's) like any other: a bias near 1
+            # on every channel adds one direction to each hidden state, whose most aligned
+            # token then wins every greedy step
+            if "norm" in name.lower() and not name.endswith(".bias"):
                 param.copy_(1.0 + 0.1 * torch.randn_like(param))
             else:
                 param.normal_(0.0, 0.2)
@@ -410,6 +416,209 @@ def build_tiny_nemotron_h(path: str | Path) -> Path:
         expand=2,
         chunk_size=16,
         layer_norm_epsilon=1e-6,
+    )
+
+
+def build_tiny_opt(path: str | Path) -> Path:
+    """A tiny random OPT and its tokenizer in `path` (created if missing): hidden 64, 2 layers
+    of 2 heads of head_dim 32, learned positions (OPT's offset of 2), biased LayerNorms before
+    attention and MLP (OPT-125m's ``do_layer_norm_before``), a ReLU MLP, tied embeddings."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    return build_tiny_model(
+        path,
+        OPTConfig,
+        OPTForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        ffn_dim=INTERMEDIATE_SIZE,
+        word_embed_proj_dim=HIDDEN_SIZE,
+        do_layer_norm_before=True,
+        activation_function="relu",
+        enable_bias=True,
+        tie_word_embeddings=True,
+    )
+
+
+def build_tiny_gpt_neox(path: str | Path) -> Path:
+    """A tiny random GPT-NeoX and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers of 2 heads of head_dim 32 with a fused, biased QKV, a quarter of each head rotated
+    (Pythia's ``rotary_pct`` 0.25, NeoX-style halves), attention and MLP in parallel
+    (``use_parallel_residual``), biased LayerNorms, an exact-GELU MLP, untied embeddings.
+    vLLM 0.32 runs it through its Transformers backend."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    return build_tiny_model(
+        path,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        hidden_act="gelu",
+        layer_norm_eps=1e-5,
+        use_parallel_residual=True,
+        attention_bias=True,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+    )
+
+
+def build_tiny_falcon(path: str | Path) -> Path:
+    """A tiny random Falcon of Falcon-7B's structure and its tokenizer in `path` (created if
+    missing): hidden 64, 2 layers, each one LayerNorm feeding attention and MLP in parallel
+    (``parallel_attn``, the old decoder architecture), multi-query attention (2 query heads of
+    head_dim 32 sharing one key/value head), rotary positions (no ALiBi), no biases, an
+    exact-GELU MLP, tied embeddings."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    return build_tiny_model(
+        path,
+        FalconConfig,
+        FalconForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        new_decoder_architecture=False,
+        multi_query=True,
+        parallel_attn=True,
+        alibi=False,
+        bias=False,
+        # vLLM's Falcon builds its MLP 4 x hidden wide whatever ffn_hidden_size says (as
+        # Falcon-7B is): transformers' default, which the checkpoint must match
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
+    )
+
+
+def build_tiny_mixtral(path: str | Path) -> Path:
+    """A tiny random Mixtral and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers of 2 query heads of head_dim 32 sharing 1 key/value head, RMSNorm, RoPE, each MLP
+    a sparse MoE of 4 SwiGLU experts with 2 active (moe width 32; Mixtral renormalises the top
+    two's softmax weights), untied embeddings."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return build_tiny_model(
+        path,
+        MixtralConfig,
+        MixtralForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=None,
+    )
+
+
+#: the Gemmas' sliding window: shorter than a prompt and its generated tokens, so that a run
+#: which ignores it attends to other tokens
+TINY_SLIDING_WINDOW = 4
+
+
+def build_tiny_gemma2(path: str | Path) -> Path:
+    """A tiny random Gemma2 and its tokenizer in `path` (created if missing): hidden 64,
+    2 layers (sliding window of `TINY_SLIDING_WINDOW`, then global attention) of 2 query heads
+    of head_dim 32 sharing 1 key/value head, GemmaRMSNorm (``1 + weight``) before and after
+    attention and MLP, a tanh-GELU gated MLP, attention logits soft-capped, final logits
+    soft-capped at 30, the embedding scaled by sqrt(hidden), tied embeddings. The attention's
+    cap is 2 (Gemma2's is 50) so that it bends the tiny model's scores: a run that drops it
+    gives other tokens (the final cap keeps the order of the logits, greedy tokens don't see
+    it)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return build_tiny_model(
+        path,
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        query_pre_attn_scalar=HIDDEN_SIZE // NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        hidden_activation="gelu_pytorch_tanh",
+        sliding_window=TINY_SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=True,
+    )
+
+
+def build_tiny_gemma3(path: str | Path) -> Path:
+    """A tiny random text-only Gemma3 (``Gemma3ForCausalLM``) and its tokenizer in `path`
+    (created if missing): hidden 64, 2 layers (sliding window of `TINY_SLIDING_WINDOW` with
+    local RoPE of base 10 000, then global attention with RoPE of base 1 000 000 scaled
+    linearly by 8, as Gemma3 4B and larger) of 2 query heads of head_dim 32 sharing 1
+    key/value head, GemmaRMSNorm around attention and MLP and on each head's query and key, a
+    tanh-GELU gated MLP, the embedding scaled by sqrt(hidden), tied embeddings."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    return build_tiny_model(
+        path,
+        Gemma3TextConfig,
+        Gemma3ForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        query_pre_attn_scalar=HIDDEN_SIZE // NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        hidden_activation="gelu_pytorch_tanh",
+        sliding_window=TINY_SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+        },
+        tie_word_embeddings=True,
+    )
+
+
+def build_tiny_phi3(path: str | Path) -> Path:
+    """A tiny random Phi-3 (Phi-3-mini-4k's structure) and its tokenizer in `path` (created if
+    missing): hidden 64, 2 layers of 2 query heads of head_dim 32 sharing 1 key/value head, the
+    query, key and value in one fused projection and gate and up in another (Phi-3's checkpoint
+    layout), RMSNorm, plain RoPE, a SiLU-gated MLP, untied embeddings."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    return build_tiny_model(
+        path,
+        Phi3Config,
+        Phi3ForCausalLM,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        hidden_act="silu",
+        original_max_position_embeddings=MAX_POSITIONS,
+        pad_token_id=None,  # Phi-3's default (32000) lies outside the tiny vocabulary
+    )
+
+
+def build_tiny_bert(path: str | Path) -> Path:
+    """A tiny random BERT encoder (``BertModel``, an embedding model) and its tokenizer in
+    `path` (created if missing): hidden 64, 2 layers of 2 heads of head_dim 32, bidirectional
+    attention, learned absolute positions and token types, post-attention and post-MLP biased
+    LayerNorms, an exact-GELU MLP."""
+    from transformers import BertConfig, BertModel
+
+    return build_tiny_model(
+        path,
+        BertConfig,
+        BertModel,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        hidden_act="gelu",
+        type_vocab_size=2,
+        layer_norm_eps=1e-12,
     )
 
 

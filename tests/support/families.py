@@ -1,0 +1,44 @@
+"""What the model-family end-to-end tests assert of a vanilla run and a plugin run of one tiny
+checkpoint (`tests/vllm/test_vllm_families_e2e.py`, `tests/vllm/test_vllm_more_families_e2e.py`)."""
+
+from __future__ import annotations
+
+#: output tokens per prompt of a family's runs (two prompts each)
+MAX_TOKENS = 8
+NUM_PROMPTS = 2
+#: the attention backend the plugin's platform gives a decoder's attention layers
+PLUGIN_ATTENTION = "vllm_fl.attention.backend.AttentionBackendFL"
+
+
+def assert_same_tokens(runs: dict) -> None:
+    """The plugin run (on the plugin's CPU platform) generated vanilla vLLM's greedy tokens."""
+    vanilla, plugin = runs["vanilla"].result, runs["plugin"].result
+    assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
+    assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
+    assert len(plugin["tokens"]) == NUM_PROMPTS, plugin["tokens"]
+    assert all(len(t) == MAX_TOKENS for t in plugin["tokens"]), plugin["tokens"]
+    assert plugin["tokens"] == vanilla["tokens"]
+
+
+def assert_layers_ran_on_the_dispatch(result: dict, layers: dict[str, str]) -> None:
+    """Each in-tree layer of `layers` was built as the plugin's class and bound its
+    ``forward_oot``, and each op of `layers` is served by the reference."""
+    for layer, op in layers.items():
+        assert result["layer_classes"][layer].startswith("vllm_fl."), result["layer_classes"]
+        assert result["forward_methods"][layer] == "forward_oot", result["forward_methods"]
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]
+
+
+def assert_ran_on_the_dispatch(result: dict, layers: dict[str, str]) -> None:
+    """`assert_layers_ran_on_the_dispatch`, and the model's attention is the plugin's
+    backend."""
+    assert_layers_ran_on_the_dispatch(result, layers)
+    assert list(result["attention_backends"]) == [PLUGIN_ATTENTION], result["attention_backends"]
+
+
+def assert_moe_ran_on_the_dispatch(result: dict) -> None:
+    """The model's unquantized experts ran through the plugin's MoE method and the op
+    ``fused_experts`` on the reference."""
+    method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
+    assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
+    assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
