@@ -103,8 +103,8 @@ class Verifier:
         self._local = threading.local()
         self._warned: set[str] = set()
         self.checks = {op: Check(**entry) for op, entry in CHECKS.items()}
-        #: checks replayed as CUDA graphs (``replay=False``: every check eagerly)
-        self.replays = Replays() if replay else None
+        #: checks replayed as CUDA graphs (``replay=False`` or no CUDA: every check eagerly)
+        self.replays = Replays() if replay and torch.cuda.is_available() else None
 
     # -- the dispatch's selection wrapper ---------------------------------------------------
 
