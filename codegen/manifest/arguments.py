@@ -5,6 +5,8 @@ signature's return; ``cache`` (the paged KV-cache arguments, which verification 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from .. import model as m
 from .reader import Reader
 from ..signature import FunctionSchema
@@ -15,33 +17,26 @@ CACHE_KEYS = ("tensors", "slots")
 
 def read_tensor_args(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:
     """A non-empty list of distinct Tensor arguments of ``schema`` (``sub`` names the key)."""
-    expected = "a list of the signature's Tensor arguments, like [x, residual]"
-    items = r.seq(node, sub, expected)
-    if not items.items:
-        raise r.error(items.line, f"{sub} is empty", expected)
-    names: list[str] = []
-    for item in items.items:
-        name = r.ident(item, f"argument in {sub}")
-        arg = schema.argument(name)
-        if arg is None:
-            raise r.error(
-                item.line,
-                f"{sub} names {name!r}, which is not an argument",
-                "one of " + ", ".join(schema.arg_names),
-            )
-        if not arg.type.is_tensor:
-            raise r.error(
-                item.line, f"{sub} names {name!r} of type {arg.type}", "Tensor arguments only"
-            )
-        if name in names:
-            raise r.error(item.line, f"{sub} lists {name!r} twice", "each argument once")
-        names.append(name)
-    return tuple(names)
+    return _read_args(r, node, sub, schema, "Tensor", "[x, residual]", lambda t: t.is_tensor)
 
 
 def read_bounds(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tuple[str, ...]:
     """A non-empty list of distinct int arguments of ``schema`` (``sub`` names the key)."""
-    expected = "a list of the signature's int arguments, like [max_seq_len]"
+    return _read_args(r, node, sub, schema, "int", "[max_seq_len]", lambda t: str(t) == "int")
+
+
+def _read_args(
+    r: Reader,
+    node: Node,
+    sub: str,
+    schema: FunctionSchema,
+    kind: str,
+    example: str,
+    accepts: Callable[[Any], bool],
+) -> tuple[str, ...]:
+    """A non-empty list of distinct arguments of ``schema`` whose type ``accepts`` takes
+    (``kind`` names those types in the messages)."""
+    expected = f"a list of the signature's {kind} arguments, like {example}"
     items = r.seq(node, sub, expected)
     if not items.items:
         raise r.error(items.line, f"{sub} is empty", expected)
@@ -55,9 +50,9 @@ def read_bounds(r: Reader, node: Node, sub: str, schema: FunctionSchema) -> tupl
                 f"{sub} names {name!r}, which is not an argument",
                 "one of " + ", ".join(schema.arg_names),
             )
-        if str(arg.type) != "int":
+        if not accepts(arg.type):
             raise r.error(
-                item.line, f"{sub} names {name!r} of type {arg.type}", "int arguments only"
+                item.line, f"{sub} names {name!r} of type {arg.type}", f"{kind} arguments only"
             )
         if name in names:
             raise r.error(item.line, f"{sub} lists {name!r} twice", "each argument once")
