@@ -94,7 +94,8 @@ class CallCopy:
             name: _copy(value) for name, value in named.items() if name not in caches
         }
         for name in check.bounds:
-            replaced[name] = rounded_bound(named.get(name))
+            if name in named:
+                replaced[name] = rounded_bound(named[name])
         slots = None
         held: dict[str, torch.Tensor] = {}
         shared: list[int] = []
