@@ -521,6 +521,21 @@ def build_tiny_mixtral(path: str | Path) -> Path:
 TINY_SLIDING_WINDOW = 4
 
 
+#: what the tiny Gemma2 and Gemma3 share: a sliding-window layer then a global one, 2 query heads
+#: of head_dim 32 sharing 1 key/value head, queries scaled by head_dim, a tanh-GELU gated MLP
+_TINY_GEMMA_LAYERS = dict(
+    num_hidden_layers=NUM_LAYERS,
+    num_attention_heads=NUM_HEADS,
+    num_key_value_heads=NUM_KV_HEADS,
+    head_dim=HIDDEN_SIZE // NUM_HEADS,
+    query_pre_attn_scalar=HIDDEN_SIZE // NUM_HEADS,
+    intermediate_size=INTERMEDIATE_SIZE,
+    hidden_activation="gelu_pytorch_tanh",
+    sliding_window=TINY_SLIDING_WINDOW,
+    layer_types=["sliding_attention", "full_attention"],
+)
+
+
 def build_tiny_gemma2(path: str | Path) -> Path:
     """A tiny random Gemma2 and its tokenizer in `path` (created if missing): hidden 64,
     2 layers (sliding window of `TINY_SLIDING_WINDOW`, then global attention) of 2 query heads
@@ -536,15 +551,7 @@ def build_tiny_gemma2(path: str | Path) -> Path:
         path,
         Gemma2Config,
         Gemma2ForCausalLM,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HIDDEN_SIZE // NUM_HEADS,
-        query_pre_attn_scalar=HIDDEN_SIZE // NUM_HEADS,
-        intermediate_size=INTERMEDIATE_SIZE,
-        hidden_activation="gelu_pytorch_tanh",
-        sliding_window=TINY_SLIDING_WINDOW,
-        layer_types=["sliding_attention", "full_attention"],
+        **_TINY_GEMMA_LAYERS,
         attn_logit_softcapping=2.0,
         final_logit_softcapping=30.0,
         tie_word_embeddings=True,
@@ -564,15 +571,7 @@ def build_tiny_gemma3(path: str | Path) -> Path:
         path,
         Gemma3TextConfig,
         Gemma3ForCausalLM,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HIDDEN_SIZE // NUM_HEADS,
-        query_pre_attn_scalar=HIDDEN_SIZE // NUM_HEADS,
-        intermediate_size=INTERMEDIATE_SIZE,
-        hidden_activation="gelu_pytorch_tanh",
-        sliding_window=TINY_SLIDING_WINDOW,
-        layer_types=["sliding_attention", "full_attention"],
+        **_TINY_GEMMA_LAYERS,
         rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
