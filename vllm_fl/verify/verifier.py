@@ -215,20 +215,22 @@ class Verifier:
         """The call's check: replayed as a CUDA graph where it can be (``Replays``), the
         references and the comparison together or, when the references cannot be recorded,
         the comparison alone; else run eagerly. The same code computes all three."""
+        replays = self.replays
+        if replays is None:
+            expected, wide, wide_out = self._references(spec, before)
+            return self._compared(spec, before, real, out, expected, wide, wide_out)
         caches = {id(real[name]) for name in spec.check.cache if name in real}
 
         def keep(value: torch.Tensor) -> bool:
             return isinstance(value, torch.nn.Parameter) or id(value) in caches
 
         state = (*before.parts(), real, out)
-        replays = self.replays
-        if replays is not None:
-            check = functools.partial(self._checked, spec, before.shared)
-            result = replays.run(op, "check", check, state, keep, spec.constants)
-            if result is not None:
-                return result
+        check = functools.partial(self._checked, spec, before.shared)
+        result = replays.run(op, "check", check, state, keep, spec.constants)
+        if result is not None:
+            return result
         expected, wide, wide_out = self._references(spec, before)
-        if replays is not None and (op, "check") in replays.refused:
+        if (op, "check") in replays.refused:
             compared = functools.partial(self._compared_parts, spec, before.shared)
             wide_parts = wide.parts() if wide is not None else None
             result = replays.run(
