@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from vllm_fl.backends.reference.impl import collectives as reference
-from vllm_fl.dispatch import Backend, OpImpl, get_default_manager
+from vllm_fl.dispatch import Backend, CommunicatorUnsupported, OpImpl, get_default_manager
 
 IMPL = "vendor.broken"
 #: what the ``hooked`` backend's communicator_setup returns (broadcast from rank 0)
@@ -57,6 +57,10 @@ def set_up(communicator) -> str:
     return communicator.broadcast_object(STATE if communicator.rank_in_group == 0 else None)
 
 
+def refuse(communicator) -> None:
+    raise CommunicatorUnsupported(f"needs another communicator than {type(communicator).__name__}")
+
+
 def crash(self, input_: torch.Tensor) -> torch.Tensor:
     if self.rank_in_group == 1:
         os._exit(3)
@@ -90,3 +94,5 @@ def register() -> None:
     )
     with registry.registering_for(Backend("hooked", communicator_setup=set_up)):
         registry.register_impl(_impl("with_state", with_state))
+    with registry.registering_for(Backend("refusing", communicator_setup=refuse)):
+        registry.register_impl(_impl("on_another_communicator", off_by_one))

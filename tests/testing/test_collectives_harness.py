@@ -64,6 +64,7 @@ SPEC = {
     "unavailable": _entry("all_reduce", ROWS),
     "missing": _entry("all_reduce", ROWS),
     "with_state": _entry("all_reduce", ROWS),
+    "on_another_communicator": _entry("all_reduce", ROWS),
     "all_gatherv": _entry("all_gatherv", UNEVEN_LIST, impls=("reference.torch",)),
     "gatherv_first": _entry("all_gatherv", UNEVEN_LIST),
     "gatherv_in_place_rows": _entry("all_gatherv", UNEVEN_LIST),
@@ -140,6 +141,13 @@ def test_an_unregistered_impl_fails(results):
 def test_the_backend_hook_runs_on_the_stand_in_before_the_impl(results):
     outcome = _outcome(results, "with_state")
     assert outcome.ok, outcome.failure
+
+
+def test_a_backend_refusing_the_communicator_is_skipped_not_run(results):
+    # off_by_one behind the refusing hook: run, it would fail
+    outcome = _outcome(results, "on_another_communicator")
+    assert outcome.skip_reason is not None, outcome.failure
+    assert "needs another communicator than GroupStandIn" in outcome.skip_reason
 
 
 def test_a_crashing_rank_fails_what_it_ran_and_what_it_never_reached(results):

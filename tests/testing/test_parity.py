@@ -247,3 +247,23 @@ def test_the_reference_is_the_one_asked_for_and_named():
     mine.fn = lambda x: None
     with pytest.raises(AssertionError, match=re.escape("reference.mine op returned None")):
         mine.check_reference("op", None, "float32", CASE, ["Tensor"])
+
+
+@pytest.mark.parametrize(
+    "path, found",
+    [
+        ("vllm.model_executor.layers.activation.NoSuchLayer", "no such class"),
+        # a plain nn.Module, as vLLM 0.24's LayerNorm is
+        ("torch.nn.LayerNorm", "not a CustomOp"),
+    ],
+)
+def test_a_layer_this_vllm_has_no_custom_op_of_skips_the_test(path, found):
+    with pytest.raises(pytest.skip.Exception, match=f"{re.escape(path)}: {found} in vLLM"):
+        Parity(REFERENCE, SEED).layer(path, {}, torch.float32, "cpu")
+
+
+def test_a_custom_op_layer_is_built():
+    layer = Parity(REFERENCE, SEED).layer(
+        "vllm.model_executor.layers.activation.GELU", {}, torch.float32, "cpu"
+    )
+    assert type(layer).__name__ == "GELU"

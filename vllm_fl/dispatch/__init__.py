@@ -88,7 +88,7 @@ from .runtime.manager import OpManager, wrap_selections
 from .types import BackendImplKind, BackendPriority, ConfigError, DispatchError, OpImpl
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .backend import Backend, CommunicatorUnsupported
     from .checks import CHECKS
     from .explain import explain_ops
     from .runtime.registration import (
@@ -108,6 +108,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Backend": ".backend",
     "CHECKS": ".checks",
+    "CommunicatorUnsupported": ".backend",
     "CustomOp": ".runtime.registration",
     "DeclaredBackend": ".runtime.registration",
     "FLBackendBase": ".spec",
@@ -138,6 +139,7 @@ __all__ = [
     "BackendImplKind",
     "BackendPriority",
     "CHECKS",
+    "CommunicatorUnsupported",
     "ConfigError",
     "CustomOp",
     "DeclaredBackend",

@@ -22,6 +22,8 @@ The hooks:
   of its group, before any collective runs on it, when a collective of the group selected one of
   the backend's implementations: what the backend's collectives need per group (a communicator
   of its library, made collectively). What it returns is ``communicator.backend_state[name]``.
+  It raises ``CommunicatorUnsupported`` where the communicator cannot carry the backend's
+  collectives at all (another platform's, or a test's stand-in group).
 """
 
 from __future__ import annotations
@@ -33,12 +35,24 @@ from typing import Any, Callable, Mapping
 
 from .types import OpImpl
 
-__all__ = ["Backend", "CommunicatorSetup", "SelectionListener", "PreparedCheck"]
+__all__ = [
+    "Backend",
+    "CommunicatorSetup",
+    "CommunicatorUnsupported",
+    "SelectionListener",
+    "PreparedCheck",
+]
 
 #: called with the manager (an ``OpManager``) after it installed a selection
 SelectionListener = Callable[[Any], None]
 #: called with a new communicator on every rank; returns the backend's state for that group
 CommunicatorSetup = Callable[[Any], object]
+
+
+class CommunicatorUnsupported(TypeError):
+    """Raised by a ``communicator_setup`` hook given a communicator its collectives cannot run
+    on (a class of another platform): the backend is unavailable on that group, which is not a
+    failure of its collectives."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -59,6 +59,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
+from vllm_fl.dispatch import CommunicatorUnsupported
 from vllm_fl.testing.inputs import draw_tensor
 
 __all__ = [
@@ -563,16 +564,20 @@ class _Rank:
         if hook is not None:
             try:
                 group.backend_state[backend.name] = hook(group)
+            except CommunicatorUnsupported as unsupported:
+                # e.g. vLLM's CUDA communicator, which a stand-in group is not
+                error = ("unavailable", f"{impl_id}: {unsupported}")
             except Exception:  # noqa: BLE001 - reported as the tests' failure
-                error = _tail(traceback.format_exc())
+                error = ("failed", _tail(traceback.format_exc()))
         every = self.all_gather(error)
-        for rank, text in enumerate(every):
-            if text is not None:
-                return group, RankResult(
-                    "failed",
-                    error=f"communicator_setup of backend {backend.name!r} failed on "
-                    f"rank {rank}: {text}",
-                )
+        for wanted in ("failed", "unavailable"):
+            for rank, found in enumerate(every):
+                if found is not None and found[0] == wanted:
+                    return group, RankResult(
+                        wanted,
+                        error=f"communicator_setup of backend {backend.name!r} {wanted} on "
+                        f"rank {rank}: {found[1]}",
+                    )
         return group, None
 
     def run_case(

@@ -194,6 +194,12 @@ def flag_gems(monkeypatch):
     fake = FakeFlagGems()
     _forget_flag_gems()
     monkeypatch.setitem(sys.modules, "flag_gems", fake)
+    # the kernel library's module built from a real FlagGems' pointwise_dynamic at import, and
+    # that FlagGems' submodules: imported again, they find the stub (which has none), as on a
+    # machine without that FlagGems
+    for name in [n for n in sys.modules if n.startswith("flag_gems.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delitem(sys.modules, "vllm_fl.kernels.pointwise_kernels", raising=False)
     yield fake
     _forget_flag_gems()
 

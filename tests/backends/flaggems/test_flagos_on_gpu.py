@@ -25,7 +25,16 @@ from vllm_fl.backends.reference.impl import rotary as ref_rotary
 pytestmark = pytest.mark.gpu("flag_gems")
 
 DEVICE = "cuda"
-ACTIVATIONS = ["silu_and_mul", "mul_and_silu", "gelu_new", "gelu_fast", "quick_gelu"]
+ACTIVATIONS = [
+    "silu_and_mul",
+    "mul_and_silu",
+    "gelu_new",
+    "gelu_fast",
+    "quick_gelu",
+    "gelu",
+    "gelu_tanh",
+    "relu_squared",
+]
 SHAPES = [(7, 256), (2, 3, 128), (1, 2 * 11008), (4096, 2 * 1408)]
 DTYPE_IDS = [str(d).rsplit(".", 1)[-1] for d in DTYPES]
 #: head_size, rotary_dim, neox style, with key, query heads, key heads, tokens
@@ -101,6 +110,23 @@ def test_norm(op, dtype, hidden, weight_dtype, residual):
     with unchanged(x, r, weight):
         got = getattr(flagos_norm, op)(layer, x, r)
     _assert_matches(got, getattr(ref_norm, op)(layer, x, r), dtype, x, r, weight)
+
+
+# vLLM 0.24's LayerNorm is a plain module (the generated parity tests skip there): a stand-in
+# layer holds what ops.yaml says the op reads
+@pytest.mark.parametrize("affine", ["weight+bias", "weight", "none"])
+@pytest.mark.parametrize("weight_dtype", ["input", "float32"])
+@pytest.mark.parametrize("hidden", [96, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_layer_norm(dtype, hidden, weight_dtype, affine):
+    wdt = dtype if weight_dtype == "input" else torch.float32
+    weight = None if affine == "none" else (1 + 0.5 * torch.randn(hidden, device=DEVICE)).to(wdt)
+    bias = (torch.randn(hidden, device=DEVICE) * 0.5).to(wdt) if affine == "weight+bias" else None
+    layer = _layer(normalized_shape=(hidden,), weight=weight, bias=bias, eps=1e-5)
+    x = 2 * torch.randn(7, hidden, dtype=dtype, device=DEVICE) + 0.5
+    with unchanged(x, weight, bias):
+        got = flagos_norm.layer_norm(layer, x)
+    _assert_matches(got, ref_norm.layer_norm(layer, x), dtype, x, weight, bias)
 
 
 @pytest.mark.parametrize("case", ROTARY_CASES, ids=lambda c: "h{}-rd{}-neox{}-key{}".format(*c))

@@ -8,7 +8,7 @@ the group selected this backend.
 
 from typing import Any
 
-from vllm_fl.dispatch import Backend
+from vllm_fl.dispatch import Backend, CommunicatorUnsupported
 
 
 def set_up_communicator(communicator: Any) -> None:
@@ -18,7 +18,7 @@ def set_up_communicator(communicator: Any) -> None:
     from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
 
     if not isinstance(communicator, CudaCommunicator):
-        raise TypeError(
+        raise CommunicatorUnsupported(
             "the cuda backend's collectives need vLLM's CudaCommunicator; the platform built "
             f"{type(communicator).__name__} (a platform other than the plugin's CUDA platform)"
         )
