@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm_fl.attention",),
     ("vllm_fl.backends",),
     ("vllm_fl.distributed",),
-    ("vllm_fl.platform", "vllm_fl.moe", "vllm_fl.grouped_routing"),
+    ("vllm_fl.platform", "vllm_fl.moe", "vllm_fl.grouped_routing", "vllm_fl.mamba"),
     ("vllm_fl.quant",),
     ("vllm_fl.registration",),
     ("vllm_fl.testing",),

@@ -42,3 +42,24 @@ def assert_moe_ran_on_the_dispatch(result: dict) -> None:
     method = result["layer_classes"]["UnquantizedFusedMoEMethod"]
     assert method == "vllm_fl.moe.UnquantizedFusedMoEMethodFL", method
     assert result["used_impls"].get("fused_experts") == "reference.torch", result["used_impls"]
+
+
+#: the Mamba2 mixer's kernels the plugin routes through their ops (`vllm_fl.mamba`)
+MAMBA2_OPS = (
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "mamba_chunk_scan_combined",
+    "selective_state_update",
+)
+
+
+def assert_mamba2_kernels_ran_on_the_dispatch(result: dict) -> None:
+    """The Mamba2 mixer's four kernels were replaced in the mixer's module and called through
+    their ops (prefill: conv1d and the SSD scan; decode: conv1d update and the SSM step), each
+    served by the reference."""
+    sites = result["mamba_sites"]
+    assert len(sites) == len(MAMBA2_OPS), sites
+    calls = result["mamba_calls"]
+    for op in MAMBA2_OPS:
+        assert calls.get(op, 0) > 0, calls
+        assert result["used_impls"].get(op) == "reference.torch", result["used_impls"]

@@ -24,6 +24,7 @@ from vllm_fl.testing.models import (
 from tests.support.families import (
     MAX_TOKENS,
     NUM_PROMPTS,
+    assert_mamba2_kernels_ran_on_the_dispatch,
     assert_moe_ran_on_the_dispatch,
     assert_ran_on_the_dispatch,
     assert_same_tokens,
@@ -102,6 +103,7 @@ def test_mamba2_runs_the_plugin_s_layers(mamba2_runs):
     assert result["used_impls"].get("mixer2_gated_rms_norm") == "reference.torch", result[
         "used_impls"
     ]
+    assert_mamba2_kernels_ran_on_the_dispatch(result)
 
 
 def test_qwen3_next_generates_vanillas_tokens(qwen3_next_runs):
@@ -136,6 +138,7 @@ def test_falcon_h1_runs_the_plugin_s_layers(falcon_h1_runs):
             "SiluAndMul": "silu_and_mul",
         },
     )
+    assert_mamba2_kernels_ran_on_the_dispatch(falcon_h1_runs["plugin"].result)
 
 
 def test_nemotron_h_generates_vanillas_tokens(nemotron_h_runs):
@@ -151,3 +154,4 @@ def test_nemotron_h_runs_the_plugin_s_layers(nemotron_h_runs):
             "ReLUSquaredActivation": "relu_squared",
         },
     )
+    assert_mamba2_kernels_ran_on_the_dispatch(nemotron_h_runs["plugin"].result)

@@ -172,6 +172,10 @@ class FLBackendBase(abc.ABC):
         "layer_norm",
         "rms_norm_gated",
         "mixer2_gated_rms_norm",
+        "causal_conv1d_update",
+        "causal_conv1d_fn",
+        "selective_state_update",
+        "mamba_chunk_scan_combined",
         "rotary_embedding",
         "attention_backend",
         "reshape_and_cache_flash",
@@ -409,6 +413,140 @@ class FLBackendBase(abc.ABC):
 
         Signature: ``mixer2_gated_rms_norm(Tensor x, Tensor gate) -> Tensor``.
         Replaces ``vllm.model_executor.layers.mamba.mamba_mixer2.Mixer2RMSNormGated.forward``.
+        """
+
+    @abc.abstractmethod
+    def causal_conv1d_update(
+        self,
+        x: torch.Tensor,
+        conv_state: torch.Tensor,
+        weight: torch.Tensor,
+        output: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        activation: str | None = None,
+        conv_state_indices: torch.Tensor | None = None,
+        num_accepted_tokens: torch.Tensor | None = None,
+        query_start_loc: torch.Tensor | None = None,
+        max_query_len: int = -1,
+        null_block_id: int | None = 0,
+    ) -> None:
+        """The decode step of a depthwise causal conv1d with its rolling state: x is [batch, dim]
+        (one token per sequence), [batch, dim, seqlen], or with query_start_loc [tokens, dim]
+        (varlen, sequence i the tokens query_start_loc[i] to query_start_loc[i + 1]). Sequence i
+        uses conv_state[conv_state_indices[i]] ([i, 0] for a 2-D index tensor; state i without
+        indices) of conv_state [cache_lines, dim, state_len], weight [dim, width]: each token's
+        output is sum_k weight[:, k] * window[t + k] over the width - 1 state columns followed by
+        the sequence's tokens, plus bias, then silu where activation is 'silu' or 'swish'; the state
+        becomes the last columns of that window. With num_accepted_tokens (speculative decoding) the
+        window starts at column num_accepted_tokens[i] - 1 and the state keeps width - 2 history
+        columns plus every token (max_query_len: the longest sequence). A sequence whose index is
+        null_block_id is skipped: its state and output rows are left alone. Computed in float32;
+        output (x's shape, may be x itself) in its own dtype.
+
+        Signature: ``causal_conv1d_update(Tensor x, Tensor conv_state, Tensor weight, Tensor output, Tensor? bias=None, str? activation=None, Tensor? conv_state_indices=None, Tensor? num_accepted_tokens=None, Tensor? query_start_loc=None, int max_query_len=-1, int? null_block_id=0) -> None``.
+        """
+
+    @abc.abstractmethod
+    def causal_conv1d_fn(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        conv_states: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        output: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        cache_indices: torch.Tensor | None = None,
+        has_initial_state: torch.Tensor | None = None,
+        activation: str | None = "silu",
+        pad_slot_id: int = -1,
+        null_block_id: int | None = 0,
+    ) -> None:
+        """The prefill of a depthwise causal conv1d over a varlen batch: x [dim, tokens], sequence i
+        the tokens query_start_loc[i] to query_start_loc[i + 1]; each token's output is sum_k
+        weight[:, k] * window[t + k] (weight [dim, width]) over the sequence's width - 1 prior
+        columns (conv_states[cache_indices[i], :, :width - 1] where has_initial_state[i], zeros
+        otherwise; state i without cache_indices) followed by its tokens, plus bias, then silu where
+        activation is 'silu' or 'swish'. The sequence's last width - 1 columns of that window are
+        written to its conv_states entry. A sequence whose cache index is pad_slot_id or
+        null_block_id is skipped: its state is left alone, its output columns unspecified. Computed
+        in float32; output ([dim, tokens]) in its own dtype.
+
+        Signature: ``causal_conv1d_fn(Tensor x, Tensor weight, Tensor conv_states, Tensor query_start_loc, Tensor output, Tensor? bias=None, Tensor? cache_indices=None, Tensor? has_initial_state=None, str? activation='silu', int pad_slot_id=-1, int? null_block_id=0) -> None``.
+        """
+
+    @abc.abstractmethod
+    def selective_state_update(
+        self,
+        state: torch.Tensor,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        D: torch.Tensor,
+        dt_bias: torch.Tensor,
+        output: torch.Tensor,
+        z: torch.Tensor | None = None,
+        dt_softplus: bool = False,
+        state_batch_indices: torch.Tensor | None = None,
+        dst_state_batch_indices: torch.Tensor | None = None,
+        null_block_id: int = 0,
+        num_accepted_tokens: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> None:
+        """The decode step of a selective state space model (Mamba's SSM): per sequence, head and
+        token, with dt = dt + dt_bias (softplus'd where dt_softplus), the state h = h * exp(A * dt)
+        + dt * B * x and the output = sum over dstate of h * C + D * x, times silu(z) where given.
+        state [cache_lines, nheads, dim, dstate] (or without the heads axis); x, dt, z, output
+        [batch, nheads, dim] (or [batch, dim]); A [nheads, dim, dstate]; B, C [batch, ngroups,
+        dstate], head h reading group h // (nheads / ngroups); D, dt_bias [nheads, dim]. Sequence i
+        reads state[state_batch_indices[i, 0]] (state i without indices; zeros where the index is
+        null_block_id) and writes its final state to dst_state_batch_indices[i, 0] (the same indices
+        when None), unless its read index is null_block_id. With cu_seqlens a sequence is several
+        tokens (x [tokens, nheads, dim]); with num_accepted_tokens (speculative decoding) it reads
+        state_batch_indices[i, num_accepted_tokens[i] - 1] and writes the state after its token t to
+        dst_state_batch_indices[i, t] (not where that is null_block_id). Computed in float32.
+
+        Signature: ``selective_state_update(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor D, Tensor dt_bias, Tensor output, Tensor? z=None, bool dt_softplus=False, Tensor? state_batch_indices=None, Tensor? dst_state_batch_indices=None, int null_block_id=0, Tensor? num_accepted_tokens=None, Tensor? cu_seqlens=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def mamba_chunk_scan_combined(
+        self,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk_size: int,
+        cu_seqlens: torch.Tensor,
+        cu_chunk_seqlens: torch.Tensor,
+        last_chunk_indices: torch.Tensor,
+        seq_idx: torch.Tensor,
+        output: torch.Tensor,
+        states: torch.Tensor,
+        dt_min: float,
+        dt_max: float,
+        D: torch.Tensor | None = None,
+        z: torch.Tensor | None = None,
+        dt_bias: torch.Tensor | None = None,
+        initial_states: torch.Tensor | None = None,
+        dt_softplus: bool = False,
+        return_intermediate_states: bool = False,
+    ) -> None:
+        """Mamba2's state space duality scan over a varlen prefill batch (the SSM of
+        selective_state_update over every token, computed chunk by chunk): x [tokens, nheads,
+        headdim], dt [tokens, nheads] (plus dt_bias [nheads], softplus'd where dt_softplus, then
+        clamped to [dt_min, dt_max]), A [nheads], B, C [tokens, ngroups, dstate]. Sequence i is the
+        tokens cu_seqlens[i] to cu_seqlens[i + 1], cut into the chunks of cu_chunk_seqlens (seq_idx:
+        each chunk's sequence; last_chunk_indices: each sequence's last chunk; at most chunk_size
+        tokens each), and starts from initial_states[i] ([batch, nheads, headdim, dstate], zeros
+        without). output gets y = C . h + D * x (D [nheads] or [nheads, headdim]), times silu(z)
+        where given; states gets each sequence's final state ([batch, ...]), or with
+        return_intermediate_states the state after every chunk ([chunks, ...]). Computed in float32;
+        output and states in their own dtypes.
+
+        Signature: ``mamba_chunk_scan_combined(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, int chunk_size, Tensor cu_seqlens, Tensor cu_chunk_seqlens, Tensor last_chunk_indices, Tensor seq_idx, Tensor output, Tensor states, float dt_min, float dt_max, Tensor? D=None, Tensor? z=None, Tensor? dt_bias=None, Tensor? initial_states=None, bool dt_softplus=False, bool return_intermediate_states=False) -> None``.
         """
 
     @abc.abstractmethod

@@ -503,6 +503,554 @@ def split_mixer2_gated_rms_norm(_impl: Fn, _traced: Fn, _strict: bool, _fallback
     return mixer2_gated_rms_norm
 
 
+def plain_causal_conv1d_update(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``causal_conv1d_update``: every call goes to ``_impl``."""
+
+    def causal_conv1d_update(
+        x,
+        conv_state,
+        weight,
+        output,
+        bias=None,
+        activation=None,
+        conv_state_indices=None,
+        num_accepted_tokens=None,
+        query_start_loc=None,
+        max_query_len=-1,
+        null_block_id=0,
+    ):
+        try:
+            return (_f := _impl)(
+                x,
+                conv_state,
+                weight,
+                output,
+                bias,
+                activation,
+                conv_state_indices,
+                num_accepted_tokens,
+                query_start_loc,
+                max_query_len,
+                null_block_id,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    conv_state,
+                    weight,
+                    output,
+                    bias,
+                    activation,
+                    conv_state_indices,
+                    num_accepted_tokens,
+                    query_start_loc,
+                    max_query_len,
+                    null_block_id,
+                ),
+                {},
+                _traced,
+            )
+
+    return causal_conv1d_update
+
+
+def split_causal_conv1d_update(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``causal_conv1d_update``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def causal_conv1d_update(
+        x,
+        conv_state,
+        weight,
+        output,
+        bias=None,
+        activation=None,
+        conv_state_indices=None,
+        num_accepted_tokens=None,
+        query_start_loc=None,
+        max_query_len=-1,
+        null_block_id=0,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                x,
+                conv_state,
+                weight,
+                output,
+                bias,
+                activation,
+                conv_state_indices,
+                num_accepted_tokens,
+                query_start_loc,
+                max_query_len,
+                null_block_id,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    conv_state,
+                    weight,
+                    output,
+                    bias,
+                    activation,
+                    conv_state_indices,
+                    num_accepted_tokens,
+                    query_start_loc,
+                    max_query_len,
+                    null_block_id,
+                ),
+                {},
+                _traced,
+            )
+
+    return causal_conv1d_update
+
+
+def plain_causal_conv1d_fn(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``causal_conv1d_fn``: every call goes to ``_impl``."""
+
+    def causal_conv1d_fn(
+        x,
+        weight,
+        conv_states,
+        query_start_loc,
+        output,
+        bias=None,
+        cache_indices=None,
+        has_initial_state=None,
+        activation="silu",
+        pad_slot_id=-1,
+        null_block_id=0,
+    ):
+        try:
+            return (_f := _impl)(
+                x,
+                weight,
+                conv_states,
+                query_start_loc,
+                output,
+                bias,
+                cache_indices,
+                has_initial_state,
+                activation,
+                pad_slot_id,
+                null_block_id,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    weight,
+                    conv_states,
+                    query_start_loc,
+                    output,
+                    bias,
+                    cache_indices,
+                    has_initial_state,
+                    activation,
+                    pad_slot_id,
+                    null_block_id,
+                ),
+                {},
+                _traced,
+            )
+
+    return causal_conv1d_fn
+
+
+def split_causal_conv1d_fn(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``causal_conv1d_fn``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def causal_conv1d_fn(
+        x,
+        weight,
+        conv_states,
+        query_start_loc,
+        output,
+        bias=None,
+        cache_indices=None,
+        has_initial_state=None,
+        activation="silu",
+        pad_slot_id=-1,
+        null_block_id=0,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                x,
+                weight,
+                conv_states,
+                query_start_loc,
+                output,
+                bias,
+                cache_indices,
+                has_initial_state,
+                activation,
+                pad_slot_id,
+                null_block_id,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    weight,
+                    conv_states,
+                    query_start_loc,
+                    output,
+                    bias,
+                    cache_indices,
+                    has_initial_state,
+                    activation,
+                    pad_slot_id,
+                    null_block_id,
+                ),
+                {},
+                _traced,
+            )
+
+    return causal_conv1d_fn
+
+
+def plain_selective_state_update(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``selective_state_update``: every call goes to ``_impl``."""
+
+    def selective_state_update(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        dt_bias,
+        output,
+        z=None,
+        dt_softplus=False,
+        state_batch_indices=None,
+        dst_state_batch_indices=None,
+        null_block_id=0,
+        num_accepted_tokens=None,
+        cu_seqlens=None,
+    ):
+        try:
+            return (_f := _impl)(
+                state,
+                x,
+                dt,
+                A,
+                B,
+                C,
+                D,
+                dt_bias,
+                output,
+                z,
+                dt_softplus,
+                state_batch_indices,
+                dst_state_batch_indices,
+                null_block_id,
+                num_accepted_tokens,
+                cu_seqlens,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    state,
+                    x,
+                    dt,
+                    A,
+                    B,
+                    C,
+                    D,
+                    dt_bias,
+                    output,
+                    z,
+                    dt_softplus,
+                    state_batch_indices,
+                    dst_state_batch_indices,
+                    null_block_id,
+                    num_accepted_tokens,
+                    cu_seqlens,
+                ),
+                {},
+                _traced,
+            )
+
+    return selective_state_update
+
+
+def split_selective_state_update(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``selective_state_update``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def selective_state_update(
+        state,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        dt_bias,
+        output,
+        z=None,
+        dt_softplus=False,
+        state_batch_indices=None,
+        dst_state_batch_indices=None,
+        null_block_id=0,
+        num_accepted_tokens=None,
+        cu_seqlens=None,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                state,
+                x,
+                dt,
+                A,
+                B,
+                C,
+                D,
+                dt_bias,
+                output,
+                z,
+                dt_softplus,
+                state_batch_indices,
+                dst_state_batch_indices,
+                null_block_id,
+                num_accepted_tokens,
+                cu_seqlens,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    state,
+                    x,
+                    dt,
+                    A,
+                    B,
+                    C,
+                    D,
+                    dt_bias,
+                    output,
+                    z,
+                    dt_softplus,
+                    state_batch_indices,
+                    dst_state_batch_indices,
+                    null_block_id,
+                    num_accepted_tokens,
+                    cu_seqlens,
+                ),
+                {},
+                _traced,
+            )
+
+    return selective_state_update
+
+
+def plain_mamba_chunk_scan_combined(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``mamba_chunk_scan_combined``: every call goes to ``_impl``."""
+
+    def mamba_chunk_scan_combined(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        cu_seqlens,
+        cu_chunk_seqlens,
+        last_chunk_indices,
+        seq_idx,
+        output,
+        states,
+        dt_min,
+        dt_max,
+        D=None,
+        z=None,
+        dt_bias=None,
+        initial_states=None,
+        dt_softplus=False,
+        return_intermediate_states=False,
+    ):
+        try:
+            return (_f := _impl)(
+                x,
+                dt,
+                A,
+                B,
+                C,
+                chunk_size,
+                cu_seqlens,
+                cu_chunk_seqlens,
+                last_chunk_indices,
+                seq_idx,
+                output,
+                states,
+                dt_min,
+                dt_max,
+                D,
+                z,
+                dt_bias,
+                initial_states,
+                dt_softplus,
+                return_intermediate_states,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    dt,
+                    A,
+                    B,
+                    C,
+                    chunk_size,
+                    cu_seqlens,
+                    cu_chunk_seqlens,
+                    last_chunk_indices,
+                    seq_idx,
+                    output,
+                    states,
+                    dt_min,
+                    dt_max,
+                    D,
+                    z,
+                    dt_bias,
+                    initial_states,
+                    dt_softplus,
+                    return_intermediate_states,
+                ),
+                {},
+                _traced,
+            )
+
+    return mamba_chunk_scan_combined
+
+
+def split_mamba_chunk_scan_combined(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``mamba_chunk_scan_combined``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def mamba_chunk_scan_combined(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        cu_seqlens,
+        cu_chunk_seqlens,
+        last_chunk_indices,
+        seq_idx,
+        output,
+        states,
+        dt_min,
+        dt_max,
+        D=None,
+        z=None,
+        dt_bias=None,
+        initial_states=None,
+        dt_softplus=False,
+        return_intermediate_states=False,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                x,
+                dt,
+                A,
+                B,
+                C,
+                chunk_size,
+                cu_seqlens,
+                cu_chunk_seqlens,
+                last_chunk_indices,
+                seq_idx,
+                output,
+                states,
+                dt_min,
+                dt_max,
+                D,
+                z,
+                dt_bias,
+                initial_states,
+                dt_softplus,
+                return_intermediate_states,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    x,
+                    dt,
+                    A,
+                    B,
+                    C,
+                    chunk_size,
+                    cu_seqlens,
+                    cu_chunk_seqlens,
+                    last_chunk_indices,
+                    seq_idx,
+                    output,
+                    states,
+                    dt_min,
+                    dt_max,
+                    D,
+                    z,
+                    dt_bias,
+                    initial_states,
+                    dt_softplus,
+                    return_intermediate_states,
+                ),
+                {},
+                _traced,
+            )
+
+    return mamba_chunk_scan_combined
+
+
 def plain_rotary_embedding(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``rotary_embedding``: every call goes to ``_impl``."""
 
@@ -2282,6 +2830,10 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "layer_norm": (plain_layer_norm, split_layer_norm),
     "rms_norm_gated": (plain_rms_norm_gated, split_rms_norm_gated),
     "mixer2_gated_rms_norm": (plain_mixer2_gated_rms_norm, split_mixer2_gated_rms_norm),
+    "causal_conv1d_update": (plain_causal_conv1d_update, split_causal_conv1d_update),
+    "causal_conv1d_fn": (plain_causal_conv1d_fn, split_causal_conv1d_fn),
+    "selective_state_update": (plain_selective_state_update, split_selective_state_update),
+    "mamba_chunk_scan_combined": (plain_mamba_chunk_scan_combined, split_mamba_chunk_scan_combined),
     "rotary_embedding": (plain_rotary_embedding, split_rotary_embedding),
     "attention_backend": (plain_attention_backend, split_attention_backend),
     "reshape_and_cache_flash": (plain_reshape_and_cache_flash, split_reshape_and_cache_flash),

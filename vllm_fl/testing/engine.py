@@ -628,6 +628,12 @@ def _dispatch_record(mode: str) -> dict:
     if mode == "compile":
         record["used_impls_traced"] = dict(sorted(manager.used_impls(traced=True).items()))
     record["replaced"] = sorted(compat.oot_registry())
+    if "vllm_fl.mamba" in sys.modules:
+        from vllm_fl import mamba
+
+        # the Mamba2 mixer's kernels: where the adapters sit, and the calls they made
+        record["mamba_sites"] = mamba.installed()
+        record["mamba_calls"] = mamba.call_counts()
     return record
 
 

@@ -34,6 +34,7 @@ from vllm_fl.dispatch import (
 from vllm_fl.backends.cuda.impl import activation as _cuda_activation
 from vllm_fl.backends.cuda.impl import attention as _cuda_attention
 from vllm_fl.backends.cuda.impl import collectives as _cuda_collectives
+from vllm_fl.backends.cuda.impl import mamba as _cuda_mamba
 from vllm_fl.backends.cuda.impl import mla as _cuda_mla
 from vllm_fl.backends.cuda.impl import moe as _cuda_moe
 from vllm_fl.backends.cuda.impl import moe_quant as _cuda_moe_quant
@@ -1120,6 +1121,10 @@ IMPLS = (
         adapter=mixer2_gated_rms_norm,
         custom_op=CustomOp(_mixer2_gated_rms_norm_kernel, _mixer2_gated_rms_norm_fake),
     ),
+    Impl("causal_conv1d_update", _cuda_mamba.causal_conv1d_update),
+    Impl("causal_conv1d_fn", _cuda_mamba.causal_conv1d_fn),
+    Impl("selective_state_update", _cuda_mamba.selective_state_update),
+    Impl("mamba_chunk_scan_combined", _cuda_mamba.mamba_chunk_scan_combined),
     Impl(
         "rotary_embedding",
         _cuda_rotary.rotary_embedding,
@@ -1216,5 +1221,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 40 implementation(s) of backend ``cuda``."""
+    """Register the 44 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

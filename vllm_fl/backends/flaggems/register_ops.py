@@ -33,6 +33,7 @@ from vllm_fl.dispatch import (
 )
 from vllm_fl.backends.flaggems.impl import activation as _flagos_activation
 from vllm_fl.backends.flaggems.impl import attention as _flagos_attention
+from vllm_fl.backends.flaggems.impl import mamba as _flagos_mamba
 from vllm_fl.backends.flaggems.impl import mla as _flagos_mla
 from vllm_fl.backends.flaggems.impl import moe as _flagos_moe
 from vllm_fl.backends.flaggems.impl import moe_quant as _flagos_moe_quant
@@ -1168,6 +1169,17 @@ IMPLS = (
         custom_op=CustomOp(_mixer2_gated_rms_norm_kernel, _mixer2_gated_rms_norm_fake),
     ),
     Impl(
+        "causal_conv1d_update",
+        _flagos_mamba.causal_conv1d_update,
+        supports={"num_accepted_tokens": (None,), "query_start_loc": (None,)},
+    ),
+    Impl("causal_conv1d_fn", _flagos_mamba.causal_conv1d_fn),
+    Impl(
+        "selective_state_update",
+        _flagos_mamba.selective_state_update,
+        supports={"num_accepted_tokens": (None,)},
+    ),
+    Impl(
         "rotary_embedding",
         _flagos_rotary.rotary_embedding,
         eager=_flagos_rotary.rotary_embedding_inplace,
@@ -1240,5 +1252,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 35 implementation(s) of backend ``flagos``."""
+    """Register the 38 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

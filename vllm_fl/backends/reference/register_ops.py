@@ -10,6 +10,7 @@ from vllm_fl.dispatch import BackendImplKind, DeclaredBackend, Impl, OpRegistry,
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import attention as _reference_attention
 from vllm_fl.backends.reference.impl import collectives as _reference_collectives
+from vllm_fl.backends.reference.impl import mamba as _reference_mamba
 from vllm_fl.backends.reference.impl import mla as _reference_mla
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
@@ -37,6 +38,10 @@ IMPLS = (
     Impl("layer_norm", _reference_normalization.layer_norm),
     Impl("rms_norm_gated", _reference_normalization.rms_norm_gated),
     Impl("mixer2_gated_rms_norm", _reference_normalization.mixer2_gated_rms_norm),
+    Impl("causal_conv1d_update", _reference_mamba.causal_conv1d_update),
+    Impl("causal_conv1d_fn", _reference_mamba.causal_conv1d_fn),
+    Impl("selective_state_update", _reference_mamba.selective_state_update),
+    Impl("mamba_chunk_scan_combined", _reference_mamba.mamba_chunk_scan_combined),
     Impl("rotary_embedding", _reference_rotary.rotary_embedding),
     Impl("attention_backend", _reference_attention.attention_backend),
     Impl("reshape_and_cache_flash", _reference_attention.reshape_and_cache_flash),
@@ -73,5 +78,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 45 implementation(s) of backend ``reference``."""
+    """Register the 49 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)
