@@ -8,6 +8,8 @@ MAX_TOKENS = 8
 NUM_PROMPTS = 2
 #: the attention backend the plugin's platform gives a decoder's attention layers
 PLUGIN_ATTENTION = "vllm_fl.attention.backend.AttentionBackendFL"
+#: the impl class of the plugin's attention backend (also of vLLM's subclasses of the backend)
+PLUGIN_ATTENTION_IMPL = "vllm_fl.attention.backend.AttentionImplFL"
 
 
 def assert_same_tokens(runs: dict) -> None:

@@ -54,6 +54,10 @@ def test_the_backend_takes_decoder_attention_with_its_features(backend_module):
     assert _refusals(cls, has_sink=True, dtype=torch.bfloat16, kv_cache_dtype="bfloat16") == []
 
 
+def test_the_backend_takes_encoder_only_attention(backend_module):
+    assert _refusals(backend_module.AttentionBackendFL, attn_type="encoder_only") == []
+
+
 @pytest.mark.parametrize(
     "overrides, reason",
     [
@@ -61,7 +65,8 @@ def test_the_backend_takes_decoder_attention_with_its_features(backend_module):
         ({"dtype": torch.bfloat16, "kv_cache_dtype": "float16"}, "float16 KV cache"),
         ({"use_mla": True}, "MLA"),
         ({"use_mm_prefix": True}, "multimodal"),
-        ({"attn_type": "encoder_only"}, "attention type"),
+        ({"attn_type": "encoder"}, "attention type"),
+        ({"attn_type": "encoder_decoder"}, "attention type"),
     ],
 )
 def test_the_backend_refuses_what_its_ops_do_not_do(backend_module, overrides, reason):
@@ -88,7 +93,11 @@ def _impl(backend_module, **kwargs):
     [
         ({"alibi_slopes": [0.5] * HEADS}, "ALiBi"),
         ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype 'fp8'"),
-        ({"attn_type": "encoder_only"}, "attention type 'encoder_only'"),
+        ({"attn_type": "encoder"}, "attention type 'encoder' (supported: decoder, encoder_only)"),
+        (
+            {"attn_type": "encoder_only", "sinks": torch.zeros(HEADS)},
+            "sinks with encoder-only attention",
+        ),
         ({"chunk_lookback": 2}, "chunk_lookback=2"),
         ({"block_m": 64}, "block_m=64"),
     ],
@@ -183,6 +192,97 @@ def test_a_prefill_then_a_decode_through_the_dispatch(backend_module, layout):
         sinks=sinks,
     )
     torch.testing.assert_close(output[:2], expected)
+
+
+def _direct_attention(q, k, v, causal: bool, window_left: int, soft_cap: float, scale: float):
+    """One sequence's attention written out in float64: every query head against its kv head,
+    masks built position by position."""
+    length = q.shape[0]
+    k = k.repeat_interleave(HEADS // KV_HEADS, dim=1).double()
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * scale
+    if soft_cap > 0:
+        scores = soft_cap * torch.tanh(scores / soft_cap)
+    for i in range(length):
+        for j in range(length):
+            hidden = (causal and j > i) or (window_left >= 0 and abs(i - j) > window_left)
+            if hidden:
+                scores[:, i, j] = float("-inf")
+    probs = torch.softmax(scores, dim=-1)
+    v = v.repeat_interleave(HEADS // KV_HEADS, dim=1).double()
+    return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+@pytest.mark.parametrize(
+    "causal, sliding_window, soft_cap", [(False, None, 0.0), (False, 5, 20.0), (True, None, 0.0)]
+)
+def test_encoder_only_attention_through_the_dispatch(
+    backend_module, monkeypatch, causal, sliding_window, soft_cap
+):
+    """An encoder-only step of three sequences (vLLM's metadata: query_start_loc, causal false
+    from its encoder-only builder), on the dispatch's reference, equals each sequence's
+    attention over its own keys; the layer has no KV cache and the cache write writes
+    nothing."""
+    from vllm.v1.attention.backend import AttentionType
+
+    impl = _impl(
+        backend_module,
+        sliding_window=sliding_window,
+        logits_soft_cap=soft_cap or None,
+        attn_type=AttentionType.ENCODER_ONLY,
+    )
+    generator = torch.Generator().manual_seed(1)
+    lens = [11, 1, 17]
+    tokens = sum(lens)
+    query = torch.randn(tokens + 2, HEADS, HEAD_SIZE, generator=generator)  # padded
+    key = torch.randn(tokens + 2, KV_HEADS, HEAD_SIZE, generator=generator)
+    value = torch.randn(tokens + 2, KV_HEADS, HEAD_SIZE, generator=generator)
+    starts = [0, 11, 12, 29]
+    metadata = SimpleNamespace(
+        num_actual_tokens=tokens,
+        causal=causal,
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        max_query_len=max(lens),
+    )
+    no_cache = torch.tensor([])  # what vLLM hands a layer without a KV cache
+    impl.do_kv_cache_update(None, key, value, no_cache, torch.arange(tokens))
+    paged = []  # the decoder path must not run
+    monkeypatch.setattr(backend_module, "paged_attention", lambda *args: paged.append(args))
+    output = torch.full((tokens + 2, HEADS, HEAD_SIZE), 7.0)
+    assert impl.forward(None, query, key, value, no_cache, metadata, output) is output
+    assert not paged
+    assert torch.equal(output[tokens:], torch.full((2, HEADS, HEAD_SIZE), 7.0))
+    window_left = -1 if sliding_window is None else sliding_window - 1
+    for first, last in zip(starts[:-1], starts[1:]):
+        expected = _direct_attention(
+            query[first:last],
+            key[first:last],
+            value[first:last],
+            causal,
+            window_left,
+            soft_cap,
+            HEAD_SIZE**-0.5,
+        )
+        torch.testing.assert_close(output[first:last].double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_only_layers_run_the_varlen_op_through_the_dispatch(backend_module, monkeypatch):
+    """The impl's forward reaches the op ``varlen_attention`` by its trampoline and counts the
+    call (what the engine's record reports)."""
+    from vllm.v1.attention.backend import AttentionType
+
+    seen = []
+    monkeypatch.setattr(backend_module, "varlen_attention", lambda *args: seen.append(args))
+    before = backend_module.call_counts().get("varlen_attention", 0)
+    impl = _impl(backend_module, attn_type=AttentionType.ENCODER_ONLY)
+    query = torch.zeros(5, HEADS, HEAD_SIZE)
+    starts = torch.tensor([0, 2, 5], dtype=torch.int32)
+    metadata = SimpleNamespace(
+        num_actual_tokens=5, causal=False, query_start_loc=starts, max_query_len=3
+    )
+    impl.forward(None, query, query[:, :KV_HEADS], query[:, :KV_HEADS], None, metadata, query)
+    [args] = seen
+    assert args[4] is starts and args[5] == 3 and args[7] is False
+    assert backend_module.call_counts()["varlen_attention"] == before + 1
 
 
 def test_the_profiling_run_has_no_metadata(backend_module):
@@ -285,6 +385,28 @@ def test_cuda_graphs_only_where_the_selected_kernels_can_be_captured(
     monkeypatch.setattr(manager, "resolve_candidates", lambda op, traced=False: [selected])
     builder = backend_module.AttentionBackendFL.get_builder_cls()
     assert builder.get_cudagraph_support(None, None) is getattr(AttentionCGSupport, expected)
+
+
+def test_cuda_graphs_of_encoder_only_layers_ask_the_varlen_op_only(backend_module, monkeypatch):
+    """An encoder-only layer's builder (vLLM hands it an EncoderOnlyAttentionSpec) depends on
+    varlen_attention's selection alone; a decoder's on the paged ops'."""
+    from vllm.v1.attention.backend import AttentionCGSupport
+    from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
+
+    from vllm_fl.dispatch import BackendImplKind, get_default_manager
+
+    def resolve(op, traced=False):
+        on_reference = op == "varlen_attention"
+        kind = BackendImplKind.REFERENCE if on_reference else BackendImplKind.DEFAULT
+        return [SimpleNamespace(kind=kind)]
+
+    monkeypatch.setattr(get_default_manager(), "resolve_candidates", resolve)
+    spec = EncoderOnlyAttentionSpec(
+        block_size=16, num_kv_heads=KV_HEADS, head_size=HEAD_SIZE, dtype=torch.float32
+    )
+    builder = backend_module.AttentionBackendFL.get_builder_cls()
+    assert builder.get_cudagraph_support(None, spec) is AttentionCGSupport.NEVER
+    assert builder.get_cudagraph_support(None, None) is AttentionCGSupport.ALWAYS
 
 
 def test_vllm_keeps_attention_in_its_opaque_custom_ops_on_the_plugins_platforms():

@@ -35,7 +35,7 @@ from tests.support import shared
 from tests.support.families import (
     MAX_TOKENS,
     NUM_PROMPTS,
-    PLUGIN_ATTENTION,
+    PLUGIN_ATTENTION_IMPL,
     assert_layers_ran_on_the_dispatch,
     assert_moe_ran_on_the_dispatch,
     assert_ran_on_the_dispatch,
@@ -47,7 +47,8 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
 #: the engine task that embeds the text prompts instead of generating
 EMBED_TASK = "vllm_fl.testing.engine:embed_task"
 #: how far the plugin's BERT embeddings may lie from vanilla's: both runs compute in float32,
-#: the plugin's GELU in the reference's PyTorch ops, vanilla's in vLLM's CPU kernel
+#: the plugin's GELU and attention in the reference's PyTorch ops, vanilla's in vLLM's CPU
+#: kernels
 EMBEDDING_ATOL = 1e-5
 
 
@@ -131,14 +132,24 @@ def test_bert_embeds_as_vanilla_does(bert_runs):
     assert worst <= EMBEDDING_ATOL, worst
 
 
-def test_bert_runs_the_plugin_s_gelu_and_keeps_vllm_s_encoder_attention(bert_runs):
+def test_bert_runs_the_plugin_s_gelu_and_encoder_only_attention(bert_runs):
     vanilla, plugin = bert_runs["vanilla"].result, bert_runs["plugin"].result
     assert_layers_ran_on_the_dispatch(plugin, {"GELU": "gelu"})
-    # the plugin's backend takes decoder attention only (its validate_configuration refuses
-    # encoder-only attention), so the platform leaves BERT's layers on vLLM's own backend
+    # vLLM wraps the backend the platform chose for BERT's encoder-only layers in a subclass
+    # of its own (EncoderOnlyAttention_<backend>, with a builder that sets causal false): the
+    # plugin's backend, its impl, where vanilla keeps vLLM's CPU backend
     backends = plugin["attention_backends"]
-    assert backends and PLUGIN_ATTENTION not in backends, backends
-    assert backends == vanilla["attention_backends"], (backends, vanilla["attention_backends"])
+    assert len(backends) == 1, backends
+    [(backend, impl)] = backends.items()
+    assert backend.endswith(".EncoderOnlyAttention_AttentionBackendFL"), backends
+    assert impl == PLUGIN_ATTENTION_IMPL, backends
+    assert backends != vanilla["attention_backends"], vanilla["attention_backends"]
+    # the layers attended through the op varlen_attention, served by the reference, and never
+    # through the paged KV-cache path
+    calls = plugin["attention_calls"]
+    assert calls.get("varlen_attention", 0) > 0, calls
+    assert calls.get("paged_attention", 0) == 0, calls
+    assert plugin["used_impls"].get("varlen_attention") == "reference.torch", plugin["used_impls"]
 
 
 def test_gpt_neox_generates_vanillas_tokens(gpt_neox_runs):

@@ -3,19 +3,32 @@
 What it keeps of vLLM's ``TritonAttentionBackend``: the metadata builder (portable: it builds
 tensors vLLM already has, no kernel library), the KV-cache layout and block sizes, CUDA-graph
 support (withdrawn where the reference runs the ops: it reads lengths on the host). What it
-changes: the impl (``AttentionImplFL``), whose ``do_kv_cache_update`` calls the
-op ``reshape_and_cache_flash`` and whose ``forward`` calls ``paged_attention``; its name for
-vLLM's backend enum (``CUSTOM``, vLLM's name for an out-of-tree backend); and what it claims to
-support: decoder attention (causal or not) with GQA, sliding windows, soft-capped logits and
-sinks, a KV cache in the model's dtype. FP8 KV caches, ALiBi, multimodal prefix ranges,
-chunked local attention, R-SWA, encoder attention and fused output quantisation are refused by
-``validate_configuration`` (so the platform keeps vLLM's backend) or, for what vLLM does not
-validate, by the impl's constructor with an error that names them.
+changes: the impl (``AttentionImplFL``) and its name for vLLM's backend enum (``CUSTOM``, vLLM's
+name for an out-of-tree backend).
+
+Attention types (``supports_attn_type``):
+
+- decoder attention (causal or not): ``do_kv_cache_update`` calls the op
+  ``reshape_and_cache_flash`` and ``forward`` calls ``paged_attention`` over the cache;
+- encoder-only attention (vLLM's ``EncoderOnlyAttention``: BERT, ModernBERT, ... embedding and
+  classification models): such a layer has no KV cache, so ``do_kv_cache_update`` writes
+  nothing and ``forward`` calls ``varlen_attention`` on the step's own queries, keys and values,
+  each sequence (``query_start_loc``) within itself, causal as the metadata says (vLLM's
+  encoder-only builder sets it false);
+- encoder attention of encoder-decoder models and their cross-attention are refused.
+
+Both take GQA, sliding windows (an encoder-only layer's reaches both ways, as in vLLM's
+backends) and soft-capped logits, decoder attention also sinks, with a KV cache in the model's
+dtype. FP8 KV caches, ALiBi, multimodal prefix ranges, chunked local attention, R-SWA, sinks of
+encoder-only layers and fused output quantisation are refused by ``validate_configuration`` (so
+the platform keeps vLLM's backend) or, for what vLLM does not validate, by the impl's
+constructor with an error that names them.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import ClassVar
 
 import torch
@@ -31,13 +44,27 @@ from vllm_fl import compat, functions
 # costs one frame over the selected impl.
 paged_attention = None
 reshape_and_cache_flash = None
+varlen_attention = None
 functions.bind(sys.modules[__name__], "paged_attention", "paged_attention")
 functions.bind(sys.modules[__name__], "reshape_and_cache_flash", "reshape_and_cache_flash")
+functions.bind(sys.modules[__name__], "varlen_attention", "varlen_attention")
 
 #: the extra constructor arguments vLLM may pass, with the value that asks for nothing
 _NEUTRAL_EXTRAS = {"use_alibi_sqrt": False, "chunk_lookback": -1}
-#: the dispatched ops the backend runs
+#: the dispatched ops the backend runs for decoder attention
 OPS = ("reshape_and_cache_flash", "paged_attention")
+#: the dispatched op it runs for encoder-only attention
+ENCODER_ONLY_OPS = ("varlen_attention",)
+#: the attention types the backend runs
+ATTN_TYPES = (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
+#: op -> calls this process's attention layers made of it: a cheap record of which path a
+#: model's layers took (the test engine reports it next to the dispatch's selections)
+_calls: Counter[str] = Counter()
+
+
+def call_counts() -> dict[str, int]:
+    """op -> how many times this process's attention layers called it."""
+    return dict(_calls)
 
 
 class AttentionMetadataBuilderFL(TritonAttentionMetadataBuilder):
@@ -47,18 +74,27 @@ class AttentionMetadataBuilderFL(TritonAttentionMetadataBuilder):
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
-        if _reference_selected():
+        if _reference_selected(_ops_of(kv_cache_spec)):
             return AttentionCGSupport.NEVER
         return super().get_cudagraph_support(vllm_config, kv_cache_spec)
 
 
-def _reference_selected() -> bool:
-    """Whether the dispatch runs either op on the reference (or on nothing yet known)."""
+def _ops_of(kv_cache_spec: object) -> tuple[str, ...]:
+    """The ops the layers of ``kv_cache_spec`` run: vLLM gives its encoder-only layers'
+    builder an ``EncoderOnlyAttentionSpec`` (asked by name: one class in both releases, no
+    import of a vLLM module for it)."""
+    if type(kv_cache_spec).__name__ == "EncoderOnlyAttentionSpec":
+        return ENCODER_ONLY_OPS
+    return OPS
+
+
+def _reference_selected(ops: tuple[str, ...] = OPS) -> bool:
+    """Whether the dispatch runs any of ``ops`` on the reference (or on nothing yet known)."""
     from vllm_fl.dispatch import BackendImplKind, DispatchError, get_default_manager
 
     manager = get_default_manager()
     try:
-        kinds = [manager.resolve_candidates(op)[0].kind for op in OPS]
+        kinds = [manager.resolve_candidates(op)[0].kind for op in ops]
     except DispatchError:
         return True
     return BackendImplKind.REFERENCE in kinds
@@ -83,7 +119,7 @@ class AttentionBackendFL(TritonAttentionBackend):
 
     @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
-        return attn_type == AttentionType.DECODER
+        return attn_type in ATTN_TYPES
 
     @classmethod
     def supports_mm_prefix(cls) -> bool:
@@ -122,8 +158,9 @@ class AttentionBackendFL(TritonAttentionBackend):
 
 
 class AttentionImplFL(AttentionImpl):
-    """Writes the KV cache with ``reshape_and_cache_flash`` and attends with
-    ``paged_attention``, both through the dispatch."""
+    """Decoder attention: writes the KV cache with ``reshape_and_cache_flash`` and attends with
+    ``paged_attention``; encoder-only attention: attends with ``varlen_attention`` on the
+    step's keys and values (no cache). All through the dispatch."""
 
     def __init__(
         self,
@@ -140,7 +177,7 @@ class AttentionImplFL(AttentionImpl):
         sinks: torch.Tensor | None = None,
         **extras: object,
     ) -> None:
-        _refuse_unsupported(alibi_slopes, kv_cache_dtype, attn_type, extras)
+        _refuse_unsupported(alibi_slopes, kv_cache_dtype, attn_type, sinks, extras)
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)
@@ -173,9 +210,10 @@ class AttentionImplFL(AttentionImpl):
         output_scale: torch.Tensor | None = None,
         output_block_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attention of the step's queries [tokens, heads, head_size] over the KV cache (the
-        step's own keys and values are already in it: vLLM calls ``do_kv_cache_update``
-        first), into ``output``."""
+        """Attention of the step's queries [tokens, heads, head_size] into ``output``: over the
+        KV cache for decoder attention (the step's own keys and values are already in it: vLLM
+        calls ``do_kv_cache_update`` first), over the step's keys and values for encoder-only
+        attention."""
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError(
                 "vllm_fl attention: fused output quantisation (output_scale) is not supported"
@@ -186,6 +224,23 @@ class AttentionImplFL(AttentionImpl):
         if isinstance(causal, torch.Tensor):
             raise NotImplementedError("vllm_fl attention: per-sequence causal masks")
         tokens = attn_metadata.num_actual_tokens
+        if self.attn_type == AttentionType.ENCODER_ONLY:
+            # the layer has no cache (vLLM hands an empty tensor): its keys are the step's
+            _calls["varlen_attention"] += 1
+            varlen_attention(
+                query[:tokens],
+                key[:tokens],
+                value[:tokens],
+                output[:tokens],
+                attn_metadata.query_start_loc,
+                attn_metadata.max_query_len,
+                self.scale,
+                bool(causal),
+                self.window_left,
+                self.logits_soft_cap,
+            )
+            return output
+        _calls["paged_attention"] += 1
         key_cache, value_cache = compat.split_kv_cache(kv_cache, self.head_size)
         paged_attention(
             query[:tokens],
@@ -214,7 +269,10 @@ class AttentionImplFL(AttentionImpl):
         slot_mapping: torch.Tensor,
     ) -> None:
         """The step's keys and values [tokens, kv_heads, head_size] into their slots (vLLM pads
-        key and value, not slot_mapping: the op stores len(slot_mapping) tokens)."""
+        key and value, not slot_mapping: the op stores len(slot_mapping) tokens). Nothing for
+        encoder-only attention, whose layers have no cache to write into."""
+        if self.attn_type == AttentionType.ENCODER_ONLY:
+            return
         key_cache, value_cache = compat.split_kv_cache(kv_cache, self.head_size)
         reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
 
@@ -223,6 +281,7 @@ def _refuse_unsupported(
     alibi_slopes: list[float] | None,
     kv_cache_dtype: str,
     attn_type: str,
+    sinks: torch.Tensor | None,
     extras: dict[str, object],
 ) -> None:
     """What vLLM may ask of a backend without validating it first: a clear error naming it."""
@@ -234,8 +293,15 @@ def _refuse_unsupported(
             f"kv_cache_dtype {kv_cache_dtype!r} (supported: "
             f"{', '.join(AttentionBackendFL.supported_kv_cache_dtypes)})"
         )
-    if attn_type != AttentionType.DECODER:
-        refused.append(f"attention type {attn_type!r} (supported: decoder)")
+    if attn_type not in ATTN_TYPES:
+        refused.append(
+            f"attention type {attn_type!r} (supported: "
+            # a str enum in vLLM 0.32: its values are the names vLLM's messages use
+            f"{', '.join(getattr(t, 'value', t) for t in ATTN_TYPES)})"
+        )
+    elif attn_type == AttentionType.ENCODER_ONLY and sinks is not None:
+        # the op varlen_attention has no sinks: no encoder-only model vLLM runs has them
+        refused.append("sinks with encoder-only attention")
     for name, value in extras.items():
         if name not in _NEUTRAL_EXTRAS:
             refused.append(f"the argument {name}={value!r}")

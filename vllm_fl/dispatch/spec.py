@@ -180,6 +180,7 @@ class FLBackendBase(abc.ABC):
         "attention_backend",
         "reshape_and_cache_flash",
         "paged_attention",
+        "varlen_attention",
         "concat_and_cache_mla",
         "gather_and_maybe_dequant_cache",
         "merge_attn_states",
@@ -623,6 +624,32 @@ class FLBackendBase(abc.ABC):
         their launch by them).
 
         Signature: ``paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor output, Tensor block_table, Tensor seq_lens, Tensor query_start_loc, int max_query_len, int max_seq_len, float softmax_scale, bool causal=True, int window_left=-1, float logits_soft_cap=0.0, Tensor? sinks=None) -> None``.
+        """
+
+    @abc.abstractmethod
+    def varlen_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        softmax_scale: float,
+        causal: bool = False,
+        window_left: int = -1,
+        logits_soft_cap: float = 0.0,
+    ) -> None:
+        """Attention of a batch of sequences over their own keys and values, written into output
+        [tokens, heads, head_size]: sequence i has the tokens cu_seqlens[i] to cu_seqlens[i + 1] of
+        q [tokens, heads, head_size] and of k and v [tokens, kv_heads, head_size], and its queries
+        see its keys only; query head h reads kv head h // (heads // kv_heads). Scores are
+        softmax_scale * q.k, capped to logits_soft_cap * tanh(score / logits_soft_cap) when
+        logits_soft_cap > 0; with causal a query sees the keys up to its own position, with
+        window_left >= 0 only those at most window_left positions before it (and, without causal,
+        after it). max_seqlen bounds the sequences' lengths (kernels size their launch by it).
+
+        Signature: ``varlen_attention(Tensor q, Tensor k, Tensor v, Tensor output, Tensor cu_seqlens, int max_seqlen, float softmax_scale, bool causal=False, int window_left=-1, float logits_soft_cap=0.0) -> None``.
         """
 
     @abc.abstractmethod

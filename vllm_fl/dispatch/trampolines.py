@@ -1285,6 +1285,116 @@ def split_paged_attention(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) 
     return paged_attention
 
 
+def plain_varlen_attention(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``varlen_attention``: every call goes to ``_impl``."""
+
+    def varlen_attention(
+        q,
+        k,
+        v,
+        output,
+        cu_seqlens,
+        max_seqlen,
+        softmax_scale,
+        causal=False,
+        window_left=-1,
+        logits_soft_cap=0.0,
+    ):
+        try:
+            return (_f := _impl)(
+                q,
+                k,
+                v,
+                output,
+                cu_seqlens,
+                max_seqlen,
+                softmax_scale,
+                causal,
+                window_left,
+                logits_soft_cap,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    q,
+                    k,
+                    v,
+                    output,
+                    cu_seqlens,
+                    max_seqlen,
+                    softmax_scale,
+                    causal,
+                    window_left,
+                    logits_soft_cap,
+                ),
+                {},
+                _traced,
+            )
+
+    return varlen_attention
+
+
+def split_varlen_attention(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``varlen_attention``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def varlen_attention(
+        q,
+        k,
+        v,
+        output,
+        cu_seqlens,
+        max_seqlen,
+        softmax_scale,
+        causal=False,
+        window_left=-1,
+        logits_soft_cap=0.0,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                q,
+                k,
+                v,
+                output,
+                cu_seqlens,
+                max_seqlen,
+                softmax_scale,
+                causal,
+                window_left,
+                logits_soft_cap,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    q,
+                    k,
+                    v,
+                    output,
+                    cu_seqlens,
+                    max_seqlen,
+                    softmax_scale,
+                    causal,
+                    window_left,
+                    logits_soft_cap,
+                ),
+                {},
+                _traced,
+            )
+
+    return varlen_attention
+
+
 def plain_concat_and_cache_mla(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``concat_and_cache_mla``: every call goes to ``_impl``."""
 
@@ -2838,6 +2948,7 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "attention_backend": (plain_attention_backend, split_attention_backend),
     "reshape_and_cache_flash": (plain_reshape_and_cache_flash, split_reshape_and_cache_flash),
     "paged_attention": (plain_paged_attention, split_paged_attention),
+    "varlen_attention": (plain_varlen_attention, split_varlen_attention),
     "concat_and_cache_mla": (plain_concat_and_cache_mla, split_concat_and_cache_mla),
     "gather_and_maybe_dequant_cache": (
         plain_gather_and_maybe_dequant_cache,

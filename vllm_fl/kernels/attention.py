@@ -209,6 +209,53 @@ def paged_attention(
     )
 
 
+#: the activation dtypes FlagGems' flash_attn_varlen_func takes
+FLASH_ATTN_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    output: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    softmax_scale: float,
+    causal: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+) -> None:
+    """The op ``varlen_attention`` (no KV cache: encoder-only layers) on FlagGems'
+    ``flash_attn_varlen_func``, the step's keys and values given as they are (its non-paged
+    mode: ``cu_seqlens_k``, no block table)."""
+    if q.dtype not in FLASH_ATTN_DTYPES:
+        # no silent detour: the dispatch tries the next backend (the reference takes float32)
+        raise ValueError(
+            f"flagos varlen_attention: FlagGems' flash_attn_varlen_func takes float16 or "
+            f"bfloat16, got {q.dtype}"
+        )
+    import flag_gems
+
+    if window_left < 0:
+        window = (-1, -1)
+    else:  # without causal the window reaches as far after a query as before it
+        window = (window_left, 0 if causal else window_left)
+    flag_gems.flash_attn_varlen_func(
+        q=q,
+        k=k,
+        v=v,
+        max_seqlen_q=max_seqlen,
+        cu_seqlens_q=cu_seqlens,
+        max_seqlen_k=max_seqlen,
+        cu_seqlens_k=cu_seqlens,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window,
+        softcap=logits_soft_cap,
+        out=output,
+    )
+
+
 def unified_attention(
     query: torch.Tensor,
     key_cache: torch.Tensor,

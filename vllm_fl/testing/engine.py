@@ -617,7 +617,8 @@ def host_probe_us(calls: int = 20000) -> float:
 
 def _dispatch_record(mode: str) -> dict:
     """The plugin's record, where it is loaded in this process: the impl each op used (traced by
-    torch.compile apart), and the vLLM layers it replaced."""
+    torch.compile apart), the vLLM layers it replaced, and the calls the plugin's Mamba2
+    adapters and attention layers made of their ops."""
     if "vllm_fl.dispatch" not in sys.modules:
         return {}
     from vllm_fl import compat
@@ -634,6 +635,11 @@ def _dispatch_record(mode: str) -> dict:
         # the Mamba2 mixer's kernels: where the adapters sit, and the calls they made
         record["mamba_sites"] = mamba.installed()
         record["mamba_calls"] = mamba.call_counts()
+    if "vllm_fl.attention.backend" in sys.modules:
+        from vllm_fl.attention import backend
+
+        # the plugin's attention layers: calls of each op (decoder or encoder-only path)
+        record["attention_calls"] = backend.call_counts()
     return record
 
 

@@ -1135,6 +1135,7 @@ IMPLS = (
     Impl("attention_backend", _cuda_attention.attention_backend),
     Impl("reshape_and_cache_flash", _cuda_attention.reshape_and_cache_flash),
     Impl("paged_attention", _cuda_attention.paged_attention),
+    Impl("varlen_attention", _cuda_attention.varlen_attention),
     Impl("concat_and_cache_mla", _cuda_mla.concat_and_cache_mla),
     Impl("gather_and_maybe_dequant_cache", _cuda_mla.gather_and_maybe_dequant_cache),
     Impl("merge_attn_states", _cuda_mla.merge_attn_states),
@@ -1221,5 +1222,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 44 implementation(s) of backend ``cuda``."""
+    """Register the 45 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

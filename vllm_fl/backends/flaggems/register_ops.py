@@ -1189,6 +1189,7 @@ IMPLS = (
     Impl("attention_backend", _flagos_attention.attention_backend),
     Impl("reshape_and_cache_flash", _flagos_attention.reshape_and_cache_flash),
     Impl("paged_attention", _flagos_attention.paged_attention),
+    Impl("varlen_attention", _flagos_attention.varlen_attention),
     Impl("concat_and_cache_mla", _flagos_mla.concat_and_cache_mla),
     Impl("gather_and_maybe_dequant_cache", _flagos_mla.gather_and_maybe_dequant_cache),
     Impl("merge_attn_states", _flagos_mla.merge_attn_states),
@@ -1252,5 +1253,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 38 implementation(s) of backend ``flagos``."""
+    """Register the 39 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

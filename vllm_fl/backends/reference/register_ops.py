@@ -46,6 +46,7 @@ IMPLS = (
     Impl("attention_backend", _reference_attention.attention_backend),
     Impl("reshape_and_cache_flash", _reference_attention.reshape_and_cache_flash),
     Impl("paged_attention", _reference_attention.paged_attention),
+    Impl("varlen_attention", _reference_attention.varlen_attention),
     Impl("concat_and_cache_mla", _reference_mla.concat_and_cache_mla),
     Impl("gather_and_maybe_dequant_cache", _reference_mla.gather_and_maybe_dequant_cache),
     Impl("merge_attn_states", _reference_mla.merge_attn_states),
@@ -78,5 +79,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 49 implementation(s) of backend ``reference``."""
+    """Register the 50 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)

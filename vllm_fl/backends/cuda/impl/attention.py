@@ -10,6 +10,11 @@
   with a block table, the version vLLM picks for the GPU). Where FlashAttention cannot run the
   call (float32, sinks without FA3, a head size it lacks) vanilla vLLM picks its Triton backend,
   and so does this impl: vLLM's Triton ``unified_attention``.
+- ``varlen_attention`` (encoder-only layers, no KV cache): vLLM's FlashAttention as vLLM's
+  FlashAttention backend runs encoder-only attention (``flash_attn_varlen_func`` with
+  ``cu_seqlens_k`` the query offsets, no block table). Where FlashAttention cannot run the call
+  (float32, a head size it lacks) vLLM's FlashAttention backend is not chosen either; this impl
+  raises an error naming why, and the dispatch takes the next backend.
 """
 
 import functools
@@ -134,4 +139,48 @@ def paged_attention(
         softcap=logits_soft_cap,
         fa_version=version,
         **({} if sinks is None else {"s_aux": sinks}),
+    )
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    output: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    softmax_scale: float,
+    causal: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+) -> None:
+    """vLLM's ``flash_attn_varlen_func`` over the step's own keys and values, the version vLLM
+    picks for the GPU."""
+    version = None
+    if q.dtype in FLASH_ATTN_DTYPES:
+        version = _flash_attn_version(q.shape[2], False)
+    if version is None:
+        raise ValueError(
+            f"cuda varlen_attention: vLLM's FlashAttention cannot run {q.dtype} with head size "
+            f"{q.shape[2]} (float16 or bfloat16, a head size of at most 256 divisible by 8)"
+        )
+    from vllm.vllm_flash_attn import flash_attn_varlen_func
+
+    window = None
+    if window_left >= 0:
+        window = [window_left, 0 if causal else window_left]
+    flash_attn_varlen_func(
+        q=q,
+        k=k,
+        v=v,
+        out=output,
+        cu_seqlens_q=cu_seqlens,
+        cu_seqlens_k=cu_seqlens,
+        max_seqlen_q=max_seqlen,
+        max_seqlen_k=max_seqlen,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window,
+        softcap=logits_soft_cap,
+        fa_version=version,
     )

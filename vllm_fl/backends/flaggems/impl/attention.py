@@ -10,6 +10,9 @@ Triton kernels (``vllm_fl.kernels.attention``), nothing of vLLM's compiled libra
   table scaled to the cache's page spacing) and vLLM's Triton ``unified_attention`` for decodes,
   sinks and float32 (``vllm_fl.kernels.attention.paged_attention``, which says what was
   measured).
+- ``varlen_attention`` (encoder-only layers, no KV cache): FlagGems' ``flash_attn_varlen_func``
+  on the step's keys and values; float16 and bfloat16 only (it refuses float32 with an error,
+  and the dispatch takes the next backend).
 """
 
 import torch
@@ -37,3 +40,6 @@ def reshape_and_cache_flash(
 
 # FlagGems' FlashAttention-2 for prefills, vLLM's Triton unified_attention otherwise
 paged_attention = kernels.paged_attention
+
+# FlagGems' FlashAttention-2 on the step's own keys and values (no block table)
+varlen_attention = kernels.varlen_attention

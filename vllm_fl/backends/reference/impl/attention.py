@@ -5,6 +5,9 @@ The caches are [num_blocks, block_size, kv_heads, head_size] views in whatever s
 hands them (vLLM 0.24 unbinds a [num_blocks, 2, ...] tensor, 0.32 splits the last dimension of
 [num_blocks, kv_heads, block_size, 2 * head_size]); indexing writes and reads through any of
 them. Scores and the softmax are computed in float32 and each output rounded once.
+
+``varlen_attention`` is attention without a cache (encoder-only layers): each sequence of the
+step over its own keys and values.
 """
 
 from dataclasses import dataclass
@@ -288,3 +291,48 @@ def _attend(
     return torch.einsum("bngqt,btnd->bqngd", probs, values).reshape(
         size, longest_q, num_heads, head_size
     )
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    output: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    softmax_scale: float,
+    causal: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+) -> None:
+    """Masked softmax attention of each sequence over its own keys, in float32, one sequence at
+    a time (an encoder step's sequences are few and long: no padding to the longest)."""
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"varlen_attention: q has {num_heads} heads, not a multiple of k's {num_kv_heads}"
+        )
+    group, head_size = num_heads // num_kv_heads, q.shape[2]
+    starts = cu_seqlens.tolist()
+    for first, last in zip(starts[:-1], starts[1:]):
+        length = last - first
+        if length <= 0:
+            continue
+        # [length, kv_heads, group, head_size]: each kv head's group of query heads together
+        queries = q[first:last].to(torch.float32).view(length, num_kv_heads, group, head_size)
+        keys = k[first:last].to(torch.float32)
+        scores = torch.einsum("qngd,knd->ngqk", queries, keys) * softmax_scale
+        if logits_soft_cap > 0:
+            scores = logits_soft_cap * torch.tanh(scores / logits_soft_cap)
+        pos = torch.arange(length, device=q.device)
+        distance = pos[:, None] - pos[None, :]  # query position minus key position
+        visible = torch.ones(length, length, dtype=torch.bool, device=q.device)
+        if causal:
+            visible &= distance >= 0
+        if window_left >= 0:
+            visible &= distance <= window_left
+            if not causal:
+                visible &= distance >= -window_left
+        probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        out = torch.einsum("ngqk,knd->qngd", probs, v[first:last].to(torch.float32))
+        output[first:last] = out.reshape(length, num_heads, v.shape[2]).to(output.dtype)
