@@ -195,3 +195,26 @@ def test_a_bad_policy_is_one_line(tmp_path):
     proc = _run(str(tmp_path), "--policy", "fastest")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("vllm-fl coverage: policy 'fastest'")
+
+
+def test_encoder_only_layers_count_the_varlen_op_of_the_plugins_backend():
+    """vLLM wraps the backend of an encoder-only layer (BERT's) in a subclass of its own: the
+    census still finds the plugin's backend, with the op that layer runs (no KV cache)."""
+    from vllm.v1.attention.backend import AttentionType, subclass_attention_backend
+
+    from vllm_fl.attention.backend import AttentionBackendFL
+    from vllm_fl.coverage.census import backend_ops
+
+    wrapped = subclass_attention_backend(
+        "EncoderOnlyAttention_", AttentionBackendFL, AttentionBackendFL.get_builder_cls()
+    )
+    assert backend_ops(wrapped, AttentionType.ENCODER_ONLY) == (
+        "attention_backend",
+        "varlen_attention",
+    )
+    assert backend_ops(AttentionBackendFL, AttentionType.DECODER) == (
+        "attention_backend",
+        "reshape_and_cache_flash",
+        "paged_attention",
+    )
+    assert backend_ops(type("Other", (), {}), AttentionType.ENCODER_ONLY) == ()

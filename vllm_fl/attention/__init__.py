@@ -4,8 +4,10 @@
 KV-cache layout, its CUDA-graph support) with an impl of the plugin's own, whose forward calls
 two dispatched ops of ``ops.yaml``: ``reshape_and_cache_flash`` writes a step's keys and values
 into the paged KV cache and ``paged_attention`` attends over it, prefills and decodes in one
-call. Which kernels run is then the dispatch's choice: the reference on the CPU, vLLM's portable
-Triton kernels (flagos), FlashAttention and vLLM's CUDA cache write (cuda).
+call; encoder-only layers (BERT's), which have no KV cache, attend with ``varlen_attention``
+over the step's own keys and values. Which kernels run is then the dispatch's choice: the
+reference on the CPU, vLLM's portable Triton kernels and FlagGems' (flagos), FlashAttention and
+vLLM's CUDA cache write (cuda).
 
 vLLM resolves the backend by the class path the platform returns, which the dispatch op
 ``attention_backend`` supplies (``vllm_fl.platform``): ``PLUGIN_BACKEND`` from the flagos and

@@ -63,6 +63,23 @@ BACKEND_OPS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+#: the ops behind the plugin's attention backend for encoder-only layers, which have no KV cache
+ENCODER_ONLY_BACKEND_OPS: dict[str, tuple[str, ...]] = {
+    "vllm_fl.attention.backend.AttentionBackendFL": ("attention_backend", "varlen_attention"),
+}
+#: vLLM's name of the encoder-only attention type (``AttentionType.ENCODER_ONLY``'s value)
+ENCODER_ONLY = "encoder_only"
+
+
+def backend_ops(backend: type, attn_type: object) -> tuple[str, ...]:
+    """The dispatched ops a layer of ``attn_type`` runs through ``backend``; empty where it is
+    none of the plugin's. vLLM wraps the backend of an encoder-only layer in a subclass of its
+    own (``EncoderOnlyAttention_<name>``): the first class of the MRO the table knows counts."""
+    encoder_only = getattr(attn_type, "value", attn_type) == ENCODER_ONLY
+    table = ENCODER_ONLY_BACKEND_OPS if encoder_only else BACKEND_OPS
+    return next((table[_qualname(c)] for c in backend.__mro__ if _qualname(c) in table), ())
+
+
 #: the ops of the plugin's hand-written integration classes
 INTEGRATION_OPS: dict[str, tuple[str, ...]] = {
     "UnquantizedFusedMoEMethod": ("fused_experts",),
@@ -291,7 +308,7 @@ class _Walker:
         backend_name = _qualname(backend) if isinstance(backend, type) else ""
 
         def make() -> Layer:
-            ops = BACKEND_OPS.get(backend_name, ())
+            ops = backend_ops(backend, getattr(module, "attn_type", None)) if backend_name else ()
             row = Layer(
                 name=cls.__name__,
                 qualname=_qualname(cls),
