@@ -514,3 +514,32 @@ def test_paged_attention_keeps_vllms_kernel_for_decodes_sinks_float32_and_other_
     attend(query=query.float(), caches=(key_cache.float(), value_cache.float()))
     attend(caches=_vllm_0_32_caches(blocks=10, dtype=torch.bfloat16))  # heads not dense
     assert len(unified) == 4 and not flag_gems.calls
+
+
+@pytest.mark.parametrize("causal, window", [(False, (6, 6)), (True, (6, 0))])
+def test_varlen_attention_calls_flag_gems_non_paged_mode_on_the_steps_keys(
+    flag_gems, monkeypatch, causal, window
+):
+    """Encoder-only attention: FlagGems' flash_attn_varlen_func with the sequences' offsets as
+    both cu_seqlens (no block table, no seqused_k), the window both ways without causal, the
+    soft cap, written into the caller's output."""
+    seen = []
+    monkeypatch.setattr(flag_gems, "flash_attn_varlen_func", lambda **kw: seen.append(kw))
+    q = torch.randn(9, 4, 64, dtype=torch.bfloat16)
+    k, v = torch.randn(2, 9, 2, 64, dtype=torch.bfloat16).unbind(0)
+    output, starts = torch.zeros_like(q), torch.tensor([0, 4, 9], dtype=torch.int32)
+    with unchanged(q, k, v, starts):
+        attention.varlen_attention(q, k, v, output, starts, 5, 0.125, causal, 6, 30.0)
+    [kw] = seen
+    assert kw["q"] is q and kw["k"] is k and kw["v"] is v and kw["out"] is output
+    assert kw["cu_seqlens_q"] is starts and kw["cu_seqlens_k"] is starts
+    assert kw["max_seqlen_q"] == kw["max_seqlen_k"] == 5
+    assert "block_table" not in kw and "seqused_k" not in kw
+    assert (kw["causal"], kw["window_size"], kw["softcap"]) == (causal, window, 30.0)
+
+
+def test_varlen_attention_refuses_float32_for_the_next_backend(flag_gems):
+    q = torch.randn(4, 2, 64)
+    with pytest.raises(ValueError, match="float16 or bfloat16, got torch.float32"):
+        attention.varlen_attention(q, q, q, torch.zeros_like(q), torch.tensor([0, 4]), 4, 0.1)
+    assert not flag_gems.calls
