@@ -258,7 +258,7 @@ def fused_gdn_gating_cpu(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's CPU kernel of this name: g and beta of a [T, HV] as [1, T, HV]."""
     _count("fused_gdn_gating_cpu")
-    g, beta = gating_op(A_log, a, b, dt_bias)
+    g, beta = gating_op(a, b, A_log, dt_bias)
     return g.unsqueeze(0), beta.unsqueeze(0)
 
 

@@ -2,7 +2,7 @@
 # Do not edit: change ops.yaml or the template, then run `make codegen`.
 """Parity of op ``fused_gdn_gating``.
 
-    fused_gdn_gating(Tensor A_log, Tensor a, Tensor b, Tensor dt_bias, float softplus_beta=1.0, float softplus_threshold=20.0) -> (Tensor, Tensor)
+    fused_gdn_gating(Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, float softplus_beta=1.0, float softplus_threshold=20.0) -> (Tensor, Tensor)
 
 Each backend but the reference x dtype x case runs the backend's registered implementation and
 the reference one on the same inputs; an unavailable backend is skipped with its reason, a stub
@@ -32,39 +32,39 @@ CASES = [
         {
             "init": {},
             "inputs": {
-                "A_log": {"shape": (32,), "dtype": "float32"},
                 "a": {"shape": (1, 32), "dtype": "$dtype"},
                 "b": {"shape": (1, 32), "dtype": "$dtype"},
+                "A_log": {"shape": (32,), "dtype": "float32"},
                 "dt_bias": {"shape": (32,), "dtype": "$dtype"},
             },
         },
-        id="case0-A_log32-a1x32-b1x32-dt_bias32",
+        id="case0-a1x32-b1x32-A_log32-dt_bias32",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "A_log": {"shape": (16,), "dtype": "float32"},
                 "a": {"shape": (100, 16), "dtype": "$dtype"},
                 "b": {"shape": (100, 16), "dtype": "$dtype"},
+                "A_log": {"shape": (16,), "dtype": "float32"},
                 "dt_bias": {"shape": (16,), "dtype": "$dtype"},
             },
         },
-        id="case1-A_log16-a100x16-b100x16-dt_bias16",
+        id="case1-a100x16-b100x16-A_log16-dt_bias16",
     ),
     pytest.param(
         {
             "init": {},
             "inputs": {
-                "A_log": {"shape": (8,), "dtype": "float32"},
                 "a": {"shape": (7, 8), "dtype": "$dtype", "scale": 12.0},
                 "b": {"shape": (7, 8), "dtype": "$dtype"},
+                "A_log": {"shape": (8,), "dtype": "float32"},
                 "dt_bias": {"shape": (8,), "dtype": "$dtype"},
                 "softplus_beta": {"value": 2.0},
                 "softplus_threshold": {"value": 10.0},
             },
         },
-        id="case2-A_log8-a7x8-b7x8-dt_bias8-softplus_beta=2.0-softplus_threshold=10.0",
+        id="case2-a7x8-b7x8-A_log8-dt_bias8-softplus_beta=2.0-softplus_threshold=10.0",
     ),
 ]
 

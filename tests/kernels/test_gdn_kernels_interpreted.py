@@ -30,7 +30,7 @@ def test_gating_matches_the_reference(dtype, beta_threshold):
     beta = torch.full((37, 12), float("nan"), dtype=dtype)
     launch = gk.gdn_gating_launch(A_log, a, b, dt_bias, softplus_beta, threshold, g, beta)
     interpret(gk.gdn_gating_kernel, launch.grid, launch.args, launch.kwargs)
-    want_g, want_beta = ref.fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, threshold)
+    want_g, want_beta = ref.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, threshold)
     torch.testing.assert_close(g, want_g, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(beta, want_beta)
 

@@ -456,7 +456,7 @@ CHECKS: dict[str, dict] = {
         },
     },
     "fused_gdn_gating": {
-        "args": ("A_log", "a", "b", "dt_bias", "softplus_beta", "softplus_threshold"),
+        "args": ("a", "b", "A_log", "dt_bias", "softplus_beta", "softplus_threshold"),
         "layer": False,
         "mutates": (),
         "inplace": (),

@@ -610,9 +610,9 @@ class FLBackendBase(abc.ABC):
     @abc.abstractmethod
     def fused_gdn_gating(
         self,
-        A_log: torch.Tensor,
         a: torch.Tensor,
         b: torch.Tensor,
+        A_log: torch.Tensor,
         dt_bias: torch.Tensor,
         softplus_beta: float = 1.0,
         softplus_threshold: float = 20.0,
@@ -625,7 +625,7 @@ class FLBackendBase(abc.ABC):
         GPU path computes the gates inside its fused prefill preparation and decode kernels, so vLLM
         has no CUDA kernel of this shape.
 
-        Signature: ``fused_gdn_gating(Tensor A_log, Tensor a, Tensor b, Tensor dt_bias, float softplus_beta=1.0, float softplus_threshold=20.0) -> (Tensor, Tensor)``.
+        Signature: ``fused_gdn_gating(Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, float softplus_beta=1.0, float softplus_threshold=20.0) -> (Tensor, Tensor)``.
         """
 
     @abc.abstractmethod

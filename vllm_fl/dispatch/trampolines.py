@@ -1148,14 +1148,14 @@ def split_mla_decode_attention(_impl: Fn, _traced: Fn, _strict: bool, _fallback:
 def plain_fused_gdn_gating(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``fused_gdn_gating``: every call goes to ``_impl``."""
 
-    def fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
+    def fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
         try:
-            return (_f := _impl)(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+            return (_f := _impl)(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
         except Exception as _exc:
             if _strict:
                 raise
             return _fallback(
-                _exc, _f, (A_log, a, b, dt_bias, softplus_beta, softplus_threshold), {}, _traced
+                _exc, _f, (a, b, A_log, dt_bias, softplus_beta, softplus_threshold), {}, _traced
             )
 
     return fused_gdn_gating
@@ -1165,17 +1165,17 @@ def split_fused_gdn_gating(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn)
     """Op ``fused_gdn_gating``: eager calls go to ``_impl``, calls traced by torch.compile to
     ``_traced``."""
 
-    def fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
+    def fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
         try:
             _f = _impl
             if _is_compiling():
                 _f = _traced
-            return _f(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+            return _f(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
         except Exception as _exc:
             if _strict:
                 raise
             return _fallback(
-                _exc, _f, (A_log, a, b, dt_bias, softplus_beta, softplus_threshold), {}, _traced
+                _exc, _f, (a, b, A_log, dt_bias, softplus_beta, softplus_threshold), {}, _traced
             )
 
     return fused_gdn_gating

@@ -21,9 +21,9 @@ def _own() -> ModuleType:
 
 
 def fused_gdn_gating(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,

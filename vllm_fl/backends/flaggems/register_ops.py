@@ -517,9 +517,9 @@ def _rotary_embedding_fake(
 
 
 def fused_gdn_gating(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
@@ -528,36 +528,36 @@ def fused_gdn_gating(
     under Dynamo.
     """
     if not _is_compiling():
-        return _flagos_gdn.fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+        return _flagos_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
     out = torch.ops.vllm_fl.flagos_fused_gdn_gating(
-        A_log, a, b, dt_bias, softplus_beta, softplus_threshold
+        a, b, A_log, dt_bias, softplus_beta, softplus_threshold
     )
     return (out[0], out[1])
 
 
 def _fused_gdn_gating_kernel(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float,
     softplus_threshold: float,
 ) -> list[torch.Tensor]:
     return _flatten(
-        _flagos_gdn.fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+        _flagos_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
     )
 
 
 def _fused_gdn_gating_fake(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float,
     softplus_threshold: float,
 ) -> list[torch.Tensor]:
     return _flatten(
-        _reference_gdn.fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+        _reference_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
     )
 
 

@@ -9,15 +9,15 @@ from vllm_fl.kernels import gdn
 
 
 def fused_gdn_gating(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The library's gating kernel."""
-    return gdn.fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+    return gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
 
 
 def fused_sigmoid_gating_delta_rule_update(

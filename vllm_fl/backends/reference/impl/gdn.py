@@ -26,9 +26,9 @@ RECURRENT_L2NORM_EPS = 1e-6
 
 
 def fused_gdn_gating(
-    A_log: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
+    A_log: torch.Tensor,
     dt_bias: torch.Tensor,
     softplus_beta: float = 1.0,
     softplus_threshold: float = 20.0,
