@@ -163,3 +163,62 @@ def test_the_packed_decode_adapter_splits_the_packed_rows(hooks):
     assert hooks.calls()["fused_recurrent_gated_delta_rule_packed_decode"] == 1
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(cache, want_cache)
+
+
+def _on_gpu(x: dict) -> dict:
+    return {name: t.cuda() for name, t in x.items()}
+
+
+@pytest.mark.gpu("vllm")
+@pytest.mark.parametrize("prefer", ["vendor", "flagos"])
+def test_the_gpu_adapters_give_vllms_results(hooks, prefer):
+    """vLLM's GPU functions as the GDN layer calls them (decodes beside a prefill: varlen, one
+    token each; the packed decode; a prefill from cached states) against the same calls routed
+    to the ops: the cuda impls (vLLM's kernels again: the adapters' plumbing) and the flagos
+    ones (the kernel library's decode kernel; the prefill has no flagos impl, so vLLM's runs)."""
+    from vllm_fl.dispatch import policy_context
+
+    package = pytest.importorskip(FLA)  # vLLM 0.24 keeps these functions elsewhere
+    x = _on_gpu(_inputs(70))
+    x["A_log"] = x["A_log"].float()  # the layer's parameter is float32
+    cache = x["cache"].transpose(-1, -2).contiguous()  # the GPU layout [slots, HV, V, K]
+    slots = torch.tensor([4, 1, 6], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32, device="cuda")
+    decode = dict(
+        A_log=x["A_log"], a=x["a"][:3], b=x["b"][:3], dt_bias=x["dt_bias"], q=x["q"][:, :3],
+        k=x["k"][:, :3], v=x["v"][:, :3], cu_seqlens=cu, ssm_state_indices=slots,
+        use_qk_l2norm_in_kernel=True,
+    )  # fmt: skip
+    packed = torch.cat([x[n][0, :3].reshape(3, -1) for n in ("q", "k", "v")], dim=-1)
+    g = -torch.nn.functional.softplus(x["a"].float() + x["dt_bias"].float()) * x["A_log"].exp()
+    beta = torch.sigmoid(x["b"].float())
+    prefill = dict(
+        q=x["q"], k=x["k"], v=x["v"], g=g[None], beta=beta[None], initial_state=cache[[2, 5]],
+        output_final_state=True, cu_seqlens=torch.tensor([0, 30, 70], device="cuda",
+        dtype=torch.int32), use_qk_l2norm_in_kernel=True,
+    )  # fmt: skip
+
+    def run(fns):
+        state = cache.clone()
+        o, _ = fns["fused_sigmoid_gating_delta_rule_update"](**decode, initial_state=state)
+        out = torch.empty(3, 1, HV, V, dtype=torch.bfloat16, device="cuda")
+        fns["fused_recurrent_gated_delta_rule_packed_decode"](
+            packed, x["a"][:3], x["b"][:3], x["A_log"], x["dt_bias"], K**-0.5, state, out,
+            slots, True,
+        )  # fmt: skip
+        po, final = fns["chunk_gated_delta_rule"](**prefill)
+        return o, out, state, po, final
+
+    names = (
+        "fused_sigmoid_gating_delta_rule_update",
+        "fused_recurrent_gated_delta_rule_packed_decode",
+        "chunk_gated_delta_rule",
+    )
+    want = run({n: hooks.original(n) for n in names})
+    hooks.install()
+    with policy_context(prefer=prefer, strict=True):
+        got = run({n: getattr(package, n) for n in names})
+    assert all(hooks.calls()[n] == 1 for n in names), hooks.calls()
+    assert package.chunk_gated_delta_rule is gdn.chunk_gated_delta_rule
+    for got_t, want_t in zip(got, want):
+        torch.testing.assert_close(got_t.float(), want_t.float(), atol=3e-2, rtol=3e-2)
