@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm_fl.compat", "vllm_fl.kernels"),
     ("vllm_fl.dispatch",),
     ("vllm_fl.ops", "vllm_fl.reload"),
-    ("vllm_fl.functions",),
+    ("vllm_fl.functions", "vllm_fl.gdn"),
     ("vllm_fl.attention",),
     ("vllm_fl.backends",),
     ("vllm_fl.distributed",),

@@ -124,6 +124,25 @@ def test_qwen3_next_runs_the_plugin_s_layers(qwen3_next_runs):
     assert_moe_ran_on_the_dispatch(result)
 
 
+#: vLLM's CPU gated-delta-net kernels the Qwen3-Next layer calls -> the op each now runs
+GDN_CPU_KERNELS = {
+    "fused_gdn_gating_cpu": "fused_gdn_gating",
+    "chunk_gated_delta_rule_cpu": "chunk_gated_delta_rule",
+    "fused_sigmoid_gating_delta_rule_update_cpu": "fused_sigmoid_gating_delta_rule_update",
+}
+
+
+def test_qwen3_next_gated_delta_net_ran_the_dispatch_ops(qwen3_next_runs):
+    """The layer's prefill gates, prefill and decode steps reached the ops on the reference:
+    each of vllm_fl.gdn's adapters logs its first call, which only the model's calls of vLLM's
+    CPU kernels make; vanilla's run calls the kernels themselves."""
+    vanilla, plugin = qwen3_next_runs["vanilla"], qwen3_next_runs["plugin"]
+    for kernel, op in GDN_CPU_KERNELS.items():
+        assert plugin.lines(f"vLLM's {kernel} ran op {op}"), plugin.tail(40)
+        assert not vanilla.lines(f"vLLM's {kernel} ran op")
+        assert plugin.result["used_impls"].get(op) == "reference.torch", plugin.result
+
+
 def test_falcon_h1_generates_vanillas_tokens(falcon_h1_runs):
     assert_same_tokens(falcon_h1_runs)
 

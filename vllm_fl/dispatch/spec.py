@@ -186,6 +186,9 @@ class FLBackendBase(abc.ABC):
         "merge_attn_states",
         "mla_prefill_attention",
         "mla_decode_attention",
+        "fused_gdn_gating",
+        "fused_sigmoid_gating_delta_rule_update",
+        "chunk_gated_delta_rule",
         "topk_softmax",
         "moe_align_block_size",
         "moe_sum",
@@ -767,6 +770,96 @@ class FLBackendBase(abc.ABC):
         their launch by it).
 
         Signature: ``mla_decode_attention(Tensor q, Tensor kv_cache, Tensor output, Tensor lse, Tensor block_table, Tensor seq_lens, int max_seq_len, float softmax_scale) -> None``.
+        """
+
+    @abc.abstractmethod
+    def fused_gdn_gating(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        A_log: torch.Tensor,
+        dt_bias: torch.Tensor,
+        softplus_beta: float = 1.0,
+        softplus_threshold: float = 20.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gated delta net's gates from the layer's projections a and b [..., HV] and its
+        parameters A_log and dt_bias [HV]: g = -exp(A_log) * softplus(a + dt_bias) (the log decay,
+        float32; softplus(x) = log(1 + exp(softplus_beta * x)) / softplus_beta, x itself where
+        softplus_beta * x > softplus_threshold) and beta = sigmoid(b) (in b's dtype), both of a's
+        shape. vLLM's CPU path calls it for prefills (vllm._custom_ops.fused_gdn_gating_cpu); its
+        GPU path computes the gates inside its fused prefill preparation and decode kernels, so vLLM
+        has no CUDA kernel of this shape.
+
+        Signature: ``fused_gdn_gating(Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, float softplus_beta=1.0, float softplus_threshold=20.0) -> (Tensor, Tensor)``.
+        """
+
+    @abc.abstractmethod
+    def fused_sigmoid_gating_delta_rule_update(
+        self,
+        o: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        A_log: torch.Tensor,
+        dt_bias: torch.Tensor,
+        ssm_state: torch.Tensor,
+        ssm_state_indices: torch.Tensor,
+        cu_seqlens: torch.Tensor | None = None,
+        num_accepted_tokens: torch.Tensor | None = None,
+        scale: float | None = None,
+        use_qk_l2norm_in_kernel: bool = False,
+        softplus_beta: float = 1.0,
+        softplus_threshold: float = 20.0,
+    ) -> None:
+        """The gated delta rule's decode step on the layer's state cache, its gates computed as
+        fused_gdn_gating does: for each token, with q and k L2-normalised when
+        use_qk_l2norm_in_kernel (x / sqrt(sum x^2 + 1e-6)) and q times scale (K^-0.5 when None), S =
+        S * exp(g); S = S + beta * (v - S k) k^T; o = S q, where S [V, K] is the sequence's state of
+        value head hv, which reads query/key head hv // (HV // H); in float32. q, k [B, T, H, K], v,
+        o [B, T, HV, V], a, b [B, T, HV]: with cu_seqlens [N + 1] B is 1 and sequence i is tokens
+        cu_seqlens[i] to cu_seqlens[i + 1], without it each of the B rows is a sequence of T tokens.
+        ssm_state [slots, HV, V, K] (any dtype and strides) holds the states: sequence i starts from
+        slot ssm_state_indices[i] ([N]) and its final state goes back there; with speculative
+        decoding (ssm_state_indices [N, L] and num_accepted_tokens [N]) it starts from slot
+        ssm_state_indices[i, num_accepted_tokens[i] - 1] and the state after its token t goes to
+        slot ssm_state_indices[i, t]. A sequence whose starting slot is 0 or less (vLLM's null
+        block, padding) is skipped: no state read or written, its rows of o unspecified. vLLM's
+        calls: fused_sigmoid_gating_delta_rule_update and the packed decode of its
+        flash-linear-attention functions (GPU), fused_sigmoid_gating_delta_rule_update_cpu and its
+        _spec_cpu variant (CPU).
+
+        Signature: ``fused_sigmoid_gating_delta_rule_update(Tensor o, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, Tensor ssm_state, Tensor ssm_state_indices, Tensor? cu_seqlens=None, Tensor? num_accepted_tokens=None, float? scale=None, bool use_qk_l2norm_in_kernel=False, float softplus_beta=1.0, float softplus_threshold=20.0) -> None``.
+        """
+
+    @abc.abstractmethod
+    def chunk_gated_delta_rule(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        scale: float | None = None,
+        initial_state: torch.Tensor | None = None,
+        output_final_state: bool = False,
+        cu_seqlens: torch.Tensor | None = None,
+        use_qk_l2norm_in_kernel: bool = False,
+        l2norm_eps: float = 1e-06,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The gated delta rule over whole sequences (prefills), the recurrence of
+        fused_sigmoid_gating_delta_rule_update with the log decays g and the betas given (float32,
+        [B, T, HV]), computed chunk by chunk by the kernels: each sequence starts from
+        initial_state[i] ([N, HV, V, K]; zeros when None), q and k are L2-normalised when
+        use_qk_l2norm_in_kernel (x / sqrt(sum x^2 + l2norm_eps)). Returns o [B, T, HV, V] in q's
+        dtype and, when output_final_state, the final states [N, HV, V, K] in float32 (else None).
+        Layouts and cu_seqlens as in fused_sigmoid_gating_delta_rule_update. vLLM's calls:
+        chunk_gated_delta_rule of its flash-linear-attention functions (GPU, the Triton prefill
+        backend) and chunk_gated_delta_rule_cpu (CPU, whose state cache vllm_fl.gdn reads and writes
+        around the op).
+
+        Signature: ``chunk_gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, float? scale=None, Tensor? initial_state=None, bool output_final_state=False, Tensor? cu_seqlens=None, bool use_qk_l2norm_in_kernel=False, float l2norm_eps=1e-06) -> (Tensor, Tensor?)``.
         """
 
     @abc.abstractmethod

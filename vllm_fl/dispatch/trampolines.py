@@ -1803,6 +1803,308 @@ def split_mla_decode_attention(_impl: Fn, _traced: Fn, _strict: bool, _fallback:
     return mla_decode_attention
 
 
+def plain_fused_gdn_gating(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``fused_gdn_gating``: every call goes to ``_impl``."""
+
+    def fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
+        try:
+            return (_f := _impl)(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc, _f, (a, b, A_log, dt_bias, softplus_beta, softplus_threshold), {}, _traced
+            )
+
+    return fused_gdn_gating
+
+
+def split_fused_gdn_gating(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``fused_gdn_gating``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta=1.0, softplus_threshold=20.0):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc, _f, (a, b, A_log, dt_bias, softplus_beta, softplus_threshold), {}, _traced
+            )
+
+    return fused_gdn_gating
+
+
+def plain_fused_sigmoid_gating_delta_rule_update(
+    _impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn
+) -> Fn:
+    """Op ``fused_sigmoid_gating_delta_rule_update``: every call goes to ``_impl``."""
+
+    def fused_sigmoid_gating_delta_rule_update(
+        o,
+        q,
+        k,
+        v,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        ssm_state,
+        ssm_state_indices,
+        cu_seqlens=None,
+        num_accepted_tokens=None,
+        scale=None,
+        use_qk_l2norm_in_kernel=False,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+    ):
+        try:
+            return (_f := _impl)(
+                o,
+                q,
+                k,
+                v,
+                a,
+                b,
+                A_log,
+                dt_bias,
+                ssm_state,
+                ssm_state_indices,
+                cu_seqlens,
+                num_accepted_tokens,
+                scale,
+                use_qk_l2norm_in_kernel,
+                softplus_beta,
+                softplus_threshold,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    o,
+                    q,
+                    k,
+                    v,
+                    a,
+                    b,
+                    A_log,
+                    dt_bias,
+                    ssm_state,
+                    ssm_state_indices,
+                    cu_seqlens,
+                    num_accepted_tokens,
+                    scale,
+                    use_qk_l2norm_in_kernel,
+                    softplus_beta,
+                    softplus_threshold,
+                ),
+                {},
+                _traced,
+            )
+
+    return fused_sigmoid_gating_delta_rule_update
+
+
+def split_fused_sigmoid_gating_delta_rule_update(
+    _impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn
+) -> Fn:
+    """Op ``fused_sigmoid_gating_delta_rule_update``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def fused_sigmoid_gating_delta_rule_update(
+        o,
+        q,
+        k,
+        v,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        ssm_state,
+        ssm_state_indices,
+        cu_seqlens=None,
+        num_accepted_tokens=None,
+        scale=None,
+        use_qk_l2norm_in_kernel=False,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                o,
+                q,
+                k,
+                v,
+                a,
+                b,
+                A_log,
+                dt_bias,
+                ssm_state,
+                ssm_state_indices,
+                cu_seqlens,
+                num_accepted_tokens,
+                scale,
+                use_qk_l2norm_in_kernel,
+                softplus_beta,
+                softplus_threshold,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    o,
+                    q,
+                    k,
+                    v,
+                    a,
+                    b,
+                    A_log,
+                    dt_bias,
+                    ssm_state,
+                    ssm_state_indices,
+                    cu_seqlens,
+                    num_accepted_tokens,
+                    scale,
+                    use_qk_l2norm_in_kernel,
+                    softplus_beta,
+                    softplus_threshold,
+                ),
+                {},
+                _traced,
+            )
+
+    return fused_sigmoid_gating_delta_rule_update
+
+
+def plain_chunk_gated_delta_rule(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``chunk_gated_delta_rule``: every call goes to ``_impl``."""
+
+    def chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        cu_seqlens=None,
+        use_qk_l2norm_in_kernel=False,
+        l2norm_eps=1e-06,
+    ):
+        try:
+            return (_f := _impl)(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                scale,
+                initial_state,
+                output_final_state,
+                cu_seqlens,
+                use_qk_l2norm_in_kernel,
+                l2norm_eps,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    q,
+                    k,
+                    v,
+                    g,
+                    beta,
+                    scale,
+                    initial_state,
+                    output_final_state,
+                    cu_seqlens,
+                    use_qk_l2norm_in_kernel,
+                    l2norm_eps,
+                ),
+                {},
+                _traced,
+            )
+
+    return chunk_gated_delta_rule
+
+
+def split_chunk_gated_delta_rule(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``chunk_gated_delta_rule``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        cu_seqlens=None,
+        use_qk_l2norm_in_kernel=False,
+        l2norm_eps=1e-06,
+    ):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(
+                q,
+                k,
+                v,
+                g,
+                beta,
+                scale,
+                initial_state,
+                output_final_state,
+                cu_seqlens,
+                use_qk_l2norm_in_kernel,
+                l2norm_eps,
+            )
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(
+                _exc,
+                _f,
+                (
+                    q,
+                    k,
+                    v,
+                    g,
+                    beta,
+                    scale,
+                    initial_state,
+                    output_final_state,
+                    cu_seqlens,
+                    use_qk_l2norm_in_kernel,
+                    l2norm_eps,
+                ),
+                {},
+                _traced,
+            )
+
+    return chunk_gated_delta_rule
+
+
 def plain_topk_softmax(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``topk_softmax``: every call goes to ``_impl``."""
 
@@ -2957,6 +3259,12 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "merge_attn_states": (plain_merge_attn_states, split_merge_attn_states),
     "mla_prefill_attention": (plain_mla_prefill_attention, split_mla_prefill_attention),
     "mla_decode_attention": (plain_mla_decode_attention, split_mla_decode_attention),
+    "fused_gdn_gating": (plain_fused_gdn_gating, split_fused_gdn_gating),
+    "fused_sigmoid_gating_delta_rule_update": (
+        plain_fused_sigmoid_gating_delta_rule_update,
+        split_fused_sigmoid_gating_delta_rule_update,
+    ),
+    "chunk_gated_delta_rule": (plain_chunk_gated_delta_rule, split_chunk_gated_delta_rule),
     "topk_softmax": (plain_topk_softmax, split_topk_softmax),
     "moe_align_block_size": (plain_moe_align_block_size, split_moe_align_block_size),
     "moe_sum": (plain_moe_sum, split_moe_sum),

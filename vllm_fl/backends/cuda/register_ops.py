@@ -34,6 +34,7 @@ from vllm_fl.dispatch import (
 from vllm_fl.backends.cuda.impl import activation as _cuda_activation
 from vllm_fl.backends.cuda.impl import attention as _cuda_attention
 from vllm_fl.backends.cuda.impl import collectives as _cuda_collectives
+from vllm_fl.backends.cuda.impl import gdn as _cuda_gdn
 from vllm_fl.backends.cuda.impl import mamba as _cuda_mamba
 from vllm_fl.backends.cuda.impl import mla as _cuda_mla
 from vllm_fl.backends.cuda.impl import moe as _cuda_moe
@@ -43,6 +44,7 @@ from vllm_fl.backends.cuda.impl import quant as _cuda_quant
 from vllm_fl.backends.cuda.impl import rotary as _cuda_rotary
 from vllm_fl.backends.cuda.impl import wna16 as _cuda_wna16
 from vllm_fl.backends.reference.impl import activation as _reference_activation
+from vllm_fl.backends.reference.impl import gdn as _reference_gdn
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.backends.reference.impl import normalization as _reference_normalization
@@ -427,6 +429,112 @@ def _rotary_embedding_fake(
             positions,
             query,
             key,
+        )
+    )
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    l2norm_eps: float = 1e-06,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``chunk_gated_delta_rule``: a direct call, or custom op
+    ``vllm_fl::cuda_chunk_gated_delta_rule`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _cuda_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
+        )
+    out = torch.ops.vllm_fl.cuda_chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        initial_state,
+        output_final_state,
+        cu_seqlens,
+        use_qk_l2norm_in_kernel,
+        l2norm_eps,
+    )
+    return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+def _chunk_gated_delta_rule_kernel(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    l2norm_eps: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _cuda_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
+        )
+    )
+
+
+def _chunk_gated_delta_rule_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    l2norm_eps: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
         )
     )
 
@@ -1140,6 +1248,16 @@ IMPLS = (
     Impl("gather_and_maybe_dequant_cache", _cuda_mla.gather_and_maybe_dequant_cache),
     Impl("merge_attn_states", _cuda_mla.merge_attn_states),
     Impl("mla_prefill_attention", _cuda_mla.mla_prefill_attention),
+    Impl(
+        "fused_sigmoid_gating_delta_rule_update", _cuda_gdn.fused_sigmoid_gating_delta_rule_update
+    ),
+    Impl(
+        "chunk_gated_delta_rule",
+        _cuda_gdn.chunk_gated_delta_rule,
+        supports={"l2norm_eps": (1e-06,)},
+        adapter=chunk_gated_delta_rule,
+        custom_op=CustomOp(_chunk_gated_delta_rule_kernel, _chunk_gated_delta_rule_fake),
+    ),
     Impl("topk_softmax", _cuda_moe.topk_softmax),
     Impl("moe_align_block_size", _cuda_moe.moe_align_block_size),
     Impl("moe_sum", _cuda_moe.moe_sum),
@@ -1222,5 +1340,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 45 implementation(s) of backend ``cuda``."""
+    """Register the 47 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

@@ -33,6 +33,7 @@ from vllm_fl.dispatch import (
 )
 from vllm_fl.backends.flaggems.impl import activation as _flagos_activation
 from vllm_fl.backends.flaggems.impl import attention as _flagos_attention
+from vllm_fl.backends.flaggems.impl import gdn as _flagos_gdn
 from vllm_fl.backends.flaggems.impl import mamba as _flagos_mamba
 from vllm_fl.backends.flaggems.impl import mla as _flagos_mla
 from vllm_fl.backends.flaggems.impl import moe as _flagos_moe
@@ -42,6 +43,7 @@ from vllm_fl.backends.flaggems.impl import quant as _flagos_quant
 from vllm_fl.backends.flaggems.impl import rotary as _flagos_rotary
 from vllm_fl.backends.flaggems.impl import wna16 as _flagos_wna16
 from vllm_fl.backends.reference.impl import activation as _reference_activation
+from vllm_fl.backends.reference.impl import gdn as _reference_gdn
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.backends.reference.impl import normalization as _reference_normalization
@@ -512,6 +514,51 @@ def _rotary_embedding_fake(
             query,
             key,
         )
+    )
+
+
+def fused_gdn_gating(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    softplus_beta: float = 1.0,
+    softplus_threshold: float = 20.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fused_gdn_gating``: a direct call, or custom op ``vllm_fl::flagos_fused_gdn_gating``
+    under Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
+    out = torch.ops.vllm_fl.flagos_fused_gdn_gating(
+        a, b, A_log, dt_bias, softplus_beta, softplus_threshold
+    )
+    return (out[0], out[1])
+
+
+def _fused_gdn_gating_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    softplus_beta: float,
+    softplus_threshold: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _flagos_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
+    )
+
+
+def _fused_gdn_gating_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    softplus_beta: float,
+    softplus_threshold: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_gdn.fused_gdn_gating(a, b, A_log, dt_bias, softplus_beta, softplus_threshold)
     )
 
 
@@ -1195,6 +1242,15 @@ IMPLS = (
     Impl("merge_attn_states", _flagos_mla.merge_attn_states),
     Impl("mla_prefill_attention", _flagos_mla.mla_prefill_attention),
     Impl("mla_decode_attention", _flagos_mla.mla_decode_attention),
+    Impl(
+        "fused_gdn_gating",
+        _flagos_gdn.fused_gdn_gating,
+        adapter=fused_gdn_gating,
+        custom_op=CustomOp(_fused_gdn_gating_kernel, _fused_gdn_gating_fake),
+    ),
+    Impl(
+        "fused_sigmoid_gating_delta_rule_update", _flagos_gdn.fused_sigmoid_gating_delta_rule_update
+    ),
     Impl("topk_softmax", _flagos_moe.topk_softmax),
     Impl("moe_align_block_size", _flagos_moe.moe_align_block_size),
     Impl("moe_sum", _flagos_moe.moe_sum),
@@ -1253,5 +1309,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 39 implementation(s) of backend ``flagos``."""
+    """Register the 41 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

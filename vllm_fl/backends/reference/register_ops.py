@@ -10,6 +10,7 @@ from vllm_fl.dispatch import BackendImplKind, DeclaredBackend, Impl, OpRegistry,
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import attention as _reference_attention
 from vllm_fl.backends.reference.impl import collectives as _reference_collectives
+from vllm_fl.backends.reference.impl import gdn as _reference_gdn
 from vllm_fl.backends.reference.impl import mamba as _reference_mamba
 from vllm_fl.backends.reference.impl import mla as _reference_mla
 from vllm_fl.backends.reference.impl import moe as _reference_moe
@@ -52,6 +53,12 @@ IMPLS = (
     Impl("merge_attn_states", _reference_mla.merge_attn_states),
     Impl("mla_prefill_attention", _reference_mla.mla_prefill_attention),
     Impl("mla_decode_attention", _reference_mla.mla_decode_attention),
+    Impl("fused_gdn_gating", _reference_gdn.fused_gdn_gating),
+    Impl(
+        "fused_sigmoid_gating_delta_rule_update",
+        _reference_gdn.fused_sigmoid_gating_delta_rule_update,
+    ),
+    Impl("chunk_gated_delta_rule", _reference_gdn.chunk_gated_delta_rule),
     Impl("topk_softmax", _reference_moe.topk_softmax),
     Impl("moe_align_block_size", _reference_moe.moe_align_block_size),
     Impl("moe_sum", _reference_moe.moe_sum),
@@ -79,5 +86,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 50 implementation(s) of backend ``reference``."""
+    """Register the 53 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)
