@@ -229,6 +229,8 @@ def make_layer(path: str, init: dict, dtype, device: str, gen=None):
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.platforms import current_platform
 
+    from vllm_fl.distributed.single_process import init_single_process
+
     # as vLLM's platform does at start-up: some layers look their kernels up in torch.ops._C
     current_platform.import_kernels()
     module, name = path.rsplit(".", 1)
@@ -238,6 +240,9 @@ def make_layer(path: str, init: dict, dtype, device: str, gen=None):
     torch.set_default_dtype(dtype)  # the layer's parameters in `dtype`, as vLLM's loader does
     try:
         with set_current_vllm_config(VllmConfig()):
+            # as vLLM's one-process workers have it: some layers read the tensor-parallel size
+            # and rank when constructed (the Mamba2 mixer's norm)
+            init_single_process()
             layer = cls(**kwargs)
     finally:
         torch.set_default_dtype(previous)
