@@ -267,3 +267,19 @@ def test_a_custom_op_layer_is_built():
         "vllm.model_executor.layers.activation.GELU", {}, torch.float32, "cpu"
     )
     assert type(layer).__name__ == "GELU"
+
+
+def test_a_case_an_impl_declares_it_does_not_serve_is_skipped():
+    from vllm_fl.dispatch import OpImpl
+
+    def fn(x, num_accepted_tokens=None):
+        raise AssertionError("not to be called")
+
+    impl = OpImpl(
+        "op", "vendor.x", "vendor", fn, vendor="x", supports={"num_accepted_tokens": (None,)}
+    )
+    parity = Parity(REFERENCE, SEED)
+    refused = {"x": torch.ones(2), "num_accepted_tokens": torch.ones(2)}
+    with pytest.raises(pytest.skip.Exception, match="num_accepted_tokens=Tensor"):
+        parity.require_served(impl, None, refused)
+    parity.require_served(impl, None, {"x": torch.ones(2)})  # served: no skip

@@ -151,6 +151,14 @@ class Parity:
             reason = getattr(available, "reason", None) or "availability check returned False"
             pytest.skip(f"{impl.impl_id} unavailable: {reason}")
 
+    def require_served(self, impl, layer, inputs):
+        """Skip a case whose arguments ``impl`` declares it does not serve (ops.yaml
+        ``supports``): selection passes such a call to the next implementation."""
+        refusal = getattr(impl, "refusal", None)
+        why = refusal((layer,) if layer is not None else (), inputs) if refusal else None
+        if why is not None:
+            pytest.skip(f"{impl.impl_id} does not serve this case: {why} (ops.yaml supports)")
+
     def layer(self, path, init, dtype, device):
         if path is None:
             return None
@@ -281,6 +289,7 @@ class Parity:
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, device)
         inputs = self.inputs(case["inputs"], dtype, device)
+        self.require_served(impl, layer, inputs)
         expected = self.call(reference, layer, inputs, mutates)
         expected_form = self.canonical(canonical, expected, inputs, mutates)
         # Twice on the same layout: the second call runs on what the first one cached
@@ -314,6 +323,7 @@ class Parity:
         layer = self.layer(layer_path, case["init"], dtype, device)
         inputs, originals = self.build(case["inputs"], dtype, device)
         assert originals, f"case {case} has no quantized input"
+        self.require_served(impl, layer, inputs)
         arguments = {name: _to(value, "cpu") for name, value in inputs.items()}
         expected = _function(round_trip)(originals, arguments)
         actual = self.call(impl, layer, inputs, mutates)
@@ -330,6 +340,7 @@ class Parity:
         dtype = getattr(torch, dtype_name)
         layer = self.layer(layer_path, case["init"], dtype, device)
         inputs = self.inputs(case["inputs"], dtype, device)
+        self.require_served(impl, layer, inputs)
         expected = self.call(reference, layer, inputs)
         for _ in range(2):  # the second call runs on what the first one cached
             args = {name: _clone(value) for name, value in inputs.items()}
