@@ -1249,11 +1249,14 @@ IMPLS = (
     Impl("merge_attn_states", _cuda_mla.merge_attn_states),
     Impl("mla_prefill_attention", _cuda_mla.mla_prefill_attention),
     Impl(
-        "fused_sigmoid_gating_delta_rule_update", _cuda_gdn.fused_sigmoid_gating_delta_rule_update
+        "fused_sigmoid_gating_delta_rule_update",
+        _cuda_gdn.fused_sigmoid_gating_delta_rule_update,
+        requires=("vllm.third_party.flash_linear_attention.ops",),
     ),
     Impl(
         "chunk_gated_delta_rule",
         _cuda_gdn.chunk_gated_delta_rule,
+        requires=("vllm.third_party.flash_linear_attention.ops",),
         supports={"l2norm_eps": (1e-06,)},
         adapter=chunk_gated_delta_rule,
         custom_op=CustomOp(_chunk_gated_delta_rule_kernel, _chunk_gated_delta_rule_fake),
