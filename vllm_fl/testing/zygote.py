@@ -5,7 +5,7 @@ Started as ``python -m vllm_fl.testing.zygote --socket PATH --preload A,B --resu
 exactly the environment of the runs it will serve (`vllm_fl.testing.zygotes` keys servers by it),
 so every variable a preloaded module reads while it is imported had the value a fresh run would
 give it. It answers once in ``FILE`` (`vllm_fl.testing.child`): ready, with what the parent needs
-to decide whether a run may use it, or why it cannot serve. Then, on the Unix socket, each
+to decide whether a run may use it, or why it cannot serve. Then, on the Unix socket (packets), each
 connection is one run: a JSON request ``{"argv", "env", "cwd"}`` with the run's stdin and output
 as passed file descriptors; the answer is ``{"pid": N}`` at once and ``{"returncode": N}`` when
 the child exits (``kill`` sent on the connection kills it). ``quit`` on stdin, or stdin closed
@@ -209,7 +209,8 @@ class Server:
 def run_as_main(request: Request, preload_output: str) -> NoReturn:
     """In the forked child: become ``python -m MODULE ARGS`` started in ``request.cwd`` with
     ``request.env``, run the module as ``__main__`` and exit as the interpreter would (`_exit`)."""
-    os.write(1, preload_output.encode())
+    # into stdout's buffer, where a fresh interpreter's own preload would have left it
+    sys.stdout.write(preload_output)
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
@@ -250,13 +251,13 @@ def _exit_code(exit_: SystemExit) -> int:
 
 
 def _exit(code: int) -> int:
-    """What the interpreter does at exit that a run can see: join the threads that are not
-    daemons, run the atexit handlers (vLLM's engine shutdown among them), flush stdout and
-    stderr. The teardown of the modules is left out: its collections would write to every page
-    the child still shares with the server, for seconds, and nothing is reported after it."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    """What the interpreter does at exit that a run can see: stop and join the threads that are
+    not daemons (``threading._shutdown``, which the interpreter calls: it first runs the exit
+    hooks of ``concurrent.futures``, whose idle workers would otherwise wait forever), run the
+    atexit handlers (vLLM's engine shutdown among them), flush stdout and stderr. The teardown of
+    the modules is left out: its collections would write to every page the child still shares
+    with the server, for seconds, and nothing is reported after it."""
+    threading._shutdown()
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     # `gc.unfreeze()` scans them again, as in a fresh interpreter.
     gc.collect()
     gc.freeze()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(args.socket))
     listener.listen(16)
     top_level = sorted({name.partition(".")[0] for name in sys.modules})

@@ -52,25 +52,46 @@ def enabled() -> bool:
     return value == "1"
 
 
+def forkable(argv: list[str]) -> bool:
+    """Whether a fork server may run ``argv``: ``python -m MODULE`` of this interpreter, MODULE
+    in `PRELOADS`."""
+    return module_of(argv) in PRELOADS
+
+
 class ForkedProcess:
     """A child forked by a server: its pid, and its exit status when the server reports it."""
 
-    def __init__(self, conn: socket.socket, reader, pid: int):
-        self.conn, self._reader, self.pid = conn, reader, pid
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+        self._buffer = b""
         self.returncode: int | None = None
+        answer = self._answer(None)
+        if "pid" not in answer:
+            conn.close()
+            raise ChildError(f"the fork server refused the run: {answer}")
+        self.pid: int = answer["pid"]
+
+    def _answer(self, timeout: float | None) -> dict:
+        """The server's next answer (one JSON line); TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            self.conn.settimeout(left)
+            chunk = self.conn.recv(4096)
+            if not chunk:
+                raise ChildError("the fork server stopped before the child ended")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit status; subprocess.TimeoutExpired after ``timeout`` seconds."""
         if self.returncode is None:
-            self.conn.settimeout(timeout)
             try:
-                line = self._reader.readline()
+                answer = self._answer(timeout)
             except TimeoutError:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout) from None
-            if not line:
-                raise ChildError(f"the fork server stopped before child {self.pid} ended")
-            self.returncode = json.loads(line)["returncode"]
-            self._reader.close()
+            self.returncode = answer["returncode"]
             self.conn.close()
         return self.returncode
 
@@ -122,7 +143,7 @@ class Server:
 
     def fork(self, argv: list[str], env: dict[str, str], cwd: Path, output: int) -> ForkedProcess:
         """Start ``argv`` forked, its stdin /dev/null, stdout and stderr on fd ``output``."""
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # a request is one packet
         conn.connect(str(self.socket))
         request = json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}).encode()
         stdin = os.open(os.devnull, os.O_RDONLY)
@@ -130,13 +151,7 @@ class Server:
             socket.send_fds(conn, [request], [stdin, output])
         finally:
             os.close(stdin)
-        # one reader for both answers: a second one would miss what the first had buffered
-        reader = conn.makefile("r")
-        answer = json.loads(reader.readline())
-        if "pid" not in answer:
-            conn.close()
-            raise ChildError(f"the fork server refused {argv}: {answer}")
-        return ForkedProcess(conn, reader, answer["pid"])
+        return ForkedProcess(conn)
 
     def close(self) -> None:
         self.child.close(timeout=30)
@@ -177,12 +192,11 @@ def run_child(
     """`child.run_child`'s run (``argv --result FILE`` with exactly ``env``), forked from a fork
     server where one can stand in for a fresh interpreter, else in a fresh interpreter. Raises
     subprocess.TimeoutExpired when it outlives ``timeout`` seconds."""
-    module = module_of(argv)
-    if not enabled() or module not in PRELOADS:
+    if not enabled() or not forkable(argv):
         return run_fresh(argv, env, timeout=timeout, cwd=cwd)
     workdir = Path(cwd if cwd is not None else os.getcwd()).resolve()
     start = time.perf_counter()  # a server started for this run counts in its time
-    server = _server(env, PRELOADS[module])
+    server = _server(env, PRELOADS[module_of(argv)])
     if not server.ok or server.shadows(workdir):
         return run_fresh(argv, env, timeout=timeout, cwd=cwd)
     with tempfile.TemporaryDirectory(prefix="vllm-fl-child-") as tmp:
