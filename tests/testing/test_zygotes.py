@@ -86,11 +86,15 @@ def test_a_failing_run_exits_and_reports_as_a_fresh_one(probe_preload, monkeypat
     assert forked.returncode == fresh.returncode == 1
     assert forked.result is fresh.result is None
     # stderr is not buffered, stdout is: their lines interleave alike, in no promised order
-    assert sorted(forked.output.splitlines()) == sorted(fresh.output.splitlines()) == [
-        "failed on purpose",
-        "preload output",
-        "probe output",
-    ]
+    assert (
+        sorted(forked.output.splitlines())
+        == sorted(fresh.output.splitlines())
+        == [
+            "failed on purpose",
+            "preload output",
+            "probe output",
+        ]
+    )
 
 
 def test_a_run_past_its_timeout_is_killed(probe_preload, tmp_path):

@@ -105,7 +105,7 @@ def launch(
     done = zygotes.run_child(
         engine_argv(model, workload), _child_env(env, workload), timeout=timeout, cwd=cwd
     )
-    return VllmRun(done.result, done.output, done.wall_s, done.returncode, env=env)
+    return VllmRun(done.result, done.output, done.wall_s, done.returncode, done.forked, env=env)
 
 
 def start_resident(

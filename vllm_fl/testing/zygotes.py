@@ -214,4 +214,4 @@ def run_child(
         if returncode == 0 and path.exists():
             result = json.loads(path.read_text())
         text = log.read_text(errors="replace")
-    return ChildRun(result=result, output=text, wall_s=wall, returncode=returncode)
+    return ChildRun(result, text, wall, returncode, forked=True)
