@@ -9,6 +9,8 @@ its backend end to end). Importing it imports neither vLLM nor torch.
 - `engine`: the child side of a vLLM run (``python -m vllm_fl.testing.engine``): build the engine,
   generate greedily or run a task, report tokens, timings and the dispatch's record;
 - `launch`: the parent side: a vLLM run in a fresh interpreter with a given environment;
+- `zygote`, `zygotes`: the fork server that stands in for that fresh interpreter (vLLM imported
+  once per environment, a forked child per run), and its parent side;
 - `census`: an engine task counting which of vLLM's own kernels ran under the profiler;
 - `checkpoint`: a real checkpoint (SmolLM2-135M-Instruct) from the package registry, converted
   once to an ordinary HF checkpoint, and its quantised twins;

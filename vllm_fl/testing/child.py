@@ -68,12 +68,14 @@ def answer_commands(
 @dataclass
 class ChildRun:
     """One finished child: its answer (None when it wrote none or failed), its whole output
-    (stdout and stderr interleaved), its exit status and wall time."""
+    (stdout and stderr interleaved), its exit status and wall time, and whether a fork server
+    ran it (`vllm_fl.testing.zygotes`) rather than a fresh interpreter."""
 
     result: dict | None
     output: str
     wall_s: float
     returncode: int = 0
+    forked: bool = False
 
     @property
     def ok(self) -> bool:

@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fl.testing.child import ChildRun, ResidentChild, run_child
+from vllm_fl.testing import zygotes
+from vllm_fl.testing.child import ChildRun, ResidentChild
 from vllm_fl.testing.engine import SMALL_MODEL_ARGS, Workload
 
 #: the directory that holds the vllm_fl package: on the child's path, so that it runs this code
@@ -97,12 +98,14 @@ def launch(
     timeout: float,
     cwd: str | Path | None = None,
 ) -> VllmRun:
-    """Run `workload` on `model` in a fresh interpreter with the environment `env` (and what
-    `_child_env` adds). Raises subprocess.TimeoutExpired when it outlives `timeout` seconds."""
-    done = run_child(
+    """Run `workload` on `model` as in a fresh interpreter with the environment `env` (and what
+    `_child_env` adds): forked from a fork server that imported vLLM under that environment,
+    where one can stand in (`vllm_fl.testing.zygotes`). Raises subprocess.TimeoutExpired when it
+    outlives `timeout` seconds."""
+    done = zygotes.run_child(
         engine_argv(model, workload), _child_env(env, workload), timeout=timeout, cwd=cwd
     )
-    return VllmRun(done.result, done.output, done.wall_s, done.returncode, env=env)
+    return VllmRun(done.result, done.output, done.wall_s, done.returncode, done.forked, env=env)
 
 
 def start_resident(
