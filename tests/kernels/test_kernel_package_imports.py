@@ -20,6 +20,8 @@ KERNEL_MODULES = {
     "routing_kernels",
     "pointwise_kernels",
     "mla_kernels",
+    "mamba_kernels",
+    "gdn_kernels",
 }
 
 
