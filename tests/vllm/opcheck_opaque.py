@@ -1,6 +1,6 @@
 """torch.library.opcheck of every custom op the opaque backends define (run as a script).
 
-    python -m tests.vllm.opcheck_opaque [--device cpu|cuda]
+    python -m tests.vllm.opcheck_opaque [--device cpu|cuda] [--shard I/N]
 
 ``--device cpu`` (the default; test_compile_safety.py runs it): the opaque kernels (FlagGems,
 vLLM's CUDA ops, torch_npu) cannot run on a CPU-only machine, so each op gets a CPU kernel here
@@ -19,6 +19,9 @@ fullgraph=True, as it calls the custom op only under Dynamo) passes for a real l
 (tests/support/layer_samples.py), captured on the way. Prints one line:
 OPCHECK {"device": ..., "checked": {qualname/case: "ok" | error}, "unavailable": {qualname:
 reason}, "unchecked": [...]}.
+
+``--shard I/N`` checks only the ops whose position in the sorted op list is I modulo N (each op's
+custom ops and cases stay together), so the whole check can be split across processes.
 """
 
 from __future__ import annotations
@@ -68,12 +71,41 @@ def _test_utils(args: tuple) -> tuple[str, ...]:
     return tuple(u for u in OPCHECK_UTILS if not (float8 and u == "test_schema"))
 
 
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: I must be in 0..N-1")
+    return i, n
+
+
+def _op_of_qualname(qualname: str, ops: list[str]) -> str | None:
+    """The op a custom op ``vllm_fl::<backend>_<op>`` belongs to (the longest op name that ends
+    it: ``fused_experts_quant`` before ``fused_experts``)."""
+    name = qualname.split("::", 1)[-1]
+    matches = [op for op in ops if name.endswith("_" + op)]
+    return max(matches, key=len) if matches else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="opcheck of the opaque backends' custom ops")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    device = parser.parse_args(argv).device
+    parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N")
+    options = parser.parse_args(argv)
+    device = options.device
     registry = get_default_manager().registry  # builds the registry: defines the custom ops
-    defined = set(registration.defined())
+    all_ops = sorted(registry.list_operators())
+    index, count = options.shard
+    mine = {op for position, op in enumerate(all_ops) if position % count == index}
+    # a custom op of no known op stays in shard 0, where it is reported unchecked
+    defined = {
+        q
+        for q in registration.defined()
+        if _op_of_qualname(q, all_ops) in mine or (index == 0 and not _op_of_qualname(q, all_ops))
+    }
     checked: dict[str, str] = {}
     unavailable: dict[str, str] = {}
     seen: set[str] = set()
@@ -88,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def check(op: str, case_id: str, call_adapter) -> None:
         """opcheck every custom op defined for `op`, with the arguments its adapter passes."""
+        if op not in mine:
+            return
         for impl in registry.get_implementations(op):
             qualname = f"vllm_fl::{impl.impl_id.split('.', 1)[-1]}_{op}"
             if qualname not in defined:

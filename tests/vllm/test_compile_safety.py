@@ -70,10 +70,11 @@ def _clone(v):
     return v.clone() if isinstance(v, torch.Tensor) else v
 
 
-def _opcheck(device: str, timeout: float) -> dict:
-    """The report of opcheck_opaque.py run with `--device device` in its own process."""
+def _opcheck(device: str, timeout: float, shard: str = "0/1") -> dict:
+    """The report of opcheck_opaque.py run with `--device device` (and `--shard shard`) in its
+    own process."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.vllm.opcheck_opaque", "--device", device],
+        [sys.executable, "-m", "tests.vllm.opcheck_opaque", "--device", device, "--shard", shard],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -89,8 +90,13 @@ def _opcheck(device: str, timeout: float) -> dict:
     return report
 
 
-def test_opaque_custom_ops_pass_opcheck():
-    report = _opcheck("cpu", timeout=300)
+#: the CPU check in this many processes, so that no one of them nears its timeout as ops are added
+CPU_SHARDS = 4
+
+
+@pytest.mark.parametrize("shard", [f"{i}/{CPU_SHARDS}" for i in range(CPU_SHARDS)])
+def test_opaque_custom_ops_pass_opcheck(shard):
+    report = _opcheck("cpu", timeout=300, shard=shard)
     assert not report["unavailable"], report["unavailable"]
 
 
