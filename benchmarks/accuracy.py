@@ -49,6 +49,7 @@ from pathlib import Path
 from benchmarks.engines import CONFIGS
 from vllm_fl.testing import accuracy
 from vllm_fl.testing.checkpoint import quantized_checkpoint
+from vllm_fl.testing.engine import MODES as WORKLOAD_MODES
 from vllm_fl.testing.engine import Workload
 from vllm_fl.testing.launch import launch, vllm_env
 
@@ -240,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"unknown configs/formats {unknown}; configs need 'vanilla' (allowed configs: "
             f"{', '.join(CONFIGS)}; formats: {', '.join(FORMATS)})"
+        )
+    bad_modes = [m for m in args.modes.split(",") if m not in WORKLOAD_MODES]
+    if bad_modes:
+        parser.error(
+            f"--modes {args.modes!r}: unknown {bad_modes}; allowed: {', '.join(WORKLOAD_MODES)}"
         )
     extra_env = dict(item.split("=", 1) for item in args.env)
     formats = args.formats.split(",")

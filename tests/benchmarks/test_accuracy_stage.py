@@ -139,3 +139,10 @@ def test_an_unknown_format_is_refused_with_the_allowed_ones(tmp_path, capsys):
     with pytest.raises(SystemExit):
         accuracy.main(["--checkpoint", str(tmp_path), "--formats", "bf16,int4"])
     assert "formats: bf16, fp8, f32, int8, w4a16, fp8-block" in capsys.readouterr().err
+
+
+def test_an_unknown_mode_is_refused_before_any_checkpoint_is_made(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(accuracy, "checkpoints", lambda *a: pytest.fail("a checkpoint was made"))
+    with pytest.raises(SystemExit):
+        accuracy.main(["--checkpoint", str(tmp_path), "--modes", "eager,compiled"])
+    assert "unknown ['compiled']; allowed: eager, compile" in capsys.readouterr().err

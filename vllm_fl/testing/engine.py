@@ -45,6 +45,10 @@ SMALL_MODEL_ARGS = {"dtype": "float32", "max_model_len": 128}
 PROMPT_TOKEN_RANGE = (1000, 100000)
 
 
+#: how a workload runs the model: eager, or compiled by torch.compile with CUDA graphs
+MODES = ("eager", "compile")
+
+
 @dataclass(frozen=True)
 class Workload:
     """What one run generates and how vLLM is built for it."""
@@ -72,8 +76,8 @@ class Workload:
     dummy_range: float | None = None
 
     def __post_init__(self):
-        if self.mode not in ("eager", "compile"):
-            raise ValueError(f"Workload.mode is {self.mode!r}; allowed: eager, compile")
+        if self.mode not in MODES:
+            raise ValueError(f"Workload.mode is {self.mode!r}; allowed: {', '.join(MODES)}")
         if self.decode_prompt_len is not None and self.prompt_len is None:
             raise ValueError("Workload.decode_prompt_len needs token-id prompts (prompt_len)")
         if self.timed_repeats < 1:
