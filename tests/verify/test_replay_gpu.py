@@ -19,8 +19,10 @@ CALLS = 5
 OPS = ["rms_norm", "silu_and_mul", "rotary_embedding", "paged_attention", "reshape_and_cache_flash"]
 
 
-def _decodes(seed: int, caches: tuple | None) -> Call:
-    """paged_attention on a batch of 8 decodes (the benchmark cases mix in prefills)."""
+def _decodes(seed: int, caches: tuple | None, prefill: bool = False) -> Call:
+    """paged_attention on a batch of 8 decodes (the benchmark cases mix in prefills), the
+    sequences a token longer with each seed as in a decode step; ``prefill``: 8 queries of 3
+    sequences instead (its reference reads the lengths back to the host)."""
     gen = torch.Generator().manual_seed(seed)
     if caches is None:
         caches = tuple(torch.randn(40, 16, 1, 128, generator=gen).bfloat16().cuda() for _ in "kv")
@@ -31,21 +33,26 @@ def _decodes(seed: int, caches: tuple | None) -> Call:
         "value_cache": caches[1],
         "output": torch.zeros(8, 8, 128, dtype=torch.bfloat16, device="cuda"),
         "block_table": torch.randint(0, 40, (8, 8), generator=gen, dtype=torch.int32).cuda(),
-        "seq_lens": (seq_lens + seed % 3).cuda(),
+        "seq_lens": (seq_lens + seed).cuda(),
         "query_start_loc": torch.arange(9, dtype=torch.int32).cuda(),
         "max_query_len": 1,
-        "max_seq_len": 128,
+        "max_seq_len": 100 + seed,
         "softmax_scale": 128**-0.5,
     }
+    if prefill:
+        values["seq_lens"] = torch.tensor([20, 33 + seed, 10], dtype=torch.int32).cuda()
+        values["block_table"] = values["block_table"][:3].contiguous()
+        values["query_start_loc"] = torch.tensor([0, 4, 5, 8], dtype=torch.int32).cuda()
+        values["max_query_len"], values["max_seq_len"] = 4, 33 + seed
     return Call(None, (), values)
 
 
-def _calls(op: str) -> list[Call]:
+def _calls(op: str, prefill: bool = False) -> list[Call]:
     """CALLS calls of the same shapes on the same layer and caches, fresh activations each."""
     if op == "paged_attention":
-        first = _decodes(0, None)
+        first = _decodes(0, None, prefill)
         caches = (first.kwargs["key_cache"], first.kwargs["value_cache"])
-        return [first, *(_decodes(seed, caches) for seed in range(1, CALLS))]
+        return [first, *(_decodes(seed, caches, prefill) for seed in range(1, CALLS))]
     case = bench_cases(op)[0]
     tokens = case.fixed_tokens or 3
     first = case.build(tokens, torch.bfloat16, "cuda", seed=0)
@@ -73,7 +80,9 @@ def _impl(op: str):
     return dataclasses.replace(reference, kind=BackendImplKind.VENDOR, vendor="as-vendor")
 
 
-def _report(op: str, impl, replay: bool, bias: float = 0.0) -> tuple[list[tuple], Verifier]:
+def _report(
+    op: str, impl, replay: bool, bias: float = 0.0, prefill: bool = False
+) -> tuple[list[tuple], Verifier]:
     verifier = Verifier(ops=True, replay=replay)
     if bias:
         fn = impl.fn
@@ -84,7 +93,7 @@ def _report(op: str, impl, replay: bool, bias: float = 0.0) -> tuple[list[tuple]
 
         impl = dataclasses.replace(impl, fn=wrong)
     verified = verifier.wrap(op, impl, get_default_manager().registry)
-    for call in _calls(op):
+    for call in _calls(op, prefill):
         call.bind(verified)()
     torch.cuda.synchronize()
     rows = verifier.recorder.to_json()["rows"]
@@ -128,8 +137,19 @@ def test_a_wrong_kernel_is_over_tolerance_on_every_replayed_call():
 
 
 def test_references_that_read_back_replay_the_comparison_alone():
-    """The cache write's reference selects the stored tokens with a mask (a read-back): its
-    check is refused as a whole and its comparison recorded."""
+    """A prefill's attention reference reads the lengths back to the host: its check is refused
+    as a whole and its comparison recorded, with what the eager checks report."""
+    impl = _impl("paged_attention")
+    eager, _ = _report("paged_attention", impl, replay=False, prefill=True)
+    replayed, verifier = _report("paged_attention", impl, replay=True, prefill=True)
+    assert ("paged_attention", "check") in verifier.replays.refused
+    assert verifier.replays.recorded == 1
+    assert [row[:5] for row in replayed] == [row[:5] for row in eager]
+
+
+def test_a_cache_writes_check_is_recorded_whole():
+    """The cache write's reference reads nothing back (``store_slots``): its whole check is
+    recorded at the second call and replayed."""
     _, verifier = _report("reshape_and_cache_flash", _impl("reshape_and_cache_flash"), True)
-    assert ("reshape_and_cache_flash", "check") in verifier.replays.refused
+    assert not verifier.replays.refused
     assert verifier.replays.recorded == 1

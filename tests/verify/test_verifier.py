@@ -337,3 +337,50 @@ def test_the_references_get_an_ops_length_bounds_rounded_up_to_a_power_of_two():
     (row,) = verifier.recorder.rows.values()
     assert (row.calls, row.exceeded, row.unverified) == (1, 0, 0), row
     assert bounds == [("impl", 1, 50), (1, 64), (1, 64)]
+
+
+def test_a_decode_checks_replay_key_stays_while_the_sequences_grow():
+    """The key a check is recorded under holds the call's bounds as the references get them
+    (rounded), not the call's own: a decode step's check repeats as max_seq_len grows by one."""
+    from vllm_fl.backends.reference.impl import attention
+    from vllm_fl.verify.replay import _Leaves
+
+    keys: list[tuple] = []
+
+    class KeyOnly:
+        """Replays that only note each check's key; every check then runs eagerly."""
+
+        refused: dict = {}
+
+        def run(self, op, what, check, state, keep, constants=()):
+            keys.append((op, what, constants, tuple(_Leaves(state, keep).key)))
+            return None
+
+    manager = OpManager(
+        _register(
+            OpRegistry(), "paged_attention", attention.paged_attention, attention.paged_attention
+        )
+    )
+    verifier = enable(ops=True)
+    verifier.replays = KeyOnly()
+    gen = torch.Generator().manual_seed(4)
+    caches = [torch.randn(12, 16, 2, 32, generator=gen).bfloat16() for _ in "kv"]
+    table = torch.randperm(12, generator=gen).view(3, 4).to(torch.int32)
+    # (the first call reaches the impl through the dispatch's resolution, which passes the
+    # arguments as given; the next ones through the bound path, with the defaults filled in)
+    for longest in (50, 51, 52):
+        manager.binding("paged_attention").fn(
+            query=torch.randn(3, 4, 32, generator=gen).bfloat16(),
+            key_cache=caches[0],
+            value_cache=caches[1],
+            output=torch.zeros(3, 4, 32, dtype=torch.bfloat16),
+            block_table=table,
+            seq_lens=torch.tensor([9, longest, 33], dtype=torch.int32),
+            query_start_loc=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+            max_query_len=1,
+            max_seq_len=longest,
+            softmax_scale=0.2,
+        )
+    assert len(keys) == 3 and keys[1] == keys[2]
+    assert sum(row.calls for row in verifier.recorder.rows.values()) == 3
+    assert not any(row.exceeded or row.unverified for row in verifier.recorder.rows.values())

@@ -24,15 +24,28 @@ def attention_backend(use_mla: bool = False) -> str:
     return MLA_BACKEND if use_mla else PLUGIN_BACKEND
 
 
-def cache_slots(
-    slot_mapping: torch.Tensor, block_size: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where a slot mapping writes into a paged cache: which tokens are stored (slot -1: none)
-    and the (block, offset) of each stored one."""
+def store_slots(cache: torch.Tensor, slot_mapping: torch.Tensor, entries: torch.Tensor) -> None:
+    """Index assignment of token i's entry ``entries[i]`` into the (block, offset) of its slot
+    ``slot_mapping[i]`` of a paged ``cache`` [blocks, block_size, *entry]; a token with slot -1
+    stores nothing.
+
+    Nothing is read back to the host (bring-up mode records the check of a cache write as a CUDA
+    graph): instead of selecting the stored tokens with a mask, a token with slot -1 writes the
+    first stored token's entry into that token's slot, so the writes that land on one slot all
+    agree; where no token is stored, every token writes slot 0 with what it holds."""
+    if slot_mapping.numel() == 0:
+        return
     slots = slot_mapping.to(torch.int64)
     stored = slots >= 0
-    slots = slots[stored]
-    return stored, slots // block_size, slots % block_size
+    first = torch.argmax(stored.to(torch.int32))  # the first stored token, or 0 if none
+    any_stored = stored[first]
+    target = torch.where(stored, slots, torch.where(any_stored, slots[first], 0))
+    block_size = cache.shape[1]
+    blocks, offsets = target // block_size, target % block_size
+    entries = entries.to(cache.dtype)
+    fill = torch.where(any_stored, entries[first], cache[0, 0])
+    keep = stored.view(-1, *([1] * (entries.dim() - 1)))
+    cache[blocks, offsets] = torch.where(keep, entries, fill)
 
 
 def reshape_and_cache_flash(
@@ -49,9 +62,8 @@ def reshape_and_cache_flash(
             f"reshape_and_cache_flash: slot_mapping maps {tokens} tokens, key has only "
             f"{key.shape[0]}"
         )
-    stored, blocks, offsets = cache_slots(slot_mapping, key_cache.shape[1])
-    key_cache[blocks, offsets] = key[:tokens][stored].to(key_cache.dtype)
-    value_cache[blocks, offsets] = value[:tokens][stored].to(value_cache.dtype)
+    store_slots(key_cache, slot_mapping, key[:tokens])
+    store_slots(value_cache, slot_mapping, value[:tokens])
 
 
 #: float32 scores one batch of sequences may hold at most (the sequences are taken in batches so

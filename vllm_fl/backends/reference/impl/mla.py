@@ -9,7 +9,7 @@ the host (``tolist``): the reference favours plain code over avoiding synchronis
 
 import torch
 
-from vllm_fl.backends.reference.impl.attention import cache_slots
+from vllm_fl.backends.reference.impl.attention import store_slots
 
 #: the one cache format the reference stores and reads: the inputs' own values
 AUTO = "auto"
@@ -45,9 +45,7 @@ def concat_and_cache_mla(
             f"concat_and_cache_mla: slot_mapping maps {tokens} tokens, kv_c has only "
             f"{kv_c.shape[0]}"
         )
-    stored, blocks, offsets = cache_slots(slot_mapping, kv_cache.shape[1])
-    entries = torch.cat([kv_c[:tokens][stored], k_pe[:tokens][stored]], dim=-1)
-    kv_cache[blocks, offsets] = entries.to(kv_cache.dtype)
+    store_slots(kv_cache, slot_mapping, torch.cat([kv_c[:tokens], k_pe[:tokens]], dim=-1))
 
 
 def gather_and_maybe_dequant_cache(
