@@ -225,33 +225,12 @@ class BenchCase:
 def make_layer(path: str, init: dict, dtype, device: str, gen=None):
     """vLLM's layer `path` (import path) built with `init` ("$dtype": `dtype`) as vLLM's platform
     builds it, floating-point parameters drawn from `gen` (no gradients), moved to `device`."""
-    import torch
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.platforms import current_platform
+    from vllm_fl.testing.parity import build_layer
 
-    from vllm_fl.distributed.single_process import init_single_process
-
-    # as vLLM's platform does at start-up: some layers look their kernels up in torch.ops._C
-    current_platform.import_kernels()
     module, name = path.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
-    kwargs = {key: dtype if value == DTYPE_PLACEHOLDER else value for key, value in init.items()}
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # the layer's parameters in `dtype`, as vLLM's loader does
-    try:
-        with set_current_vllm_config(VllmConfig()):
-            # as vLLM's one-process workers have it: some layers read the tensor-parallel size
-            # and rank when constructed (the Mamba2 mixer's norm)
-            init_single_process()
-            layer = cls(**kwargs)
-    finally:
-        torch.set_default_dtype(previous)
-    with torch.no_grad():
-        for _, param in sorted(layer.named_parameters()):
-            if param.is_floating_point():
-                param.copy_(torch.randn(param.shape, generator=gen).to(param.dtype))
     # as in vLLM's inference: no autograd bookkeeping in the timed calls
-    return layer.requires_grad_(False).to(device)
+    return build_layer(cls, init, dtype, device, gen).requires_grad_(False)
 
 
 # -- the manifest ---------------------------------------------------------------------------------

@@ -44,6 +44,32 @@ def _default_dtype(dtype):
         torch.set_default_dtype(previous)
 
 
+def build_layer(cls, init: dict, dtype, device, generator=None) -> torch.nn.Module:
+    """vLLM's layer class ``cls`` built with ``init`` (``"$dtype"``: ``dtype``) as vLLM's platform
+    and one-process workers build it, its floating-point parameters drawn from ``generator``,
+    moved to ``device``."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    from vllm_fl.distributed.single_process import init_single_process
+
+    # as vLLM's platform does at start-up: some layers look their kernels up in torch.ops._C
+    # when constructed
+    current_platform.import_kernels()
+    kwargs = {key: dtype if value == "$dtype" else value for key, value in init.items()}
+    # the layer's parameters in `dtype`, as vLLM's loader does
+    with set_current_vllm_config(VllmConfig()), _default_dtype(dtype):
+        # as vLLM's one-process workers have it: some layers read the tensor-parallel size
+        # and rank when constructed (the Mamba2 mixer's norm)
+        init_single_process()
+        layer = cls(**kwargs)
+    with torch.no_grad():
+        for _, param in sorted(layer.named_parameters()):
+            if param.is_floating_point():
+                param.copy_(torch.randn(param.shape, generator=generator).to(param.dtype))
+    return layer.to(device)
+
+
 def _clone(value):
     return value.clone() if isinstance(value, torch.Tensor) else value
 
@@ -162,29 +188,9 @@ class Parity:
     def layer(self, path, init, dtype, device):
         if path is None:
             return None
-        from vllm.config import VllmConfig, set_current_vllm_config
-        from vllm.platforms import current_platform
-
-        from vllm_fl.distributed.single_process import init_single_process
-
-        # as vLLM's platform does at start-up: some layers look their kernels up in
-        # torch.ops._C when constructed
-        current_platform.import_kernels()
         module, name = path.rsplit(".", 1)
         cls = _custom_op_class(module, name)
-        kwargs = {key: dtype if value == "$dtype" else value for key, value in init.items()}
-        with set_current_vllm_config(VllmConfig()), _default_dtype(dtype):
-            # as vLLM's one-process workers have it: some layers read the tensor-parallel size
-            # and rank when constructed (the Mamba2 mixer's norm)
-            init_single_process()
-            layer = cls(**kwargs)
-        generator = torch.Generator().manual_seed(self.seed)
-        with torch.no_grad():
-            for _, param in sorted(layer.named_parameters()):
-                if param.is_floating_point():
-                    noise = torch.randn(param.shape, generator=generator)
-                    param.copy_(noise.to(param.dtype))
-        return layer.to(device)
+        return build_layer(cls, init, dtype, device, torch.Generator().manual_seed(self.seed))
 
     def inputs(self, spec, dtype, device):
         return self.build(spec, dtype, device)[0]
