@@ -12,8 +12,9 @@ a DeepSeek-V3 of that hidden size (multi-head latent attention, grouped MoE rout
 `build_tiny_gpt_oss`, `build_tiny_mamba2`, `build_tiny_qwen3_next`, `build_tiny_falcon_h1` and
 `build_tiny_nemotron_h` one model of each of those families, as do `build_tiny_opt`,
 `build_tiny_gpt_neox`, `build_tiny_falcon` (Falcon-7B's structure), `build_tiny_mixtral`,
-`build_tiny_gemma2`, `build_tiny_gemma3` (text-only), `build_tiny_phi3` and `build_tiny_bert`
-(an encoder, for vLLM's pooling runner). Their weights come from a fixed seed and are scaled
+`build_tiny_gemma2`, `build_tiny_gemma3` (text-only), `build_tiny_phi3`, `build_tiny_qwen2`,
+`build_tiny_qwen3`, `build_tiny_mistral`, `build_tiny_deepseek_v2` and `build_tiny_bert` (an
+encoder, for vLLM's pooling runner). Their weights come from a fixed seed and are scaled
 up so the logits are far from ties, which makes greedy decoding a sharp comparison between two
 runs.
 
@@ -621,6 +622,47 @@ def build_tiny_bert(path: str | Path) -> Path:
     )
 
 
+def _dense_layers(**extra) -> dict:
+    """What the tiny dense decoders share (Llama's layout): 2 layers of 2 query heads of head_dim
+    32 sharing 1 key/value head, RMSNorm, RoPE, a SiLU-gated MLP."""
+    return dict(
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+        **extra,
+    )
+
+
+def build_tiny_qwen2(path: str | Path) -> Path:
+    """A tiny random Qwen2 and its tokenizer in `path` (created if missing): Llama's layout with
+    biases on the query, key and value projections (Qwen2's), untied embeddings."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return build_tiny_model(path, Qwen2Config, Qwen2ForCausalLM, **_dense_layers())
+
+
+def build_tiny_qwen3(path: str | Path) -> Path:
+    """A tiny random dense Qwen3 and its tokenizer in `path` (created if missing): Llama's
+    layout with an RMSNorm on each head's query and key before RoPE (Qwen3's), no projection
+    biases. Also the checkpoint of the Qwen3 embedding test (vLLM's pooling runner)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return build_tiny_model(path, Qwen3Config, Qwen3ForCausalLM, **_dense_layers())
+
+
+def build_tiny_mistral(path: str | Path) -> Path:
+    """A tiny random Mistral and its tokenizer in `path` (created if missing): Llama's layout
+    under Mistral's architecture name and config (vLLM builds it with its Llama code), no
+    sliding window (Mistral-7B-v0.2 and later)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return build_tiny_model(
+        path, MistralConfig, MistralForCausalLM, **_dense_layers(sliding_window=None)
+    )
+
+
 TINY_MLA_HEADS = 4
 TINY_MLA_Q_LORA_RANK = 64
 # vLLM's CPU MLA decode kernel is built for DeepSeek's latent entry only (512 + 64), so vanilla
@@ -685,6 +727,42 @@ def build_tiny_deepseek_v3(
             weights[name] = 0.5 * torch.randn(tensor.shape, generator=generator)
     save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path
+
+
+def build_tiny_deepseek_v2(path: str | Path) -> Path:
+    """A tiny random DeepSeek-V2 (``DeepseekV2ForCausalLM``) and its tokenizer in `path`
+    (created if missing): DeepSeek-V2's routing, unlike V3's, has no correction bias: softmax
+    scores, the 2 of 4 expert groups with the highest single score (``group_limited_greedy``),
+    then 2 of the 8 routed experts among them, beside one shared expert; the first layer dense;
+    multi-head latent attention of the sizes `build_tiny_deepseek_v3` takes (vLLM's CPU MLA
+    kernel is built for DeepSeek's latent entry only)."""
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    return build_tiny_model(
+        path,
+        DeepseekV2Config,
+        DeepseekV2ForCausalLM,
+        intermediate_size=2 * HIDDEN_SIZE,
+        moe_intermediate_size=TINY_MOE_INTERMEDIATE_SIZE,
+        num_hidden_layers=2,
+        first_k_dense_replace=1,
+        num_attention_heads=TINY_MLA_HEADS,
+        num_key_value_heads=TINY_MLA_HEADS,
+        q_lora_rank=TINY_MLA_Q_LORA_RANK,
+        kv_lora_rank=TINY_MLA_KV_LORA_RANK,
+        qk_nope_head_dim=TINY_MLA_NOPE_DIM,
+        qk_rope_head_dim=TINY_MLA_ROPE_DIM,
+        v_head_dim=TINY_MLA_V_DIM,
+        head_dim=TINY_MLA_ROPE_DIM,
+        n_routed_experts=TINY_MLA_EXPERTS,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=TINY_MLA_GROUPS,
+        topk_group=2,
+        topk_method="group_limited_greedy",
+        norm_topk_prob=False,
+        routed_scaling_factor=1.0,
+    )
 
 
 def build_tiny_fp8_qwen3_moe(path: str | Path, dequantised: bool = False) -> Path:
