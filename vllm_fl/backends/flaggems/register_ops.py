@@ -1226,6 +1226,7 @@ IMPLS = (
         _flagos_mamba.selective_state_update,
         supports={"num_accepted_tokens": (None,)},
     ),
+    Impl("mamba_chunk_scan_combined", _flagos_mamba.mamba_chunk_scan_combined),
     Impl(
         "rotary_embedding",
         _flagos_rotary.rotary_embedding,
@@ -1309,5 +1310,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 41 implementation(s) of backend ``flagos``."""
+    """Register the 42 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)
