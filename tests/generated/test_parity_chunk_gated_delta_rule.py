@@ -18,6 +18,7 @@ OP = "chunk_gated_delta_rule"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 RETURNS = ["(Tensor, Tensor?)"]

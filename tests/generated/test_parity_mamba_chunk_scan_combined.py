@@ -19,6 +19,7 @@ OP = "mamba_chunk_scan_combined"
 LAYER = None
 # every backend but the reference, which is checked on its own below
 BACKENDS = [
+    pytest.param("default.flagos", "cuda", id="flagos"),
     pytest.param("vendor.cuda", "cuda", id="cuda"),
 ]
 MUTATES = ["output", "states"]

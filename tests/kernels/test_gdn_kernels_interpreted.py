@@ -131,3 +131,78 @@ def test_gating_compiles_for_an_h100():
     signature["softplus_threshold"] = "fp32"
     constexprs = dict(HV=32, BLOCK=gk.GATING_BLOCK)
     assert compile_for_h100(gk.gdn_gating_kernel, signature, constexprs, 4)
+
+
+class _InterpretedKernel:
+    """Stands in for a kernel launched as ``kernel[grid](*args, **kwargs)``: runs it in Triton's
+    interpreter."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: interpret(self.kernel, grid, args, kwargs)
+
+
+@pytest.fixture
+def interpreted_prefill(monkeypatch):
+    kernel = gk.gated_delta_rule_prefill_kernel
+    monkeypatch.setattr(gk, "gated_delta_rule_prefill_kernel", _InterpretedKernel(kernel))
+
+
+@needs_interpreter_loops
+def test_prefill_matches_the_reference_on_every_ops_yaml_case(interpreted_prefill):
+    # varlen prompts from cached states, Qwen3-Next's head size, a batch without cu_seqlens
+    from tests.support.interpreted_cases import run_cases
+    from vllm_fl.backends.flaggems.impl import gdn as flagos
+
+    # one dtype: the kernel computes in float32 whatever it reads; the GPU parity tests run both
+    dtypes = (torch.bfloat16,)
+    results = run_cases(
+        "chunk_gated_delta_rule", flagos.chunk_gated_delta_rule, ref.chunk_gated_delta_rule, dtypes
+    )
+    assert len(results) == 3
+    failed = {key: text for key, text in results.items() if text != "ok"}
+    assert not failed, failed
+
+
+@needs_interpreter_loops
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_prefill_in_float32_matches_the_reference_closely(interpreted_prefill, l2norm):
+    # the op's cases run in half precision (vLLM's kernels refuse float32); the kernel's
+    # arithmetic is float32, so here it meets the reference to float32 rounding: K != V, value
+    # heads grouped 3 per key head, an epsilon other than vLLM's
+    from vllm_fl.kernels import gdn
+
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, 23, 2, 48, generator=g), torch.randn(1, 23, 2, 48, generator=g)
+    if not l2norm:  # normalised beforehand, as vLLM's GPU path does (else the rule diverges)
+        q, k = q / 48**0.5, k / 48**0.5
+    v = torch.randn(1, 23, 6, 40, generator=g)
+    decay = -torch.rand(1, 23, 6, generator=g)
+    beta = torch.rand(1, 23, 6, generator=g)
+    initial = torch.randn(3, 6, 40, 48, generator=g) * 0.1
+    cu = torch.tensor([0, 9, 9, 23], dtype=torch.int32)  # an empty prompt among them
+    args = (q, k, v, decay, beta, 0.2, initial, True, cu, l2norm, 1e-5)
+    got_o, got_final = gdn.chunk_gated_delta_rule(*args)
+    want_o, want_final = ref.chunk_gated_delta_rule(*args)
+    torch.testing.assert_close(got_o, want_o, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_final, want_final, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got_final[1], initial[1]), "an empty prompt keeps its initial state"
+
+
+@needs_nvidia_compiler
+@pytest.mark.parametrize("varlen", [True, False])
+def test_prefill_compiles_for_an_h100(varlen):
+    pointers = ("q", "k", "v", "o", "initial")
+    signature = {name: "*bf16" for name in pointers}
+    signature.update(g="*fp32", beta="*fp32", final="*fp32", cu_seqlens="*i32")
+    signature.update(seq_len="i64", scale="fp32", l2norm_eps="fp32")
+    for name in gk.gated_delta_rule_prefill_kernel.arg_names:
+        if name.startswith("stride_"):
+            signature[name] = "i64"
+    constexprs = dict(
+        H=16, HV=32, K=128, V=128, BK=128, BV=32, VARLEN=varlen, HAS_INITIAL=True,
+        HAS_FINAL=True, L2NORM=True,
+    )  # fmt: skip
+    assert compile_for_h100(gk.gated_delta_rule_prefill_kernel, signature, constexprs, 4)

@@ -21,6 +21,7 @@ KERNEL_MODULES = {
     "pointwise_kernels",
     "mla_kernels",
     "mamba_kernels",
+    "ssd_kernels",
     "gdn_kernels",
 }
 

@@ -33,8 +33,8 @@ def run_cases(
     variants: Sequence[Variant] = AS_GIVEN,
 ) -> dict[str, str]:
     """Every test case of op ``name`` in each dtype and input variant: "ok", or how the impl's
-    result differs from the reference's beyond the op's tolerance in ops.yaml, keyed
-    ``<op>/case<i>/<dtype><suffix>``."""
+    result (the arguments the op writes into, else what it returns) differs from the
+    reference's beyond the op's tolerance in ops.yaml, keyed ``<op>/case<i>/<dtype><suffix>``."""
     from codegen.manifest import project_manifest
     from tests.support.layer_samples import make_inputs
 
@@ -47,20 +47,28 @@ def run_cases(
             for suffix, variant in variants:
                 inputs = make_inputs(dict(case.inputs), seed=1, dtype=dtype)
                 expected = {k: _clone(v) for k, v in inputs.items()}
-                reference(**expected)
+                want = reference(**expected)
                 actual = variant({k: _clone(v) for k, v in inputs.items()})
-                impl(**actual)
+                got = impl(**actual)
                 key = f"{name}/case{index}/{str(dtype)[6:]}{suffix}"
+                # what the op writes into its arguments, else what it returns
+                if op.mutates:
+                    pairs = [(w, actual[w], expected[w]) for w in op.mutates]
+                else:
+                    wants = want if isinstance(want, tuple) else (want,)
+                    gots = got if isinstance(got, tuple) else (got,)
+                    pairs = [(f"result {i}", g, w) for i, (g, w) in enumerate(zip(gots, wants))]
                 try:
-                    for written in op.mutates:
-                        if expected[written] is None:
+                    for what, result, reference_result in pairs:
+                        if reference_result is None:
+                            assert result is None, f"{what}: expected None"
                             continue
                         torch.testing.assert_close(
-                            actual[written],
-                            expected[written],
+                            result,
+                            reference_result,
                             atol=tolerance.atol,
                             rtol=tolerance.rtol,
-                            msg=lambda text, written=written: f"{written}: {text}",
+                            msg=lambda text, what=what: f"{what}: {text}",
                         )
                     results[key] = "ok"
                 except AssertionError as exc:

@@ -185,7 +185,7 @@ def test_the_gpu_adapters_give_vllms_results(hooks, prefer):
     """vLLM's GPU functions as the GDN layer calls them (decodes beside a prefill: varlen, one
     token each; the packed decode; a prefill from cached states) against the same calls routed
     to the ops: the cuda impls (vLLM's kernels again: the adapters' plumbing) and the flagos
-    ones (the kernel library's decode kernel; the prefill has no flagos impl, so vLLM's runs)."""
+    ones (the kernel library's decode and prefill kernels)."""
     from vllm_fl.dispatch import policy_context
 
     package = pytest.importorskip(FLA)  # vLLM 0.24 keeps these functions elsewhere

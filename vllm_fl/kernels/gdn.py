@@ -1,7 +1,9 @@
-"""Gated-delta-net kernels (Qwen3-Next's linear attention) of the kernel library: the gates and
-the decode step (``gdn_kernels``; FlagGems has none). Kernels launch through Triton's own
+"""Gated-delta-net kernels (Qwen3-Next's linear attention) of the kernel library: the gates, the
+decode step and the prefill (``gdn_kernels``; FlagGems has none). Kernels launch through Triton's own
 launcher; calls a kernel does not take raise NotImplementedError, so the dispatch runs the next
-candidate for them. The chunked prefill has no kernel here yet.
+candidate for them. The prefill (``chunk_gated_delta_rule``) runs the recurrence token by token
+over each sequence, each program's block of the state in registers: one launch, no chunked
+(WY-form) kernel yet, so a long prompt costs one sequential step per token.
 """
 
 from __future__ import annotations
@@ -90,3 +92,53 @@ def gated_delta_rule_decode(
             f"token dimensions merge, key heads of at most {own.DECODE_MAX_K}"
         )
     own.gated_delta_rule_decode_kernel[launch.grid](*launch.args, **launch.kwargs)
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    l2norm_eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The op ``chunk_gated_delta_rule`` in one launch of the prefill kernel, the recurrence
+    token by token with each program's block of the state in registers: o in q's dtype and,
+    when asked, the final states (float32)."""
+    batch, length, value_heads, head_v = v.shape
+    sequences = batch if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    o = torch.empty(v.shape, dtype=q.dtype, device=q.device)
+    final = None
+    if output_final_state:
+        final = torch.empty(
+            (sequences, value_heads, head_v, k.shape[-1]), dtype=torch.float32, device=q.device
+        )
+    own = _own()
+    launch = own.gated_delta_rule_prefill_launch(
+        o,
+        final,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        initial_state,
+        cu_seqlens,
+        use_qk_l2norm_in_kernel,
+        l2norm_eps,
+    )
+    if launch is None:
+        raise NotImplementedError(
+            f"gated_delta_rule_prefill: q {tuple(q.shape)} with strides {q.stride()}: the "
+            "kernel takes [B, T, ...] tensors whose batch and token dimensions merge, key "
+            f"heads of at most {own.DECODE_MAX_K}"
+        )
+    if sequences > 0:
+        own.gated_delta_rule_prefill_kernel[launch.grid](*launch.args, **launch.kwargs)
+    return o, final

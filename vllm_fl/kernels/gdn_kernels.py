@@ -1,5 +1,5 @@
-"""The kernel library's gated-delta-net kernels: the gates, and the decode step of the gated
-delta rule with its gates computed in the same program.
+"""The kernel library's gated-delta-net kernels: the gates, the decode step of the gated
+delta rule with its gates computed in the same program, and the prefill's recurrence.
 
 FlagGems has no gated-delta-net kernel. These follow the ops' definitions in ops.yaml (the
 references in ``vllm_fl.backends.reference.impl.gdn``), in float32 with one rounding per output:
@@ -8,6 +8,9 @@ references in ``vllm_fl.backends.reference.impl.gdn``), in float32 with one roun
 BV rows of its [V, K] state per program, the state in registers between tokens, read from and
 written back to the cache slots the indices name (any strides: the CPU kernels' transposed view
 too).
+``gated_delta_rule_prefill_kernel`` is the same recurrence over whole sequences with the gates
+given (g, beta), from an initial state per sequence to a final one (the op
+``chunk_gated_delta_rule``, token by token rather than chunk by chunk).
 
 The ``*_launch`` functions derive the launch from the ops' tensors; they need Triton but no GPU,
 so the CPU tests run the kernels in Triton's interpreter. ``vllm_fl.kernels.gdn`` launches them.
@@ -242,6 +245,166 @@ def gated_delta_rule_decode_launch(
         "BV": block_v,
         "VARLEN": cu_seqlens is not None,
         "SPEC": num_accepted_tokens is not None,
+        "L2NORM": bool(use_qk_l2norm_in_kernel),
+    }
+    return Launch(
+        grid=(triton.cdiv(head_v, block_v), value_heads, sequences),
+        args=args,
+        kwargs={**constexprs, "num_warps": 4},
+        layout=tuple(constexprs.items()),
+    )
+
+
+@triton.jit
+def gated_delta_rule_prefill_kernel(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    o,
+    initial,
+    final,
+    cu_seqlens,
+    seq_len,
+    scale,
+    l2norm_eps,
+    stride_q_tok,
+    stride_q_head,
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    stride_o_tok,
+    stride_o_head,
+    stride_g_tok,
+    stride_beta_tok,
+    stride_i_seq,
+    stride_i_head,
+    stride_i_v,
+    stride_i_k,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    VARLEN: tl.constexpr,
+    HAS_INITIAL: tl.constexpr,
+    HAS_FINAL: tl.constexpr,
+    L2NORM: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_n = tl.program_id(2).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    if VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n * seq_len
+        eos = bos + seq_len
+
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k = offs_k < K
+    mask_v = offs_v < V
+    mask_s = mask_v[:, None] & mask_k[None, :]
+    if HAS_INITIAL:
+        h = tl.load(
+            initial
+            + i_n * stride_i_seq
+            + i_hv * stride_i_head
+            + offs_v[:, None] * stride_i_v
+            + offs_k[None, :] * stride_i_k,
+            mask=mask_s,
+            other=0.0,
+        ).to(tl.float32)
+    else:
+        h = tl.zeros((BV, BK), dtype=tl.float32)
+
+    for t in range(bos, eos):
+        qv = tl.load(q + t * stride_q_tok + i_h * stride_q_head + offs_k, mask=mask_k, other=0.0)
+        kv = tl.load(k + t * stride_k_tok + i_h * stride_k_head + offs_k, mask=mask_k, other=0.0)
+        vv = tl.load(v + t * stride_v_tok + i_hv * stride_v_head + offs_v, mask=mask_v, other=0.0)
+        qv = qv.to(tl.float32)
+        kv = kv.to(tl.float32)
+        if L2NORM:
+            qv = qv * tl.rsqrt(tl.sum(qv * qv) + l2norm_eps)
+            kv = kv * tl.rsqrt(tl.sum(kv * kv) + l2norm_eps)
+        qv = qv * scale
+        decay = tl.exp(tl.load(g + t * stride_g_tok + i_hv).to(tl.float32))
+        gate = tl.load(beta + t * stride_beta_tok + i_hv).to(tl.float32)
+        h = h * decay
+        # the delta rule: correct what the state recalls for k towards v
+        delta = (vv.to(tl.float32) - tl.sum(h * kv[None, :], axis=1)) * gate
+        h = h + delta[:, None] * kv[None, :]
+        out = tl.sum(h * qv[None, :], axis=1)
+        tl.store(
+            o + t * stride_o_tok + i_hv * stride_o_head + offs_v,
+            out.to(o.dtype.element_ty),
+            mask=mask_v,
+        )
+    if HAS_FINAL:
+        # contiguous [N, HV, V, K] float32, made by the launch's caller
+        tl.store(
+            final + ((i_n * HV + i_hv) * V + offs_v[:, None]) * K + offs_k[None, :],
+            h,
+            mask=mask_s,
+        )
+
+
+def gated_delta_rule_prefill_launch(
+    o: torch.Tensor,
+    final: torch.Tensor | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    l2norm_eps: float,
+) -> Launch | None:
+    """The prefill kernel's launch: o [B, T, HV, V] and final (contiguous [N, HV, V, K]
+    float32, or None) written by it. As the decode's, the first two dimensions of the token
+    tensors must merge into one and their last dimension be contiguous; None where they are
+    not, or the key head is wider than ``DECODE_MAX_K``."""
+    batch, length, heads, head_k = q.shape
+    value_heads, head_v = v.shape[2], v.shape[3]
+    if head_k > DECODE_MAX_K:
+        return None
+    try:
+        flat = [t.view(batch * length, *t.shape[2:]) for t in (q, k, v, o, g, beta)]
+    except RuntimeError:  # batch and token dimensions that no view merges
+        return None
+    if any(t.stride(-1) != 1 for t in flat):
+        return None
+    fq, fk, fv, fo, fg, fbeta = flat
+    sequences = batch if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    block_v = min(next_pow2(head_v), DECODE_BV)
+    # unused pointers still need a tensor: o stands in
+    initial = o if initial_state is None else initial_state
+    args = (
+        fq, fk, fv, fg, fbeta, fo, initial, o if final is None else final,
+        o if cu_seqlens is None else cu_seqlens, length,
+        head_k**-0.5 if scale is None else float(scale), float(l2norm_eps),
+        fq.stride(0), fq.stride(1), fk.stride(0), fk.stride(1), fv.stride(0), fv.stride(1),
+        fo.stride(0), fo.stride(1), fg.stride(0), fbeta.stride(0),
+        *(initial.stride() if initial_state is not None else (0, 0, 0, 0)),
+    )  # fmt: skip
+    constexprs = {
+        "H": heads,
+        "HV": value_heads,
+        "K": head_k,
+        "V": head_v,
+        "BK": next_pow2(head_k),
+        "BV": block_v,
+        "VARLEN": cu_seqlens is not None,
+        "HAS_INITIAL": initial_state is not None,
+        "HAS_FINAL": final is not None,
         "L2NORM": bool(use_qk_l2norm_in_kernel),
     }
     return Launch(

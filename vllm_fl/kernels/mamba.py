@@ -1,5 +1,5 @@
-"""The Mamba2 mixer's convolutions and SSM decode step on this library's Triton kernels
-(``mamba_kernels``), launched through Triton's own launcher.
+"""The Mamba2 mixer's convolutions, SSM decode step (``mamba_kernels``) and prefill SSD scan
+(``ssd_kernels``) on this library's Triton kernels, launched through Triton's own launcher.
 
 They serve the calls the kernels take (no speculative decoding: ops.yaml's ``supports`` of the
 flagos impls says so); outputs and states are written in place, as the ops define.
@@ -121,3 +121,58 @@ def selective_state_update(
         cu_seqlens,
     )
     _run(own.ssm_update_kernel, planned)
+
+
+@functools.cache
+def _ssd() -> ModuleType:
+    """``ssd_kernels``, imported on first use: its kernels need Triton."""
+    from vllm_fl.kernels import ssd_kernels
+
+    return ssd_kernels
+
+
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    cu_chunk_seqlens: torch.Tensor,
+    last_chunk_indices: torch.Tensor,
+    output: torch.Tensor,
+    states: torch.Tensor,
+    dt_min: float,
+    dt_max: float,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    dt_softplus: bool,
+    return_intermediate_states: bool,
+) -> None:
+    """The prefill's SSD scan over a varlen batch: four launches (``ssd_kernels``) writing
+    ``output`` and ``states`` (each sequence's final state, or every chunk's)."""
+    if x.shape[0] == 0 or cu_chunk_seqlens.numel() < 2:
+        return
+    for kernel, planned in _ssd().ssd_launches(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        cu_chunk_seqlens,
+        last_chunk_indices,
+        output,
+        states,
+        dt_min,
+        dt_max,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        dt_softplus,
+        return_intermediate_states,
+    ):
+        _run(kernel, planned)

@@ -562,6 +562,112 @@ def _fused_gdn_gating_fake(
     )
 
 
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    l2norm_eps: float = 1e-06,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``chunk_gated_delta_rule``: a direct call, or custom op
+    ``vllm_fl::flagos_chunk_gated_delta_rule`` under Dynamo.
+    """
+    if not _is_compiling():
+        return _flagos_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
+        )
+    out = torch.ops.vllm_fl.flagos_chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        initial_state,
+        output_final_state,
+        cu_seqlens,
+        use_qk_l2norm_in_kernel,
+        l2norm_eps,
+    )
+    return (out[0], None) if len(out) == 1 else (out[0], out[1])
+
+
+def _chunk_gated_delta_rule_kernel(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    l2norm_eps: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _flagos_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
+        )
+    )
+
+
+def _chunk_gated_delta_rule_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+    cu_seqlens: torch.Tensor | None,
+    use_qk_l2norm_in_kernel: bool,
+    l2norm_eps: float,
+) -> list[torch.Tensor]:
+    return _flatten(
+        _reference_gdn.chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            scale,
+            initial_state,
+            output_final_state,
+            cu_seqlens,
+            use_qk_l2norm_in_kernel,
+            l2norm_eps,
+        )
+    )
+
+
 def grouped_topk(
     scores: torch.Tensor,
     num_expert_group: int,
@@ -1226,6 +1332,7 @@ IMPLS = (
         _flagos_mamba.selective_state_update,
         supports={"num_accepted_tokens": (None,)},
     ),
+    Impl("mamba_chunk_scan_combined", _flagos_mamba.mamba_chunk_scan_combined),
     Impl(
         "rotary_embedding",
         _flagos_rotary.rotary_embedding,
@@ -1250,6 +1357,12 @@ IMPLS = (
     ),
     Impl(
         "fused_sigmoid_gating_delta_rule_update", _flagos_gdn.fused_sigmoid_gating_delta_rule_update
+    ),
+    Impl(
+        "chunk_gated_delta_rule",
+        _flagos_gdn.chunk_gated_delta_rule,
+        adapter=chunk_gated_delta_rule,
+        custom_op=CustomOp(_chunk_gated_delta_rule_kernel, _chunk_gated_delta_rule_fake),
     ),
     Impl("topk_softmax", _flagos_moe.topk_softmax),
     Impl("moe_align_block_size", _flagos_moe.moe_align_block_size),
@@ -1309,5 +1422,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 41 implementation(s) of backend ``flagos``."""
+    """Register the 43 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

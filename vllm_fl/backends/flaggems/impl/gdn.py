@@ -1,6 +1,6 @@
 """Gated-delta-net kernels on the flagos backend: the kernel library's Triton kernels
-(``vllm_fl.kernels.gdn``; FlagGems has none). The chunked prefill has no flagos impl (ops.yaml
-lists none), so a flagos-first policy runs the next candidate for it.
+(``vllm_fl.kernels.gdn``; FlagGems has none): the gates, the decode step and the prefill, the
+last as the recurrence token by token over each sequence (no chunked kernel).
 """
 
 import torch
@@ -56,4 +56,33 @@ def fused_sigmoid_gating_delta_rule_update(
         use_qk_l2norm_in_kernel,
         softplus_beta,
         softplus_threshold,
+    )
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    l2norm_eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The library's prefill kernel (the recurrence token by token, not chunked)."""
+    return gdn.chunk_gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale,
+        initial_state,
+        output_final_state,
+        cu_seqlens,
+        use_qk_l2norm_in_kernel,
+        l2norm_eps,
     )

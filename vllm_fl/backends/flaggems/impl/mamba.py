@@ -1,6 +1,6 @@
 """flagos Mamba2 mixer kernels: this project's Triton kernels (``vllm_fl.kernels.mamba``), as
 FlagGems has none. They take the calls without speculative decoding (``supports`` in ops.yaml
-sends the others to the next backend); the SSD scan has no flagos impl yet.
+sends the others to the next backend); the prefill's SSD scan takes every call.
 """
 
 import torch
@@ -91,4 +91,51 @@ def selective_state_update(
         dst_state_batch_indices,
         null_block_id,
         cu_seqlens,
+    )
+
+
+def mamba_chunk_scan_combined(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    cu_seqlens: torch.Tensor,
+    cu_chunk_seqlens: torch.Tensor,
+    last_chunk_indices: torch.Tensor,
+    seq_idx: torch.Tensor,
+    output: torch.Tensor,
+    states: torch.Tensor,
+    dt_min: float,
+    dt_max: float,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    return_intermediate_states: bool = False,
+) -> None:
+    """The prefill's SSD scan on the library's kernels. A sequence's chunks are consecutive
+    and end at its entry of last_chunk_indices (as vLLM's metadata lays them out), so the
+    kernels read the sequences' chunk ranges from it rather than from cu_seqlens or seq_idx."""
+    mamba.mamba_chunk_scan_combined(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        chunk_size,
+        cu_chunk_seqlens,
+        last_chunk_indices,
+        output,
+        states,
+        dt_min,
+        dt_max,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        dt_softplus,
+        return_intermediate_states,
     )
