@@ -406,6 +406,87 @@ def table_rows(result: dict) -> list[list[str]]:
     return rows
 
 
+#: embeddings agree with vanilla's when every prompt's two embeddings are at least this close
+#: in cosine (bfloat16 kernels of another order of summation move them by about 1e-3)
+EMBEDDING_COSINE = 0.999
+
+
+def agrees(against: dict | None) -> bool:
+    """A comparison with vanilla (`compare`) that finds vanilla's output: every sequence's
+    greedy tokens identical, or every embedding within `EMBEDDING_COSINE`."""
+    if against is None:
+        return False
+    if "min_cosine" in against:
+        return against["min_cosine"] >= EMBEDDING_COSINE
+    return against["identical"] == against["sequences"]
+
+
+def describe_runs(result: dict) -> str:
+    """One sentence on how a result file's runs were made: the machine, the checkpoints, the
+    batch."""
+    records = list(result["families"].values())
+    machines = {tuple(sorted(r["machine"].items())) for r in records}
+    machine = dict(next(iter(machines))) if len(machines) == 1 else None
+    if machine is None:
+        where = "several machines (each family's record names its own)"
+    else:
+        versions = ", ".join(
+            f"{name} {machine[name]}"
+            for name in ("vllm", "flag_gems", "torch", "transformers")
+            if name in machine
+        )
+        where = f"{machine['device']} ({versions})"
+    tiny = all(r["tiny"] for r in records)
+    model = (
+        "each family's tiny random checkpoint with its tokenizer (vllm_fl.testing.models)"
+        if tiny
+        else "each family's real model at full size, cut to a few layers that keep every kind "
+        f"of layer, dummy weights uniform in [-{DUMMY_RANGE}, {DUMMY_RANGE}], bfloat16"
+    )
+    text = (
+        f"{where}; {model}; eager; vanilla, the shipped policy and the portable path "
+        "(`VLLM_FL_PREFER=flagos VLLM_FL_DENY_VENDORS=cuda`), greedy tokens compared with "
+        "vanilla's."
+    )
+    if machine is not None and machine["device"] == "CPU":
+        text += " On a CPU vLLM runs no CUDA kernel: no kernel is sorted by origin."
+    return text
+
+
+HEADLINE_COLUMNS = (
+    Column("families", align="<"),
+    Column("vanilla runs"),
+    Column("shipped runs (vanilla's tokens)"),
+    Column("portable runs (vanilla's tokens)"),
+    Column("portable with no compiled kernel left"),
+)
+
+
+def headline_row(result: dict) -> list[object]:
+    """A result file in one row: families; how many vanilla, the shipped policy and the
+    portable path run, with how many of them giving vanilla's tokens; how many run the
+    portable path with no compiled kernel of vLLM's left (a CPU counts none)."""
+    records = [r for r in result["families"].values() if "runs" in r]
+    counts = {}
+    for config in ("vanilla", "shipped", "portable"):
+        ran = [r["runs"][config] for r in records if r["runs"].get(config, {}).get("ok")]
+        same = sum(agrees(run.get("against_vanilla")) for run in ran)
+        counts[config] = (len(ran), same)
+    clean = sum(
+        1
+        for r in records
+        if r["runs"].get("portable", {}).get("ok") and r["runs"]["portable"]["compiled"] == {}
+    )
+    cpu = all(r["runs"].get("portable", {}).get("compiled") is None for r in records)
+    return [
+        len(result["families"]),
+        counts["vanilla"][0],
+        f"{counts['shipped'][0]} ({counts['shipped'][1]})",
+        f"{counts['portable'][0]} ({counts['portable'][1]})",
+        "n/a (CPU)" if cpu else clean,
+    ]
+
+
 def vanilla_failures(result: dict) -> list[str]:
     """'family: reason' for each family that vanilla vLLM did not run (no row compares it)."""
     failed = []

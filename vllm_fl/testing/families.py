@@ -647,12 +647,8 @@ def _families(*families: Family) -> dict[str, Family]:
 #: family name -> its real model's shape
 FAMILIES: dict[str, Family] = _families(
     Family("llama", "Llama-3.1-8B", _LLAMA_31_8B, models.build_tiny_llama),
-    Family(
-        "qwen2", "Qwen2-7B", _QWEN2_7B, _tiny_decoder("Qwen2Config", "Qwen2ForCausalLM")
-    ),
-    Family(
-        "qwen3", "Qwen3-8B", _QWEN3_8B, _tiny_decoder("Qwen3Config", "Qwen3ForCausalLM")
-    ),
+    Family("qwen2", "Qwen2-7B", _QWEN2_7B, _tiny_decoder("Qwen2Config", "Qwen2ForCausalLM")),
+    Family("qwen3", "Qwen3-8B", _QWEN3_8B, _tiny_decoder("Qwen3Config", "Qwen3ForCausalLM")),
     Family(
         "mistral",
         "Mistral-7B-v0.3",
@@ -681,9 +677,7 @@ FAMILIES: dict[str, Family] = _families(
     Family("falcon", "Falcon-7B", _FALCON_7B, models.build_tiny_falcon),
     Family("qwen3_moe", "Qwen3-30B-A3B", QWEN3_MOE, models.build_tiny_qwen3_moe),
     Family("mixtral", "Mixtral-8x7B", _MIXTRAL_8X7B, models.build_tiny_mixtral),
-    Family(
-        "deepseek_v2", "DeepSeek-V2-Lite", _DEEPSEEK_V2_LITE, min_layers=2, cut=_first_dense
-    ),
+    Family("deepseek_v2", "DeepSeek-V2-Lite", _DEEPSEEK_V2_LITE, min_layers=2, cut=_first_dense),
     Family(
         "deepseek_v3",
         "DeepSeek-V3",
