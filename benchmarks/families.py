@@ -1,11 +1,11 @@
 """Every model family under the plugin: which kernels run and the tokens they give, per policy.
 
-    python -m benchmarks.families [--families llama,qwen3_moe|dense|moe|...|all]
+    python -m benchmarks.families [--families llama,qwen3_moe|dense|moe|mla|...|all]
         [--configs vanilla,shipped,portable] [--layers 2] [--parallel 4] [--kv-cache-gib 2]
         [--tiny] [--json FILE]
 
 For each family of `vllm_fl.testing.families` (or group: ``dense``, ``classic``, ``moe``,
-``hybrid``, ``all``) it writes a checkpoint of the family's real model at full size (hidden size,
+``mla``, ``hybrid``, ``all``) it writes a checkpoint of the family's real model at full size (hidden size,
 heads, experts, vocabulary, RoPE scaling) cut to ``--layers`` layers, each kind of layer kept,
 whose weights vLLM draws uniformly from [-0.5, 0.5] (``load_format="dummy"``, the same seed in
 every engine: the three configurations hold the same weights), in bfloat16, and runs the census

@@ -82,7 +82,7 @@
 #   families     benchmarks.families: each model family at its real model's full-size shape
 #                (LAYERS, default 2), dummy weights +-0.5, vanilla, the shipped policy and the
 #                portable path: kernels by origin, compiled kernels left, tokens against vanilla's;
-#                FAMILIES names a group (dense, classic, moe, hybrid: one stage each, under ten
+#                FAMILIES names a group (dense, classic, moe, mla, hybrid: one stage each, under ten
 #                minutes) or families; every group merges into one file
 #   expert-parallel  a 2-GPU machine: Qwen3-MoE shape (8 layers) with tensor_parallel_size=2 and
 #                expert parallelism, vanilla, the shipped policy and the portable path, eager and
@@ -264,8 +264,8 @@ bringup)
         --json "$out/h100_bisect_real_wrong.json"
     ;;
 families)
-    # the MoE group holds the largest models (DeepSeek-V3's MoE layer: 22 GB per engine)
-    parallel=${PARALLEL:-$([ "${FAMILIES:-dense}" = moe ] && echo 4 || echo 8)}
+    # the mla group holds the largest model (DeepSeek-V3's MoE layer: 22 GB per engine)
+    parallel=${PARALLEL:-$([ "${FAMILIES:-dense}" = mla ] && echo 6 || echo 8)}
     "$py" -m benchmarks.families --families "${FAMILIES:-dense}" --layers "${LAYERS:-2}" \
         --parallel "$parallel" --kv-cache-gib 2 --timeout 420 --json "$out/h200_families.json"
     ;;

@@ -727,6 +727,8 @@ FAMILIES: dict[str, Family] = _families(
 GROUPS: dict[str, tuple[str, ...]] = {
     "dense": ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3"),
     "classic": ("gpt2", "opt", "gpt_neox", "falcon", "bert", "qwen3_embedding"),
-    "moe": ("qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "gpt_oss"),
+    "moe": ("qwen3_moe", "mixtral", "gpt_oss"),
+    # multi-head latent attention; DeepSeek-V3's one MoE layer alone holds 22 GB of experts
+    "mla": ("deepseek_v2", "deepseek_v3"),
     "hybrid": ("qwen3_next", "mamba2", "falcon_h1", "nemotron_h"),
 }
