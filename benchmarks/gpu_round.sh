@@ -79,6 +79,11 @@
 #                compiled, vanilla and prefer=flagos (benchmarks.trace_engine)
 #   latency      decode ms per step at batch 1 and 8, vanilla, the shipped policy, the portable
 #                path and vanilla again (A/A), SHAPE (default llama3-8b) in MODE (default compile)
+#   families     benchmarks.families: each model family at its real model's full-size shape
+#                (LAYERS, default 2), dummy weights +-0.5, vanilla, the shipped policy and the
+#                portable path: kernels by origin, compiled kernels left, tokens against vanilla's;
+#                FAMILIES names a group (dense, classic, moe, mla, hybrid: one stage each, under ten
+#                minutes) or families; every group merges into one file
 #   expert-parallel  a 2-GPU machine: Qwen3-MoE shape (8 layers) with tensor_parallel_size=2 and
 #                expert parallelism, vanilla, the shipped policy and the portable path, eager and
 #                compiled: tokens and every worker's compiled kernels (benchmarks.multi_gpu)
@@ -91,7 +96,7 @@ stages=(
     tests vllm vllm-user ops e2e-eager e2e-eager-rounds e2e-paired e2e-compile moe-eager
     moe-eager-rounds moe-compile profile-e2e portable-profile ab-steps moe-ab-steps moe-tune
     moe-trace accuracy bringup quant quant-census quant-paired quant-profile quant-gemm attention-kernels
-    attention-tune block-fp8-tune mla mla-census latency expert-parallel
+    attention-tune block-fp8-tune mla mla-census families latency expert-parallel
 )
 stage=${1:?usage: $0 STAGE OUT_DIR, STAGE one of: ${stages[*]}}
 out=${2:?usage: $0 STAGE OUT_DIR}
@@ -257,6 +262,12 @@ bringup)
     env "${wrong[@]}" "$py" "${verify[@]}" --json "$out/h100_verify_real_wrong.json" || [ $? -eq 1 ]
     env "${wrong[@]}" "$py" -m vllm_fl.verify bisect "${verify[@]:2}" \
         --json "$out/h100_bisect_real_wrong.json"
+    ;;
+families)
+    # the mla group holds the largest model (DeepSeek-V3's MoE layer: 22 GB per engine)
+    parallel=${PARALLEL:-$([ "${FAMILIES:-dense}" = mla ] && echo 6 || echo 8)}
+    "$py" -m benchmarks.families --families "${FAMILIES:-dense}" --layers "${LAYERS:-2}" \
+        --parallel "$parallel" --kv-cache-gib 2 --timeout 420 --json "$out/h200_families.json"
     ;;
 latency)
     shape=${SHAPE:-llama3-8b}

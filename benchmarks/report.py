@@ -29,6 +29,11 @@ Renderers (options in brackets):
   align-graph   bench_align results: GPU µs of each alignment implementation by pair count
   moe-tune      tune_moe results: FlagGems' and the tuned fused-MoE config per token count
   attention     bench_attention results: paged-attention kernels per shape against FA3
+  census        census results: kernels by origin per configuration, tokens against the first
+  families      benchmarks.families: per model family, shipped and portable runs, compiled
+                kernels left under the portable path, tokens against vanilla's
+  families-headline  the same in one row: families run, with vanilla's tokens, with no
+                compiled kernel left
 """
 
 from __future__ import annotations
@@ -500,6 +505,31 @@ def census(results: list[dict]) -> str:
     return "\n".join([*lines, "```"])
 
 
+def families(result: dict) -> str:
+    """benchmarks.families: per family whether the shipped policy and the portable path run,
+    the compiled kernels left under the portable path, and both one's tokens against vanilla's;
+    then the families vanilla vLLM does not run."""
+    from benchmarks.families import TABLE_COLUMNS, describe_runs, table_rows, vanilla_failures
+
+    lines = [
+        _paragraph(describe_runs(result)),
+        "",
+        markdown_table(TABLE_COLUMNS, table_rows(result)),
+    ]
+    failed = vanilla_failures(result)
+    if failed:
+        lines += ["", _paragraph("Vanilla vLLM does not run " + "; ".join(failed) + ".")]
+    return "\n".join(lines)
+
+
+def families_headline(result: dict) -> str:
+    """benchmarks.families in one table row: how many families each configuration runs, how
+    many give vanilla's tokens, how many run the portable path with no compiled kernel left."""
+    from benchmarks.families import HEADLINE_COLUMNS, headline_row
+
+    return markdown_table(HEADLINE_COLUMNS, [headline_row(result)])
+
+
 RENDERERS = {
     "kernels": Renderer(kernels, ("dtype", "tokens", "ops", "bandwidth"), load_report),
     "eager-launch": Renderer(eager_launch, ("max_tokens", "example"), load_report),
@@ -520,6 +550,8 @@ RENDERERS = {
     "block-fp8-tune": Renderer(block_fp8_tune, ()),
     "attention-tune": Renderer(attention_tune, ()),
     "census": Renderer(census, ()),
+    "families": Renderer(families, ()),
+    "families-headline": Renderer(families_headline, ()),
 }
 
 

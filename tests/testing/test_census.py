@@ -86,3 +86,16 @@ def test_outputs_are_compared_up_to_the_first_difference():
     assert abs(result["max_logprob_diff"] - 0.5) < 1e-9
     with pytest.raises(ValueError, match="1 sequences against 2"):
         compare_outputs(reference, other[:1])
+
+
+def test_embeddings_are_compared_by_their_largest_difference_and_cosine():
+    from vllm_fl.testing.census import compare_embeddings
+
+    reference = [[1.0, 0.0], [0.0, 2.0]]
+    other = [[1.0, 0.1], [0.0, 2.0]]
+    found = compare_embeddings(reference, other)
+    assert found["embeddings"] == 2
+    assert found["max_abs_diff"] == pytest.approx(0.1)
+    assert found["min_cosine"] == pytest.approx(1 / (1.01**0.5))
+    with pytest.raises(ValueError):
+        compare_embeddings(reference, other[:1])

@@ -248,3 +248,12 @@ def test_a_spawned_engine_process_draws_the_runners_dummy_weights(bound):
         # integer weights (packed 4-bit words here): seeded random values, the same every time
         first, second = json.loads(packed)
         assert first == second and len({word for row in first for word in row}) > 400
+
+
+def test_token_id_prompts_stay_inside_a_small_vocabulary():
+    bert = Workload(prompt_len=64, num_prompts=8, prompt_vocab=30522)
+    ids = [i for prompt in engine.prompts(bert) for i in prompt["prompt_token_ids"]]
+    assert max(ids) < 30522 and min(ids) >= 1000
+    tiny = Workload(prompt_len=64, num_prompts=8, prompt_vocab=384)
+    ids = [i for prompt in engine.prompts(tiny) for i in prompt["prompt_token_ids"]]
+    assert max(ids) < 384 and min(ids) >= 192

@@ -16,7 +16,8 @@ ATen (with CUB and the copies), cuBLAS, Triton (a JIT kernel: a bare function na
 C++ of anything else — vLLM's ``_C``/``_moe_C`` kernels, the DeepGEMM, CUTLASS and FlashAttention
 kernels it bundles: what a chip without vLLM's CUDA build cannot run. And it keeps each sequence's
 greedy tokens and their log-probabilities, so configurations can be compared
-(`compare_outputs`).
+(`compare_outputs`); an embedding model (``llm_args["runner"] == "pooling"``) embeds the batch
+instead and keeps the embeddings (`compare_embeddings`).
 """
 
 from __future__ import annotations
@@ -170,22 +171,49 @@ def census_task(llm, workload) -> dict:
     from vllm_fl.testing.engine import WARMUP_SEED, prompts, sampling_params
 
     batch = prompts(workload)
-    params = sampling_params(workload.max_tokens, workload.detokenize, logprobs=1)
+    if workload.llm_args.get("runner") == "pooling":
+        # an embedding model (BERT, Qwen3-Embedding): no tokens to generate, its embeddings
+        def run(prompts_: list) -> list:
+            return llm.embed(prompts_, use_tqdm=False)
+
+    else:
+        params = sampling_params(workload.max_tokens, workload.detokenize, logprobs=1)
+
+        def run(prompts_: list) -> list:
+            return llm.generate(prompts_, params, use_tqdm=False)
+
     # Random token-id prompts warm up with a batch of the same shape (what autotuning kernels
     # tune for: their first calls of a shape stay out of the census) but other tokens (not
     # served from vLLM's prefix cache); text prompts, fixed, with one prompt.
     warm_up = prompts(workload, WARMUP_SEED) if workload.prompt_len is not None else batch[:1]
-    llm.generate(warm_up, params, use_tqdm=False)
+    run(warm_up)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profiler:
-        outputs = llm.generate(batch, params, use_tqdm=False)
+        outputs = run(batch)
     events = profiler.key_averages()
     result: dict = census(events)
     result["moe_kernel_calls"] = sum(result["moe"].values())
     result["attention_kernel_calls"] = sum(result["attention"].values())
     if torch.cuda.is_available():
         result["kernels"] = kernel_census(events)
-    result["sequences"] = sequence_outputs(outputs)
+    if workload.llm_args.get("runner") == "pooling":
+        result["embeddings"] = [[float(x) for x in out.outputs.embedding] for out in outputs]
+    else:
+        result["sequences"] = sequence_outputs(outputs)
     return result
+
+
+def compare_embeddings(reference: list[list[float]], other: list[list[float]]) -> dict:
+    """How far `other`'s embeddings are from `reference`'s: the largest difference of one
+    component and the smallest cosine similarity of two embeddings of the same prompt."""
+    if len(reference) != len(other):
+        raise ValueError(f"{len(other)} embeddings against {len(reference)}")
+    largest, lowest = 0.0, 1.0
+    for ref, emb in zip(reference, other):
+        largest = max([largest, *(abs(a - b) for a, b in zip(ref, emb))])
+        norms = math.sqrt(sum(a * a for a in ref)) * math.sqrt(sum(b * b for b in emb))
+        cosine = sum(a * b for a, b in zip(ref, emb)) / norms if norms else 0.0
+        lowest = min(lowest, cosine)
+    return {"embeddings": len(reference), "max_abs_diff": largest, "min_cosine": lowest}

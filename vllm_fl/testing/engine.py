@@ -74,6 +74,9 @@ class Workload:
     #: give every token the same logit (greedy tokens then agree between any two kernels); in
     #: vLLM's engine process too, forked or spawned (`DUMMY_RANGE_ENV`)
     dummy_range: float | None = None
+    #: random prompts' token ids stay below this (the model's vocabulary, where it is smaller
+    #: than `PROMPT_TOKEN_RANGE`'s end: GPT-2, OPT, BERT, Mistral, ...)
+    prompt_vocab: int | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -218,6 +221,10 @@ def prompts(workload: Workload, seed: int = 0) -> list:
         return [TEXT_PROMPTS[i % len(TEXT_PROMPTS)] for i in range(count)]
     rng = random.Random(seed)
     low, high = PROMPT_TOKEN_RANGE
+    if workload.prompt_vocab is not None:
+        # a vocabulary below the range's start: its upper half, still clear of special tokens
+        high = min(high, workload.prompt_vocab)
+        low = min(low, high // 2)
     return [
         {"prompt_token_ids": [rng.randrange(low, high) for _ in range(workload.prompt_len)]}
         for _ in range(workload.num_prompts or len(TEXT_PROMPTS))
