@@ -22,16 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fl.testing import models
-from vllm_fl.testing.models import (
-    DEEPSEEK_V3_2L,
-    HIDDEN_SIZE,
-    INTERMEDIATE_SIZE,
-    NUM_HEADS,
-    NUM_KV_HEADS,
-    NUM_LAYERS,
-    QWEN3_MOE,
-    build_tiny_model,
-)
+from vllm_fl.testing.models import DEEPSEEK_V3_2L, QWEN3_MOE
 
 #: decoder layers a family's checkpoint keeps unless told otherwise
 DEFAULT_LAYERS = 2
@@ -105,31 +96,6 @@ def _first_dense(n: int) -> dict:
 def _nemotron_pattern(n: int) -> dict:
     """Nemotron-H's layer string: Mamba, MLP and attention (``M-*``) over and over."""
     return {"hybrid_override_pattern": ("M-*" * n)[:n]}
-
-
-# -- tiny models of the families `vllm_fl.testing.models` has none for ------------------------------
-
-
-def _tiny_decoder(config_name: str, model_name: str, **extra) -> Callable[[Path], Path]:
-    """A builder of a tiny random model of transformers' `config_name` / `model_name` (the tiny
-    Llama's sizes)."""
-
-    def build(path: Path) -> Path:
-        import transformers
-
-        return build_tiny_model(
-            path,
-            getattr(transformers, config_name),
-            getattr(transformers, model_name),
-            num_hidden_layers=NUM_LAYERS,
-            num_attention_heads=NUM_HEADS,
-            num_key_value_heads=NUM_KV_HEADS,
-            head_dim=HIDDEN_SIZE // NUM_HEADS,
-            intermediate_size=INTERMEDIATE_SIZE,
-            **extra,
-        )
-
-    return build
 
 
 # -- the families -----------------------------------------------------------------------------------
@@ -647,13 +613,13 @@ def _families(*families: Family) -> dict[str, Family]:
 #: family name -> its real model's shape
 FAMILIES: dict[str, Family] = _families(
     Family("llama", "Llama-3.1-8B", _LLAMA_31_8B, models.build_tiny_llama),
-    Family("qwen2", "Qwen2-7B", _QWEN2_7B, _tiny_decoder("Qwen2Config", "Qwen2ForCausalLM")),
-    Family("qwen3", "Qwen3-8B", _QWEN3_8B, _tiny_decoder("Qwen3Config", "Qwen3ForCausalLM")),
+    Family("qwen2", "Qwen2-7B", _QWEN2_7B, models.build_tiny_qwen2),
+    Family("qwen3", "Qwen3-8B", _QWEN3_8B, models.build_tiny_qwen3),
     Family(
         "mistral",
         "Mistral-7B-v0.3",
         _MISTRAL_7B,
-        _tiny_decoder("MistralConfig", "MistralForCausalLM", sliding_window=None),
+        models.build_tiny_mistral,
     ),
     Family(
         "gemma2",
@@ -677,7 +643,14 @@ FAMILIES: dict[str, Family] = _families(
     Family("falcon", "Falcon-7B", _FALCON_7B, models.build_tiny_falcon),
     Family("qwen3_moe", "Qwen3-30B-A3B", QWEN3_MOE, models.build_tiny_qwen3_moe),
     Family("mixtral", "Mixtral-8x7B", _MIXTRAL_8X7B, models.build_tiny_mixtral),
-    Family("deepseek_v2", "DeepSeek-V2-Lite", _DEEPSEEK_V2_LITE, min_layers=2, cut=_first_dense),
+    Family(
+        "deepseek_v2",
+        "DeepSeek-V2-Lite",
+        _DEEPSEEK_V2_LITE,
+        models.build_tiny_deepseek_v2,
+        min_layers=2,
+        cut=_first_dense,
+    ),
     Family(
         "deepseek_v3",
         "DeepSeek-V3",
@@ -718,7 +691,7 @@ FAMILIES: dict[str, Family] = _families(
         "qwen3_embedding",
         "Qwen3-Embedding-0.6B",
         _QWEN3_EMBEDDING_0_6B,
-        _tiny_decoder("Qwen3Config", "Qwen3ForCausalLM"),
+        models.build_tiny_qwen3,
         embedding=True,
     ),
 )
