@@ -216,7 +216,7 @@ def run_all(runs: list[Run], checkpoints: dict[str, Path], args, on_result) -> d
             log_path(log_dir, "families", run.family, run.config),
         )
         result = summarize(raw, plugin)
-        state = "ok" if result["ok"] else f"FAILED: {result['error'][-200:]}"
+        state = "ok" if result["ok"] else f"FAILED: {failure_reason(result['error'])[-200:]}"
         elapsed = time.monotonic() - started
         print(f"{run.family} {run.config}: {state} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
         return result
@@ -333,6 +333,14 @@ def short_kernel_name(name: str) -> str:
     return re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
 
 
+def failure_reason(error: str) -> str:
+    """The line of a failed run's output tail (lines joined by " | ") that names its cause: the
+    last exception line, else the last line (a process's exit warnings come after the error)."""
+    lines = [line.strip() for line in error.split(" | ") if line.strip()]
+    causes = [line for line in lines if "Error" in line or "Exception" in line]
+    return (causes or lines or [""])[-1]
+
+
 def _runs_cell(record: dict, config: str) -> str:
     if "error" in record:
         return f"not built: {record['error'][:80]}"
@@ -341,7 +349,7 @@ def _runs_cell(record: dict, config: str) -> str:
         return DASH
     if run["ok"]:
         return "yes" + (" (failed beside others, passed alone)" if "retried" in run else "")
-    reason = run["error"].split(" | ")[-1][:100]
+    reason = failure_reason(run["error"])[:100]
     if config == BASELINE and "note" in record:
         reason = record["note"]
     return f"fails: {reason}"

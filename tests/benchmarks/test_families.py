@@ -154,3 +154,12 @@ def test_the_headline_is_one_row(result):
     header, rule, row = body.splitlines()
     assert header.startswith("| families | vanilla runs |")
     assert row == "| 2 | 2 | 2 (2) | 2 (2) | n/a (CPU) |"
+
+
+def test_a_failed_run_is_described_by_its_exception_not_the_exit_warnings_after_it():
+    error = (
+        "Traceback (most recent call last): | ModuleNotFoundError: No module named 'flashinfer'"
+        " | [rank0]:[W1129] Warning: destroy_process_group() was not called before exit"
+    )
+    assert families.failure_reason(error) == "ModuleNotFoundError: No module named 'flashinfer'"
+    assert families.failure_reason("engine exited | rc=1") == "rc=1"

@@ -37,13 +37,15 @@ def store_slots(cache: torch.Tensor, slot_mapping: torch.Tensor, entries: torch.
         return
     slots = slot_mapping.to(torch.int64)
     stored = slots >= 0
-    first = torch.argmax(stored.to(torch.int32))  # the first stored token, or 0 if none
-    any_stored = stored[first]
-    target = torch.where(stored, slots, torch.where(any_stored, slots[first], 0))
+    # the first stored token, or 0 if none (index_select: a 0-d tensor index reads it back)
+    first = torch.argmax(stored.to(torch.int32)).view(1)
+    any_stored = stored.index_select(0, first)
+    target = torch.where(stored, slots, torch.where(any_stored, slots.index_select(0, first), 0))
     block_size = cache.shape[1]
     blocks, offsets = target // block_size, target % block_size
     entries = entries.to(cache.dtype)
-    fill = torch.where(any_stored, entries[first], cache[0, 0])
+    keep_first = any_stored.view(1, *([1] * (entries.dim() - 1)))
+    fill = torch.where(keep_first, entries.index_select(0, first), cache[0, 0])
     keep = stored.view(-1, *([1] * (entries.dim() - 1)))
     cache[blocks, offsets] = torch.where(keep, entries, fill)
 
