@@ -330,11 +330,12 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
     op, after routing the vLLM functions ops.yaml replaces through the dispatch
     (`vllm_fl.functions.install`) and vLLM's grouped MoE routing through the op `grouped_topk`
     (`vllm_fl.grouped_routing.install`), the Mamba2 mixer's kernels through their ops
-    (`vllm_fl.mamba.install`) and the gated-delta-net functions of Qwen3-Next's linear attention
-    through theirs (`vllm_fl.gdn.install`), giving vLLM's quantized-linear kernel tables their
+    (`vllm_fl.mamba.install`), the gated-delta-net functions of Qwen3-Next's linear attention
+    through theirs (`vllm_fl.gdn.install`) and vLLM's unquantized linear layers and LM head
+    through the op `linear` (`vllm_fl.linear.install`), giving vLLM's quantized-linear kernel tables their
     out-of-tree rows (`vllm_fl.quant.install_linear_kernels`) and vLLM's quantized MoE oracles
     the plugin's experts (`vllm_fl.quant.install_moe_experts`). Returns `register_oot_classes()`."""
-    from vllm_fl import functions, gdn, grouped_routing, mamba, quant
+    from vllm_fl import functions, gdn, grouped_routing, linear, mamba, quant
 
     replaced = register_oot_classes()
     if replaced:
@@ -342,6 +343,7 @@ def prepare_model_process(vllm_config=None) -> dict[str, str]:
         grouped_routing.install()
         mamba.install()
         gdn.install()
+        linear.install()
     quant.install_linear_kernels()
     quant.install_moe_experts()
     if vllm_config is not None:

@@ -77,6 +77,7 @@ def test_tiny_llama_norm_activation_rotary_and_attention_are_dispatched(llama):
         attention, ["attention_backend", "reshape_and_cache_flash", "paged_attention"]
     )
     assert llama["json"]["ops_used"]["shipped"] == [
+        "linear",
         "rotary_embedding",
         "attention_backend",
         "reshape_and_cache_flash",
@@ -86,14 +87,19 @@ def test_tiny_llama_norm_activation_rotary_and_attention_are_dispatched(llama):
     ]
 
 
-def test_tiny_llama_linears_and_embedding_are_left_to_vllm(llama):
+def test_tiny_llama_linears_and_lm_head_are_dispatched_the_embedding_left_to_vllm(llama):
+    """The projections and the LM head compute with the GEMM the plugin gave vLLM's dispatcher
+    (`vllm_fl.linear`: the op linear); the input embedding looks rows up, vLLM's code."""
     layers = _layers(llama)
-    for name in ("QKVParallelLinear", "RowParallelLinear", "MergedColumnParallelLinear"):
+    for name in (
+        "QKVParallelLinear",
+        "RowParallelLinear",
+        "MergedColumnParallelLinear",
+        "ParallelLMHead",
+    ):
         layer = layers[name]
-        assert layer["reach"] == "vllm" and layer["ops"] == [], layer
-        assert not any(v["dispatched"] for v in layer["policies"].values())
-        # the plugin's platform is neither CUDA nor CPU to vLLM: F.linear
-        assert layer["vllm_code"]["kind"] == "pytorch", layer
+        assert layer["reach"] == "gemm", layer
+        _assert_dispatched(layer, ["linear"])
     assert layers["RowParallelLinear"]["count"] == 4  # o_proj and down_proj of 2 layers
     embedding = layers["VocabParallelEmbedding"]
     assert embedding["reach"] == "vllm"
@@ -107,7 +113,8 @@ def test_the_table_lists_each_layer_with_its_impls(llama):
     assert "LlamaForCausalLM" in table
     rows = {line.split("|")[0].strip(): line for line in table.splitlines() if "|" in line}
     assert "dispatched" in rows["RMSNorm"] and REFERENCE in rows["RMSNorm"]
-    assert "left to vLLM" in rows["QKVParallelLinear"]
+    assert "dispatched (gemm)" in rows["QKVParallelLinear"] and REFERENCE in rows["ParallelLMHead"]
+    assert "left to vLLM" in rows["VocabParallelEmbedding"]
 
 
 def test_tiny_qwen3_moe_experts_and_router_are_dispatched():

@@ -4,6 +4,7 @@ Each configuration runs once in its own interpreter (see tests/vllm/conftest.py)
 assert on those runs: greedy tokens identical with and without the plugin, in eager and in
 compile mode; our forward_oot is what ran for RMSNorm, SiluAndMul and RotaryEmbedding (the
 layer classes vLLM built, the forward method CustomOp bound, the dispatch's record and its log);
+the linear layers and the LM head computed through op linear;
 the attention layers ran the plugin's attention backend, its cache write and attention on the
 dispatch; a blacklist keeps vLLM's layer; the entry points load in vLLM's multi-process mode.
 """
@@ -75,12 +76,38 @@ def test_the_start_up_log_names_only_the_ops_the_llama_uses(vllm_runs, mode):
         for line in plugin.lines("Op '")
         if " using '" in line and "under torch.compile" not in line
     }
-    used = {*REPLACED.values(), "attention_backend", "reshape_and_cache_flash", "paged_attention"}
+    used = {
+        *REPLACED.values(),
+        "attention_backend",
+        "reshape_and_cache_flash",
+        "paged_attention",
+        "linear",
+    }
     assert used <= named, used - named
     unused = {"fused_experts", "topk_softmax", "mla_decode_attention", "int8_scaled_mm", "gelu_new"}
     assert not named & unused, named & unused
     (summary,) = plugin.lines("vllm_fl: the model uses ")
     assert f"uses {len(named)} of the " in summary, (summary, sorted(named))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_linear_layers_and_lm_head_ran_op_linear(vllm_runs, mode):
+    """The projections and the LM head computed through op linear on the reference (vLLM's
+    dispatcher handed their methods the plugin's adapters); under torch.compile the layers'
+    calls are in the compiled graph, the LM head's (outside it) still eager. The tokens are
+    vanilla's: test_plugin_generates_the_same_tokens_as_vanilla_vllm."""
+    plugin = vllm_runs(f"{mode}, plugin on", PLUGIN_ON, mode=mode)
+    result = plugin.result
+    assert len(result["linear_sites"]) == 2, result["linear_sites"]
+    calls = result["linear_calls"]
+    assert calls["lm_head"] > 0, calls
+    if mode == "eager":
+        # 4 projections per layer (qkv, o, gate_up, down), 2 layers, each forward step
+        assert calls["linear_layers"] >= 8 * calls["lm_head"], calls
+    else:
+        assert result["used_impls_traced"]["linear"] == "reference.torch", result
+    assert result["used_impls"]["linear"] == "reference.torch", result["used_impls"]
+    assert plugin.lines("Op 'linear' using 'reference.torch'")
 
 
 def test_compile_mode_keeps_our_ops_enabled(vllm_runs):

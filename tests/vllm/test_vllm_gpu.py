@@ -68,3 +68,19 @@ def test_our_layers_run_forward_oot_on_gpu(vllm_runs, plugin_env, gpu_model, mod
         # the shipped CUDA policy (config/cuda.yaml, prefer: vendor) for eager calls
         used = {op: result["used_impls"].get(op) for op in REPLACED.values()}
         assert used == {op: "vendor.cuda" for op in REPLACED.values()}, result["used_impls"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_linear_layers_and_lm_head_run_op_linear_on_gpu(vllm_runs, plugin_env, gpu_model, mode):
+    """The shipped CUDA policy computes the unquantized GEMMs as vanilla vLLM does: eager calls
+    on the cuda impl (F.linear, cuBLAS), traced ones on the reference (the same aten.linear in
+    the compiled graph); the LM head's calls, outside the graph, eager in both modes."""
+    _, plugin = _runs(vllm_runs, plugin_env, gpu_model, mode)
+    result = plugin.result
+    assert len(result["linear_sites"]) == 2, result["linear_sites"]
+    assert result["linear_calls"]["lm_head"] > 0, result["linear_calls"]
+    assert result["used_impls"]["linear"] == "vendor.cuda", result["used_impls"]
+    if mode == "eager":
+        assert result["linear_calls"]["linear_layers"] > 0, result["linear_calls"]
+    else:
+        assert result["used_impls_traced"]["linear"] == "reference.torch", result

@@ -24,6 +24,8 @@ Each layer gets a `Reach`:
 - ``attention``, ``router``, ``kernel``: reached through the attention backend the platform
   chose, through the vLLM functions the plugin routes (the router's top-k), through the plugin's
   kernel class in a quantized layer's method (vLLM's kernel tables, `vllm_fl.quant`);
+- ``gemm``: an unquantized linear layer or LM head whose method computes with the GEMM the
+  plugin gave vLLM's dispatcher (`vllm_fl.linear`: the op ``linear``);
 - ``vllm``: nothing of the plugin.
 """
 
@@ -35,15 +37,18 @@ from typing import Any
 
 from .vllm_code import VllmCode, classify
 
-REPLACED, SUBCLASS, DISABLED, ATTENTION, ROUTER, KERNEL, VLLM = (
+REPLACED, SUBCLASS, DISABLED, ATTENTION, ROUTER, KERNEL, GEMM, VLLM = (
     "replaced",
     "subclass",
     "disabled",
     "attention",
     "router",
     "kernel",
+    "gemm",
     "vllm",
 )
+#: the reaches through which the built model's layer runs on the dispatch
+DISPATCHED = (REPLACED, ATTENTION, ROUTER, KERNEL, GEMM)
 
 #: the ops behind the plugin's attention backends (their impls call these through the dispatch;
 #: ``attention_backend`` is the op that chose the backend)
@@ -132,7 +137,7 @@ class Layer:
     @property
     def dispatched(self) -> bool:
         """Whether the built model reaches this layer through the dispatch (its ``ops``)."""
-        return self.reach in (REPLACED, ATTENTION, ROUTER, KERNEL)
+        return self.reach in DISPATCHED
 
 
 def _our_classes() -> dict[type, str]:
@@ -225,7 +230,9 @@ class _Walker:
             return False
         if cls in self.ours:
             return self.replaced(module, path, module)
-        if quant_method is not None and self.kernel(module, path, quant_method):
+        if quant_method is not None and (
+            self.kernel(module, path, quant_method) or self.gemm(module, path)
+        ):
             return False
         is_layer = isinstance(module, self.layer_types)
         has_state = bool(module._parameters) or bool(module._buffers)
@@ -347,6 +354,29 @@ class _Walker:
                 reach=KERNEL,
                 ops=tuple(dict.fromkeys(ops)),
                 note=f"computed by {names}",
+            ),
+        )
+        return True
+
+    def gemm(self, module: Any, path: str) -> bool:
+        """Record an unquantized linear layer or LM head whose GEMM is the op's
+        (`vllm_fl.linear.gemm_ops`); whether it is."""
+        from vllm_fl.linear import gemm_ops
+
+        ops = gemm_ops(module)
+        if not ops:
+            return False
+        cls = type(module)
+        method = type(module.quant_method).__name__
+        self._add(
+            f"{_qualname(cls)}|{method}",
+            path,
+            lambda: Layer(
+                name=cls.__name__,
+                qualname=_qualname(cls),
+                reach=GEMM,
+                ops=ops,
+                note=f"{method}'s GEMM (vllm_fl.linear)",
             ),
         )
         return True

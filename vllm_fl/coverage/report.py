@@ -19,7 +19,18 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .census import ATTENTION, DISABLED, KERNEL, REPLACED, ROUTER, SUBCLASS, VLLM, Layer
+from .census import (
+    ATTENTION,
+    DISABLED,
+    DISPATCHED,
+    GEMM,
+    KERNEL,
+    REPLACED,
+    ROUTER,
+    SUBCLASS,
+    VLLM,
+    Layer,
+)
 
 #: the policies reported unless ``--policy`` says otherwise: name -> variables over the environment
 NAMED_POLICIES: dict[str, dict[str, str]] = {
@@ -112,7 +123,7 @@ def verdicts(layers: list[Layer], policies: list[Policy]) -> list[dict[str, Verd
                     row[pol.name] = Verdict(True, ops)
                 else:
                     row[pol.name] = Verdict(False, why="the policy keeps vLLM's class")
-            elif layer.reach == ROUTER:
+            elif layer.reach in (ROUTER, GEMM):
                 if all(pol.policy.oot_allowed(op, op) for op in layer.ops):
                     row[pol.name] = Verdict(True, ops)
                 else:
@@ -130,6 +141,7 @@ REACH_TEXT = {
     ATTENTION: "dispatched (backend)",
     ROUTER: "dispatched (function)",
     KERNEL: "dispatched (kernel)",
+    GEMM: "dispatched (gemm)",
     SUBCLASS: "subclass, vLLM's code",
     DISABLED: "manifest op, not dispatched",
     VLLM: "left to vLLM",
@@ -201,11 +213,7 @@ class Coverage:
         head = ("layer", "n", "how", "op", *names, "vLLM's own code here")
         rows: list[tuple[str, ...]] = [head]
         for layer, verdict in zip(self.layers, self.verdicts):
-            code = (
-                "-"
-                if layer.reach in (REPLACED, ATTENTION, ROUTER, KERNEL)
-                else str(layer.vllm_code)
-            )
+            code = "-" if layer.reach in DISPATCHED else str(layer.vllm_code)
             lines = max(1, len(layer.ops))
             for i in range(lines):
                 op = layer.ops[i] if i < len(layer.ops) else "-"

@@ -850,6 +850,22 @@ CHECKS: dict[str, dict] = {
             "float32": (1e-05, 1.3e-06),
         },
     },
+    "linear": {
+        "args": ("x", "weight", "bias"),
+        "layer": False,
+        "mutates": (),
+        "inplace": (),
+        "dtype_from": ("x", "weight", "bias"),
+        "canonical": None,
+        "cache": (),
+        "slots": None,
+        "bounds": (),
+        "tolerances": {
+            "bfloat16": (0.01, 0.016),
+            "float16": (0.002, 0.002),
+            "float32": (0.0001, 0.0001),
+        },
+    },
     "scaled_int8_quant": {
         "args": ("x", "scale", "azp", "symmetric"),
         "layer": False,

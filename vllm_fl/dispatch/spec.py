@@ -195,6 +195,7 @@ class FLBackendBase(abc.ABC):
         "grouped_topk",
         "fused_experts",
         "fused_experts_quant",
+        "linear",
         "scaled_int8_quant",
         "int8_scaled_mm",
         "wna16_gemm",
@@ -1000,6 +1001,19 @@ class FLBackendBase(abc.ABC):
         block_k]. Activations of the w8a16 / w4a16 types stay unquantised.
 
         Signature: ``fused_experts_quant(Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, str quant_type, Tensor w1_scale, Tensor w2_scale, Tensor? a1_scale=None, Tensor? a2_scale=None, Tensor? w1_zp=None, Tensor? w2_zp=None, int block_n=0, int block_k=0, bool per_act_token=False, str activation='silu', bool apply_router_weight_on_input=False, int global_num_experts=-1, Tensor? expert_map=None) -> Tensor``.
+        """
+
+    @abc.abstractmethod
+    def linear(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The GEMM of an unquantized linear layer or LM head, x @ weight^T + bias in x's dtype (as
+        torch.nn.functional.linear), with x [..., K], weight [N, K] and bias [N].
+
+        Signature: ``linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor``.
         """
 
     @abc.abstractmethod

@@ -2705,6 +2705,38 @@ def split_fused_experts_quant(_impl: Fn, _traced: Fn, _strict: bool, _fallback: 
     return fused_experts_quant
 
 
+def plain_linear(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``linear``: every call goes to ``_impl``."""
+
+    def linear(x, weight, bias=None):
+        try:
+            return (_f := _impl)(x, weight, bias)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (x, weight, bias), {}, _traced)
+
+    return linear
+
+
+def split_linear(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
+    """Op ``linear``: eager calls go to ``_impl``, calls traced by torch.compile to
+    ``_traced``."""
+
+    def linear(x, weight, bias=None):
+        try:
+            _f = _impl
+            if _is_compiling():
+                _f = _traced
+            return _f(x, weight, bias)
+        except Exception as _exc:
+            if _strict:
+                raise
+            return _fallback(_exc, _f, (x, weight, bias), {}, _traced)
+
+    return linear
+
+
 def plain_scaled_int8_quant(_impl: Fn, _traced: Fn, _strict: bool, _fallback: Fn) -> Fn:
     """Op ``scaled_int8_quant``: every call goes to ``_impl``."""
 
@@ -3271,6 +3303,7 @@ TRAMPOLINES: dict[str, tuple[Callable[..., Fn], Callable[..., Fn]]] = {
     "grouped_topk": (plain_grouped_topk, split_grouped_topk),
     "fused_experts": (plain_fused_experts, split_fused_experts),
     "fused_experts_quant": (plain_fused_experts_quant, split_fused_experts_quant),
+    "linear": (plain_linear, split_linear),
     "scaled_int8_quant": (plain_scaled_int8_quant, split_scaled_int8_quant),
     "int8_scaled_mm": (plain_int8_scaled_mm, split_int8_scaled_mm),
     "wna16_gemm": (plain_wna16_gemm, split_wna16_gemm),

@@ -28,6 +28,7 @@ Modules:
 - ``mla``: DeepSeek's multi-head latent attention (FlagGems' cache write and varlen attention,
   vLLM's Triton decode and merge, the context gather).
 - ``mla_kernels``: its Triton kernel, the context gather of the latent cache.
+- ``linear``: the unquantized GEMM of linear layers and LM heads (FlagGems' ``addmm`` / ``mm``).
 - ``block_fp8``: the block-FP8 GEMM (FlagGems' kernel with the device's tuned tile configs);
   ``block_fp8_tune`` measures them (``python -m vllm_fl.kernels.block_fp8_tune``).
 - ``replay``: a wrapper's Triton launches recorded once per layout and replayed directly.

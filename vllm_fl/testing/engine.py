@@ -629,7 +629,7 @@ def host_probe_us(calls: int = 20000) -> float:
 def _dispatch_record(mode: str) -> dict:
     """The plugin's record, where it is loaded in this process: the impl each op used (traced by
     torch.compile apart), the vLLM layers it replaced, and the calls the plugin's Mamba2
-    adapters and attention layers made of their ops."""
+    adapters, attention layers and unquantized GEMM adapters made of their ops."""
     if "vllm_fl.dispatch" not in sys.modules:
         return {}
     from vllm_fl import compat
@@ -651,6 +651,12 @@ def _dispatch_record(mode: str) -> dict:
 
         # the plugin's attention layers: calls of each op (decoder or encoder-only path)
         record["attention_calls"] = backend.call_counts()
+    if "vllm_fl.linear" in sys.modules:
+        from vllm_fl import linear
+
+        # the unquantized linear layers' and LM head's GEMMs: eager calls of op linear
+        record["linear_sites"] = linear.installed()
+        record["linear_calls"] = linear.call_counts()
     return record
 
 

@@ -35,6 +35,7 @@ from vllm_fl.backends.cuda.impl import activation as _cuda_activation
 from vllm_fl.backends.cuda.impl import attention as _cuda_attention
 from vllm_fl.backends.cuda.impl import collectives as _cuda_collectives
 from vllm_fl.backends.cuda.impl import gdn as _cuda_gdn
+from vllm_fl.backends.cuda.impl import linear as _cuda_linear
 from vllm_fl.backends.cuda.impl import mamba as _cuda_mamba
 from vllm_fl.backends.cuda.impl import mla as _cuda_mla
 from vllm_fl.backends.cuda.impl import moe as _cuda_moe
@@ -45,6 +46,7 @@ from vllm_fl.backends.cuda.impl import rotary as _cuda_rotary
 from vllm_fl.backends.cuda.impl import wna16 as _cuda_wna16
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import gdn as _reference_gdn
+from vllm_fl.backends.reference.impl import linear as _reference_linear
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.backends.reference.impl import normalization as _reference_normalization
@@ -880,6 +882,23 @@ def _fused_experts_quant_fake(
     )
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear``: a direct call, or custom op ``vllm_fl::cuda_linear`` under Dynamo."""
+    if not _is_compiling():
+        return _cuda_linear.linear(x, weight, bias)
+    return torch.ops.vllm_fl.cuda_linear(x, weight, bias)
+
+
+def _linear_kernel(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return _cuda_linear.linear(x, weight, bias)
+
+
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _reference_linear.linear(x, weight, bias)
+
+
 def scaled_int8_quant(
     x: torch.Tensor,
     scale: torch.Tensor | None = None,
@@ -1288,6 +1307,12 @@ IMPLS = (
         custom_op=CustomOp(_fused_experts_quant_kernel, _fused_experts_quant_fake),
     ),
     Impl(
+        "linear",
+        _cuda_linear.linear,
+        adapter=linear,
+        custom_op=CustomOp(_linear_kernel, _linear_fake),
+    ),
+    Impl(
         "scaled_int8_quant",
         _cuda_quant.scaled_int8_quant,
         adapter=scaled_int8_quant,
@@ -1343,5 +1368,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 47 implementation(s) of backend ``cuda``."""
+    """Register the 48 implementation(s) of backend ``cuda``."""
     REGISTRATIONS.register(registry)

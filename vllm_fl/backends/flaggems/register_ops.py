@@ -34,6 +34,7 @@ from vllm_fl.dispatch import (
 from vllm_fl.backends.flaggems.impl import activation as _flagos_activation
 from vllm_fl.backends.flaggems.impl import attention as _flagos_attention
 from vllm_fl.backends.flaggems.impl import gdn as _flagos_gdn
+from vllm_fl.backends.flaggems.impl import linear as _flagos_linear
 from vllm_fl.backends.flaggems.impl import mamba as _flagos_mamba
 from vllm_fl.backends.flaggems.impl import mla as _flagos_mla
 from vllm_fl.backends.flaggems.impl import moe as _flagos_moe
@@ -44,6 +45,7 @@ from vllm_fl.backends.flaggems.impl import rotary as _flagos_rotary
 from vllm_fl.backends.flaggems.impl import wna16 as _flagos_wna16
 from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import gdn as _reference_gdn
+from vllm_fl.backends.reference.impl import linear as _reference_linear
 from vllm_fl.backends.reference.impl import moe as _reference_moe
 from vllm_fl.backends.reference.impl import moe_quant as _reference_moe_quant
 from vllm_fl.backends.reference.impl import normalization as _reference_normalization
@@ -1011,6 +1013,23 @@ def _fused_experts_quant_fake(
     )
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear``: a direct call, or custom op ``vllm_fl::flagos_linear`` under Dynamo."""
+    if not _is_compiling():
+        return _flagos_linear.linear(x, weight, bias)
+    return torch.ops.vllm_fl.flagos_linear(x, weight, bias)
+
+
+def _linear_kernel(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return _flagos_linear.linear(x, weight, bias)
+
+
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _reference_linear.linear(x, weight, bias)
+
+
 def int8_scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -1387,6 +1406,12 @@ IMPLS = (
         custom_op=CustomOp(_fused_experts_quant_kernel, _fused_experts_quant_fake),
     ),
     Impl(
+        "linear",
+        _flagos_linear.linear,
+        adapter=linear,
+        custom_op=CustomOp(_linear_kernel, _linear_fake),
+    ),
+    Impl(
         "int8_scaled_mm",
         _flagos_quant.int8_scaled_mm,
         adapter=int8_scaled_mm,
@@ -1422,5 +1447,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 43 implementation(s) of backend ``flagos``."""
+    """Register the 44 implementation(s) of backend ``flagos``."""
     REGISTRATIONS.register(registry)

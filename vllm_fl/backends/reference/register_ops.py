@@ -11,6 +11,7 @@ from vllm_fl.backends.reference.impl import activation as _reference_activation
 from vllm_fl.backends.reference.impl import attention as _reference_attention
 from vllm_fl.backends.reference.impl import collectives as _reference_collectives
 from vllm_fl.backends.reference.impl import gdn as _reference_gdn
+from vllm_fl.backends.reference.impl import linear as _reference_linear
 from vllm_fl.backends.reference.impl import mamba as _reference_mamba
 from vllm_fl.backends.reference.impl import mla as _reference_mla
 from vllm_fl.backends.reference.impl import moe as _reference_moe
@@ -65,6 +66,7 @@ IMPLS = (
     Impl("grouped_topk", _reference_moe.grouped_topk),
     Impl("fused_experts", _reference_moe.fused_experts),
     Impl("fused_experts_quant", _reference_moe_quant.fused_experts_quant),
+    Impl("linear", _reference_linear.linear),
     Impl("scaled_int8_quant", _reference_quant.scaled_int8_quant),
     Impl("int8_scaled_mm", _reference_quant.int8_scaled_mm),
     Impl("wna16_gemm", _reference_wna16.wna16_gemm),
@@ -86,5 +88,5 @@ REGISTRATIONS = Registrations(__name__, DECLARED, IMPLS)
 
 
 def register(registry: OpRegistry) -> None:
-    """Register the 53 implementation(s) of backend ``reference``."""
+    """Register the 54 implementation(s) of backend ``reference``."""
     REGISTRATIONS.register(registry)
