@@ -164,7 +164,8 @@ def causal_conv1d_update(
             null_block_id=null_block_id,
             block_idx_last_scheduled_token=block_idx_last_scheduled_token,
             initial_state_idx=initial_state_idx,
-            out=out,
+            # vLLM 0.24's function has no ``out``, nor do its mixer's calls
+            **({} if out is None else {"out": out}),
         )
     _calls["causal_conv1d_update"] += 1
     output = x if out is None else out

@@ -43,20 +43,30 @@ def causal_conv1d_update(
     max_query_len: int = -1,
     null_block_id: int | None = 0,
 ) -> None:
-    """vLLM's Triton ``causal_conv1d_update``, writing into ``output`` (vLLM's ``out``)."""
-    _vllm("causal_conv1d", "causal_conv1d_update")(
-        x,
-        conv_state,
-        weight,
-        bias,
-        activation,
+    """vLLM's Triton ``causal_conv1d_update``, writing into ``output`` (vLLM's ``out``; a release
+    whose function has no ``out``, 0.24, writes over the ``x`` it is given: a copy of ``x`` where
+    ``output`` is another tensor)."""
+    fn = _vllm("causal_conv1d", "causal_conv1d_update")
+    options = dict(
         conv_state_indices=conv_state_indices,
         num_accepted_tokens=num_accepted_tokens,
         query_start_loc=query_start_loc,
         max_query_len=max_query_len,
         null_block_id=null_block_id,
-        out=output,
     )
+    if _takes_out(fn):
+        fn(x, conv_state, weight, bias, activation, out=output, **options)
+        return
+    result = fn(x if output is x else x.clone(), conv_state, weight, bias, activation, **options)
+    if result is not output:
+        output.copy_(result.view_as(output))
+
+
+@functools.cache
+def _takes_out(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    return "out" in inspect.signature(fn).parameters
 
 
 def causal_conv1d_fn(
