@@ -45,9 +45,21 @@ def hook(monkeypatch):
     dispatch_policy.reset_global_policy()
 
 
+class _CpuGemmPlatform(_NoGemmPlatform):
+    """vLLM's CPU platform as its GEMM dispatcher sees it: it has a GEMM of its own."""
+
+    def is_cpu(self) -> bool:
+        return True
+
+
 @pytest.fixture
 def no_gemm_platform(monkeypatch):
     monkeypatch.setattr(vllm_utils, "current_platform", _NoGemmPlatform())
+
+
+@pytest.fixture
+def cpu_gemm_platform(monkeypatch):
+    monkeypatch.setattr(vllm_utils, "current_platform", _CpuGemmPlatform())
 
 
 def _layer(n=48, k=32, bias=True, seed=0):
@@ -80,17 +92,19 @@ def test_install_puts_the_dispatcher_in_both_modules_and_reset_gives_vllms_back(
 
 
 def test_linear_layers_and_the_lm_head_compute_through_the_op(hook, no_gemm_platform, vllm_config):
+    from vllm_fl.dispatch import get_default_manager, with_preference
+
     hook.install()
     method = _linear_method(vllm_config)
     layer, x, bias = _layer()
-    out = method.apply(layer, x, bias)
+    with with_preference("reference"):  # the same impl on any machine the test runs on
+        get_default_manager().resolve_all()
+        out = method.apply(layer, x, bias)
+        head = vllm_vocab.UnquantizedEmbeddingMethod()
+        logits = head.apply(layer, x)
     torch.testing.assert_close(out, torch.nn.functional.linear(x, layer.weight, bias))
-    head = vllm_vocab.UnquantizedEmbeddingMethod()
-    logits = head.apply(layer, x)
     torch.testing.assert_close(logits, torch.nn.functional.linear(x, layer.weight))
     assert hook.call_counts() == {"linear_layers": 1, "lm_head": 1}
-    from vllm_fl.dispatch import get_default_manager
-
     assert get_default_manager().used_impls()["linear"] == "reference.torch"
 
 
@@ -105,8 +119,8 @@ def test_gemm_ops_names_the_op_for_a_method_holding_the_adapter(
     assert hook.gemm_ops(layer) == ()
 
 
-def test_a_gemm_of_vllms_own_stays(hook, vllm_config):
-    """vLLM's CPU platform (this process's) has its CPU GEMM: the dispatcher keeps it."""
+def test_a_gemm_of_vllms_own_stays(hook, cpu_gemm_platform, vllm_config):
+    """vLLM's CPU platform has its CPU GEMM: the dispatcher keeps it."""
     hook.install()
     assert vllm_linear.dispatch_unquantized_gemm() is VLLM_DISPATCH()
     assert VLLM_DISPATCH() is not vllm_utils.default_unquantized_gemm
