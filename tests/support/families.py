@@ -1,7 +1,16 @@
-"""What the model-family end-to-end tests assert of a vanilla run and a plugin run of one tiny
-checkpoint (`tests/vllm/test_vllm_families_e2e.py`, `tests/vllm/test_vllm_more_families_e2e.py`)."""
+"""What the model-family end-to-end tests run and assert of a vanilla run and a plugin run of one
+tiny checkpoint (`tests/vllm/test_vllm_families_e2e.py`, `tests/vllm/test_vllm_more_families_e2e.py`,
+`tests/vllm/test_vllm_dense_families_e2e.py`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, VllmRun
+from vllm_fl.testing.models import HIDDEN_SIZE
+
+from tests.support import shared
 
 #: output tokens per prompt of a family's runs (two prompts each)
 MAX_TOKENS = 8
@@ -10,6 +19,53 @@ NUM_PROMPTS = 2
 PLUGIN_ATTENTION = "vllm_fl.attention.backend.AttentionBackendFL"
 #: the impl class of the plugin's attention backend (also of vLLM's subclasses of the backend)
 PLUGIN_ATTENTION_IMPL = "vllm_fl.attention.backend.AttentionImplFL"
+#: the engine task that embeds the text prompts instead of generating
+EMBED_TASK = "vllm_fl.testing.engine:embed_task"
+
+
+def family_runs(
+    vllm_runs: Callable[..., VllmRun],
+    family: str,
+    build: Callable[[Path], Path],
+    vanilla_args: dict | None = None,
+    **kwargs: object,
+) -> dict[str, VllmRun]:
+    """The vanilla and the plugin run of `family`'s tiny checkpoint (built by `build` once per
+    session), each made once per session; `kwargs` go to `run_vllm` (`vanilla_args`: vLLM
+    arguments of the vanilla run only)."""
+    model = shared.folder_once(f"tiny-{build.__name__.removeprefix('build_tiny_')}", build)
+    runs = {}
+    for label, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON)):
+        extra = vanilla_args if label == "vanilla" and vanilla_args else {}
+        llm_args = {**(kwargs.get("llm_args") or {}), **extra}
+        runs[label] = vllm_runs(
+            f"{family}, {label}",
+            env,
+            model=model,
+            max_tokens=MAX_TOKENS,
+            num_prompts=NUM_PROMPTS,
+            **{**kwargs, "llm_args": llm_args},
+        )
+    return runs
+
+
+def assert_same_embeddings(runs: dict, atol: float) -> None:
+    """The plugin run embedded each prompt as vanilla did, within `atol` per element (both runs
+    compute in float32, the plugin's layers in the reference's PyTorch ops, vanilla's in vLLM's
+    CPU kernels), and the prompts apart."""
+    vanilla, plugin = runs["vanilla"].result, runs["plugin"].result
+    assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
+    assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
+    assert len(plugin["embeddings"]) == NUM_PROMPTS
+    assert all(len(e) == HIDDEN_SIZE for e in plugin["embeddings"])
+    # two prompts, two different embeddings: a run that ignored its input would not pass
+    assert plugin["embeddings"][0] != plugin["embeddings"][1]
+    worst = max(
+        abs(p - v)
+        for pe, ve in zip(plugin["embeddings"], vanilla["embeddings"], strict=True)
+        for p, v in zip(pe, ve, strict=True)
+    )
+    assert worst <= atol, worst
 
 
 def assert_same_tokens(runs: dict) -> None:

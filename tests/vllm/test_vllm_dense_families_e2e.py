@@ -12,34 +12,28 @@ layers the plugin replaces in that family must have run on the dispatch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 
-from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, VllmRun, vllm_available
+from vllm_fl.testing.launch import vllm_available
 from vllm_fl.testing.models import (
-    HIDDEN_SIZE,
     build_tiny_deepseek_v2,
     build_tiny_mistral,
     build_tiny_qwen2,
     build_tiny_qwen3,
 )
 
-from tests.support import shared
 from tests.support.families import (
-    MAX_TOKENS,
-    NUM_PROMPTS,
+    EMBED_TASK,
     assert_layers_ran_on_the_dispatch,
     assert_moe_ran_on_the_dispatch,
     assert_ran_on_the_dispatch,
+    assert_same_embeddings,
     assert_same_tokens,
+    family_runs,
 )
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
-#: the engine task that embeds the text prompts instead of generating
-EMBED_TASK = "vllm_fl.testing.engine:embed_task"
 #: how far the plugin's Qwen3 embeddings may lie from vanilla's: both runs compute in float32,
 #: the plugin's norms, rotary embedding and attention in the reference's PyTorch ops, vanilla's
 #: in vLLM's CPU kernels
@@ -55,57 +49,31 @@ DECODER_LAYERS = {
 }
 
 
-def _runs(
-    vllm_runs: Callable[..., VllmRun],
-    family: str,
-    build: Callable[[Path], Path],
-    vanilla_args: dict | None = None,
-    **kwargs: object,
-) -> dict[str, VllmRun]:
-    """The vanilla and the plugin run of `family`'s tiny checkpoint (built by `build` once per
-    session), each made once per session; `kwargs` go to `run_vllm` (`vanilla_args`: vLLM
-    arguments of the vanilla run only)."""
-    model = shared.folder_once(f"tiny-{build.__name__.removeprefix('build_tiny_')}", build)
-    runs = {}
-    for label, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON)):
-        extra = vanilla_args if label == "vanilla" and vanilla_args else {}
-        llm_args = {**(kwargs.get("llm_args") or {}), **extra}
-        runs[label] = vllm_runs(
-            f"{family}, {label}",
-            env,
-            model=model,
-            max_tokens=MAX_TOKENS,
-            num_prompts=NUM_PROMPTS,
-            **{**kwargs, "llm_args": llm_args},
-        )
-    return runs
-
-
 @pytest.fixture(scope="module")
 def qwen2_runs(vllm_runs):
-    return _runs(vllm_runs, "qwen2", build_tiny_qwen2)
+    return family_runs(vllm_runs, "qwen2", build_tiny_qwen2)
 
 
 @pytest.fixture(scope="module")
 def qwen3_runs(vllm_runs):
-    return _runs(vllm_runs, "qwen3", build_tiny_qwen3)
+    return family_runs(vllm_runs, "qwen3", build_tiny_qwen3)
 
 
 @pytest.fixture(scope="module")
 def mistral_runs(vllm_runs):
-    return _runs(vllm_runs, "mistral", build_tiny_mistral)
+    return family_runs(vllm_runs, "mistral", build_tiny_mistral)
 
 
 @pytest.fixture(scope="module")
 def deepseek_v2_runs(vllm_runs):
-    return _runs(
+    return family_runs(
         vllm_runs, "deepseek-v2", build_tiny_deepseek_v2, vanilla_args=DEEPSEEK_VANILLA_ARGS
     )
 
 
 @pytest.fixture(scope="module")
 def qwen3_embedding_runs(vllm_runs):
-    return _runs(
+    return family_runs(
         vllm_runs,
         "qwen3 embedding",
         build_tiny_qwen3,
@@ -144,16 +112,5 @@ def test_deepseek_v2_runs_the_plugin_s_layers_experts_and_mla(deepseek_v2_runs):
 
 
 def test_qwen3_embeds_as_vanilla_does(qwen3_embedding_runs):
-    vanilla = qwen3_embedding_runs["vanilla"].result
-    plugin = qwen3_embedding_runs["plugin"].result
-    assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
-    assert len(plugin["embeddings"]) == NUM_PROMPTS
-    assert all(len(e) == HIDDEN_SIZE for e in plugin["embeddings"])
-    assert plugin["embeddings"][0] != plugin["embeddings"][1]
-    worst = max(
-        abs(p - v)
-        for pe, ve in zip(plugin["embeddings"], vanilla["embeddings"], strict=True)
-        for p, v in zip(pe, ve, strict=True)
-    )
-    assert worst <= EMBEDDING_ATOL, worst
-    assert_ran_on_the_dispatch(plugin, DECODER_LAYERS)
+    assert_same_embeddings(qwen3_embedding_runs, EMBEDDING_ATOL)
+    assert_ran_on_the_dispatch(qwen3_embedding_runs["plugin"].result, DECODER_LAYERS)

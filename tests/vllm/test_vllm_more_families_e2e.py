@@ -13,14 +13,10 @@ replaces in that family must have run on the dispatch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 
-from vllm_fl.testing.launch import PLUGIN_OFF, PLUGIN_ON, VllmRun, vllm_available
+from vllm_fl.testing.launch import vllm_available
 from vllm_fl.testing.models import (
-    HIDDEN_SIZE,
     build_tiny_bert,
     build_tiny_falcon,
     build_tiny_gemma2,
@@ -31,105 +27,69 @@ from vllm_fl.testing.models import (
     build_tiny_phi3,
 )
 
-from tests.support import shared
 from tests.support.families import (
-    MAX_TOKENS,
-    NUM_PROMPTS,
+    EMBED_TASK,
     PLUGIN_ATTENTION_IMPL,
     assert_layers_ran_on_the_dispatch,
     assert_moe_ran_on_the_dispatch,
     assert_ran_on_the_dispatch,
+    assert_same_embeddings,
     assert_same_tokens,
+    family_runs,
 )
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
-#: the engine task that embeds the text prompts instead of generating
-EMBED_TASK = "vllm_fl.testing.engine:embed_task"
 #: how far the plugin's BERT embeddings may lie from vanilla's: both runs compute in float32,
 #: the plugin's GELU and attention in the reference's PyTorch ops, vanilla's in vLLM's CPU
 #: kernels
 EMBEDDING_ATOL = 1e-5
 
 
-def _runs(
-    vllm_runs: Callable[..., VllmRun],
-    family: str,
-    build: Callable[[Path], Path],
-    **kwargs: object,
-) -> dict[str, VllmRun]:
-    """The vanilla and the plugin run of `family`'s tiny checkpoint (built by `build` once per
-    session), each made once per session; `kwargs` go to `run_vllm`."""
-    model = shared.folder_once(f"tiny-{family}", build)
-    return {
-        label: vllm_runs(
-            f"{family}, {label}",
-            env,
-            model=model,
-            max_tokens=MAX_TOKENS,
-            num_prompts=NUM_PROMPTS,
-            **kwargs,
-        )
-        for label, env in (("vanilla", PLUGIN_OFF), ("plugin", PLUGIN_ON))
-    }
-
-
 @pytest.fixture(scope="module")
 def bert_runs(vllm_runs):
-    return _runs(
+    return family_runs(
         vllm_runs, "bert", build_tiny_bert, task=EMBED_TASK, llm_args={"runner": "pooling"}
     )
 
 
 @pytest.fixture(scope="module")
 def gpt_neox_runs(vllm_runs):
-    return _runs(vllm_runs, "gpt-neox", build_tiny_gpt_neox)
+    return family_runs(vllm_runs, "gpt-neox", build_tiny_gpt_neox)
 
 
 @pytest.fixture(scope="module")
 def falcon_runs(vllm_runs):
-    return _runs(vllm_runs, "falcon", build_tiny_falcon)
+    return family_runs(vllm_runs, "falcon", build_tiny_falcon)
 
 
 @pytest.fixture(scope="module")
 def opt_runs(vllm_runs):
-    return _runs(vllm_runs, "opt", build_tiny_opt)
+    return family_runs(vllm_runs, "opt", build_tiny_opt)
 
 
 @pytest.fixture(scope="module")
 def phi3_runs(vllm_runs):
-    return _runs(vllm_runs, "phi3", build_tiny_phi3)
+    return family_runs(vllm_runs, "phi3", build_tiny_phi3)
 
 
 @pytest.fixture(scope="module")
 def mixtral_runs(vllm_runs):
-    return _runs(vllm_runs, "mixtral", build_tiny_mixtral)
+    return family_runs(vllm_runs, "mixtral", build_tiny_mixtral)
 
 
 @pytest.fixture(scope="module")
 def gemma2_runs(vllm_runs):
-    return _runs(vllm_runs, "gemma2", build_tiny_gemma2)
+    return family_runs(vllm_runs, "gemma2", build_tiny_gemma2)
 
 
 @pytest.fixture(scope="module")
 def gemma3_runs(vllm_runs):
-    return _runs(vllm_runs, "gemma3", build_tiny_gemma3)
+    return family_runs(vllm_runs, "gemma3", build_tiny_gemma3)
 
 
 def test_bert_embeds_as_vanilla_does(bert_runs):
-    vanilla, plugin = bert_runs["vanilla"].result, bert_runs["plugin"].result
-    assert vanilla["platform"].endswith(".CpuPlatform"), vanilla["platform"]
-    assert plugin["platform"].endswith(".PlatformFLCpu"), plugin["platform"]
-    assert len(plugin["embeddings"]) == NUM_PROMPTS
-    assert all(len(e) == HIDDEN_SIZE for e in plugin["embeddings"])
-    # two prompts, two different embeddings: a run that ignored its input would not pass
-    assert plugin["embeddings"][0] != plugin["embeddings"][1]
-    worst = max(
-        abs(p - v)
-        for pe, ve in zip(plugin["embeddings"], vanilla["embeddings"], strict=True)
-        for p, v in zip(pe, ve, strict=True)
-    )
-    assert worst <= EMBEDDING_ATOL, worst
+    assert_same_embeddings(bert_runs, EMBEDDING_ATOL)
 
 
 def test_bert_runs_the_plugin_s_gelu_and_encoder_only_attention(bert_runs):
