@@ -87,6 +87,71 @@ def gdn_gating_launch(
 
 
 @triton.jit
+def _sequence_bounds(cu_seqlens, i_n, seq_len, VARLEN: tl.constexpr):
+    """Sequence i_n's first and one-past-last token: from cu_seqlens (varlen) or equal lengths."""
+    if VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n * seq_len
+        eos = bos + seq_len
+    return bos, eos
+
+
+@triton.jit
+def _delta_rule_token(
+    h,
+    t,
+    q,
+    k,
+    v,
+    o,
+    decay,
+    gate,
+    scale,
+    l2norm_eps,
+    i_h,
+    i_hv,
+    offs_k,
+    offs_v,
+    mask_k,
+    mask_v,
+    stride_q_tok,
+    stride_q_head,
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    stride_o_tok,
+    stride_o_head,
+    L2NORM: tl.constexpr,
+):
+    """One token of the gated delta rule on a [BV, BK] block of the state ``h`` (float32): the
+    state decays, is corrected towards v for k, and is read by q into token t's output; returns
+    the new state."""
+    qv = tl.load(q + t * stride_q_tok + i_h * stride_q_head + offs_k, mask=mask_k, other=0.0)
+    kv = tl.load(k + t * stride_k_tok + i_h * stride_k_head + offs_k, mask=mask_k, other=0.0)
+    vv = tl.load(v + t * stride_v_tok + i_hv * stride_v_head + offs_v, mask=mask_v, other=0.0)
+    qv = qv.to(tl.float32)
+    kv = kv.to(tl.float32)
+    if L2NORM:
+        qv = qv * tl.rsqrt(tl.sum(qv * qv) + l2norm_eps)
+        kv = kv * tl.rsqrt(tl.sum(kv * kv) + l2norm_eps)
+    qv = qv * scale
+    h = h * decay
+    # the delta rule: correct what the state recalls for k towards v
+    delta = (vv.to(tl.float32) - tl.sum(h * kv[None, :], axis=1)) * gate
+    h = h + delta[:, None] * kv[None, :]
+    out = tl.sum(h * qv[None, :], axis=1)
+    tl.store(
+        o + t * stride_o_tok + i_hv * stride_o_head + offs_v,
+        out.to(o.dtype.element_ty),
+        mask=mask_v,
+    )
+    return h
+
+
+@triton.jit
 def gated_delta_rule_decode_kernel(
     q,
     k,
@@ -133,12 +198,7 @@ def gated_delta_rule_decode_kernel(
     i_hv = tl.program_id(1)
     i_n = tl.program_id(2).to(tl.int64)
     i_h = i_hv // (HV // H)
-    if VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n * seq_len
-        eos = bos + seq_len
+    bos, eos = _sequence_bounds(cu_seqlens, i_n, seq_len, VARLEN)
     first = 0
     if SPEC:
         first = tl.load(accepted + i_n).to(tl.int64) - 1
@@ -157,27 +217,35 @@ def gated_delta_rule_decode_kernel(
     bias = tl.load(dt_bias + i_hv).to(tl.float32)
 
     for t in range(bos, eos):
-        qv = tl.load(q + t * stride_q_tok + i_h * stride_q_head + offs_k, mask=mask_k, other=0.0)
-        kv = tl.load(k + t * stride_k_tok + i_h * stride_k_head + offs_k, mask=mask_k, other=0.0)
-        vv = tl.load(v + t * stride_v_tok + i_hv * stride_v_head + offs_v, mask=mask_v, other=0.0)
-        qv = qv.to(tl.float32)
-        kv = kv.to(tl.float32)
-        if L2NORM:
-            qv = qv * tl.rsqrt(tl.sum(qv * qv) + 1e-6)
-            kv = kv * tl.rsqrt(tl.sum(kv * kv) + 1e-6)
-        qv = qv * scale
         x = tl.load(a + t * stride_a_tok + i_hv).to(tl.float32) + bias
         decay = tl.exp(rate * _softplus(x, softplus_beta, softplus_threshold))
         gate = tl.sigmoid(tl.load(b + t * stride_b_tok + i_hv).to(tl.float32))
-        h = h * decay
-        # the delta rule: correct what the state recalls for k towards v
-        delta = (vv.to(tl.float32) - tl.sum(h * kv[None, :], axis=1)) * gate
-        h = h + delta[:, None] * kv[None, :]
-        out = tl.sum(h * qv[None, :], axis=1)
-        tl.store(
-            o + t * stride_o_tok + i_hv * stride_o_head + offs_v,
-            out.to(o.dtype.element_ty),
-            mask=mask_v,
+        h = _delta_rule_token(
+            h,
+            t,
+            q,
+            k,
+            v,
+            o,
+            decay,
+            gate,
+            scale,
+            1e-6,
+            i_h,
+            i_hv,
+            offs_k,
+            offs_v,
+            mask_k,
+            mask_v,
+            stride_q_tok,
+            stride_q_head,
+            stride_k_tok,
+            stride_k_head,
+            stride_v_tok,
+            stride_v_head,
+            stride_o_tok,
+            stride_o_head,
+            L2NORM,
         )
         if SPEC:
             # the state after each draft token, for the next step to resume from
@@ -298,12 +366,7 @@ def gated_delta_rule_prefill_kernel(
     i_hv = tl.program_id(1)
     i_n = tl.program_id(2).to(tl.int64)
     i_h = i_hv // (HV // H)
-    if VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n * seq_len
-        eos = bos + seq_len
+    bos, eos = _sequence_bounds(cu_seqlens, i_n, seq_len, VARLEN)
 
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
@@ -324,26 +387,34 @@ def gated_delta_rule_prefill_kernel(
         h = tl.zeros((BV, BK), dtype=tl.float32)
 
     for t in range(bos, eos):
-        qv = tl.load(q + t * stride_q_tok + i_h * stride_q_head + offs_k, mask=mask_k, other=0.0)
-        kv = tl.load(k + t * stride_k_tok + i_h * stride_k_head + offs_k, mask=mask_k, other=0.0)
-        vv = tl.load(v + t * stride_v_tok + i_hv * stride_v_head + offs_v, mask=mask_v, other=0.0)
-        qv = qv.to(tl.float32)
-        kv = kv.to(tl.float32)
-        if L2NORM:
-            qv = qv * tl.rsqrt(tl.sum(qv * qv) + l2norm_eps)
-            kv = kv * tl.rsqrt(tl.sum(kv * kv) + l2norm_eps)
-        qv = qv * scale
         decay = tl.exp(tl.load(g + t * stride_g_tok + i_hv).to(tl.float32))
         gate = tl.load(beta + t * stride_beta_tok + i_hv).to(tl.float32)
-        h = h * decay
-        # the delta rule: correct what the state recalls for k towards v
-        delta = (vv.to(tl.float32) - tl.sum(h * kv[None, :], axis=1)) * gate
-        h = h + delta[:, None] * kv[None, :]
-        out = tl.sum(h * qv[None, :], axis=1)
-        tl.store(
-            o + t * stride_o_tok + i_hv * stride_o_head + offs_v,
-            out.to(o.dtype.element_ty),
-            mask=mask_v,
+        h = _delta_rule_token(
+            h,
+            t,
+            q,
+            k,
+            v,
+            o,
+            decay,
+            gate,
+            scale,
+            l2norm_eps,
+            i_h,
+            i_hv,
+            offs_k,
+            offs_v,
+            mask_k,
+            mask_v,
+            stride_q_tok,
+            stride_q_head,
+            stride_k_tok,
+            stride_k_head,
+            stride_v_tok,
+            stride_v_head,
+            stride_o_tok,
+            stride_o_head,
+            L2NORM,
         )
     if HAS_FINAL:
         # contiguous [N, HV, V, K] float32, made by the launch's caller
