@@ -28,7 +28,7 @@ import torch
 
 from .check import Check
 
-__all__ = ["CallCopy", "named_arguments", "rounded_bound"]
+__all__ = ["CallCopy", "named_arguments", "rounded_bound", "with_rounded_bounds"]
 
 
 def named_arguments(check: Check, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -44,6 +44,11 @@ def rounded_bound(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return 1 << (value - 1).bit_length()
     return value
+
+
+def with_rounded_bounds(check: Check, named: dict[str, Any]) -> dict[str, Any]:
+    """``named`` with the op's ``bounds`` rounded up as the references get them."""
+    return {name: rounded_bound(v) if name in check.bounds else v for name, v in named.items()}
 
 
 def _copy(value: Any) -> Any:
@@ -91,11 +96,10 @@ class CallCopy:
         named = named_arguments(check, args, kwargs)
         caches = set(check.cache)
         replaced: dict[str, Any] = {
-            name: _copy(value) for name, value in named.items() if name not in caches
+            name: _copy(value)
+            for name, value in with_rounded_bounds(check, named).items()
+            if name not in caches
         }
-        for name in check.bounds:
-            if name in named:
-                replaced[name] = rounded_bound(named[name])
         slots = None
         held: dict[str, torch.Tensor] = {}
         shared: list[int] = []

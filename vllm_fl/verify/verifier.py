@@ -30,7 +30,7 @@ import torch
 
 from vllm_fl.dispatch import CHECKS, BackendImplKind, OpImpl, get_logger
 
-from .arguments import CallCopy, named_arguments, rounded_bound
+from .arguments import CallCopy, named_arguments, with_rounded_bounds
 from .check import Check
 from .compare import WIDER, Measure, measure, unit_roundoff
 from .record import CallKey, Recorder
@@ -226,8 +226,7 @@ class Verifier:
 
         # the comparison reads only the real tensors: a bound as the references get it, so
         # that the recorded check repeats while the sequences grow (its value is in the key)
-        bounds = spec.check.bounds
-        real = {name: rounded_bound(v) if name in bounds else v for name, v in real.items()}
+        real = with_rounded_bounds(spec.check, real)
         state = (*before.parts(), real, out)
         check = functools.partial(self._checked, spec, before.shared)
         result = replays.run(op, "check", check, state, keep, spec.constants)
