@@ -42,11 +42,10 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.engines import CONFIGS
+from benchmarks.engines import CONFIGS, run_in_parallel
 from vllm_fl.testing import accuracy
 from vllm_fl.testing.checkpoint import quantized_checkpoint
 from vllm_fl.testing.engine import MODES as WORKLOAD_MODES
@@ -133,14 +132,7 @@ def run_all(
         print(f"{run}: {done} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
         return result
 
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        futures = {run: pool.submit(one, run) for run in runs}
-        results = {run: future.result() for run, future in futures.items()}
-    if parallel > 1:
-        for run, result in results.items():
-            if "error" in result:
-                results[run] = {**one(run), "retried": result}
-    return results
+    return run_in_parallel(runs, one, parallel, failed=lambda result: "error" in result)
 
 
 def _ppl(result: dict) -> float:

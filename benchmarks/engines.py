@@ -16,7 +16,8 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,6 +222,33 @@ def resident_engine(
 ) -> ResidentChild:
     """An engine of configuration `name` kept up, generating a batch per ``batch SEED``."""
     return start_resident(name, model.path, work, env, log)
+
+
+def run_in_parallel(
+    runs: list,
+    one: Callable[[Hashable], dict],
+    parallel: int,
+    failed: Callable[[dict], bool],
+    retry: Callable[[Hashable, dict], bool] = lambda run, results: True,
+    on_result: Callable[[Hashable, dict], None] = lambda run, result: None,
+) -> dict:
+    """``one(run)`` for every run, ``parallel`` at once, each result given to `on_result` as it
+    comes. Engines starting together on one GPU can trip over each other where one alone does
+    not, so a run whose result is `failed` beside others is tried once more alone where
+    ``retry(run, results)`` allows, its result then holding the first as ``retried``."""
+    results: dict = {}
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        futures = {pool.submit(one, run): run for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            results[run] = future.result()
+            on_result(run, results[run])
+    if parallel > 1:
+        for run in runs:
+            if failed(results[run]) and retry(run, results):
+                results[run] = {**one(run), "retried": results[run]}
+                on_result(run, results[run])
+    return {run: results[run] for run in runs}
 
 
 def log_path(log_dir: Path, *parts: object) -> Path:

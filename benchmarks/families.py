@@ -44,12 +44,11 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cli import name_list, read_json, refuse_unknown, write_json
-from benchmarks.engines import IN_PROCESS, Model, config_env, log_path, run_engine
+from benchmarks.engines import IN_PROCESS, Model, config_env, log_path, run_engine, run_in_parallel
 from benchmarks.tables import Column, text_table
 from vllm_fl.testing.census import ORIGINS, TASK, compare_embeddings, compare_outputs
 from vllm_fl.testing.engine import SMALL_MODEL_ARGS, Workload
@@ -221,23 +220,19 @@ def run_all(runs: list[Run], checkpoints: dict[str, Path], args, on_result) -> d
         print(f"{run.family} {run.config}: {state} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
         return result
 
+    def family_ran_somewhere(run: Run, results: dict[Run, dict]) -> bool:
+        # a family that failed in every configuration fails alone too: no retry
+        return any(result["ok"] for other, result in results.items() if other.family == run.family)
+
     order = sorted(runs, key=lambda run: -_weight_bytes(FAMILIES[run.family], args))
-    results: dict[Run, dict] = {}
-    with ThreadPoolExecutor(max_workers=max(args.parallel, 1)) as pool:
-        futures = {pool.submit(one, run): run for run in order}
-        for future in as_completed(futures):
-            run = futures[future]
-            results[run] = future.result()
-            on_result(run, results[run])
-    if args.parallel > 1:
-        for run in order:
-            family_failed = all(
-                not result["ok"] for other, result in results.items() if other.family == run.family
-            )
-            if not results[run]["ok"] and not family_failed:
-                results[run] = {**one(run), "retried": results[run]}
-                on_result(run, results[run])
-    return results
+    return run_in_parallel(
+        order,
+        one,
+        args.parallel,
+        failed=lambda result: not result["ok"],
+        retry=family_ran_somewhere,
+        on_result=on_result,
+    )
 
 
 def _weight_bytes(family: Family, args) -> int:

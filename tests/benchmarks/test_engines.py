@@ -124,3 +124,39 @@ def test_a_dummy_gptq_checkpoint_names_every_projection_vllm_quantises():
         ):
             prefix = f"model.layers.1.{layer}"
             assert is_layer_gptq_quantized(prefix, names, fused), (quant, prefix)
+
+
+def test_a_run_that_failed_beside_others_is_tried_once_more_alone():
+
+    attempts: dict[str, int] = {}
+    seen: list[tuple[str, bool]] = []
+
+    def one(run: str) -> dict:
+        attempts[run] = attempts.get(run, 0) + 1
+        # "flaky" fails only beside others (its first attempt), "broken" always
+        return {"ok": run == "good" or (run == "flaky" and attempts[run] > 1)}
+
+    results = engines.run_in_parallel(
+        ["good", "flaky", "broken", "skipped"],
+        one,
+        parallel=4,
+        failed=lambda result: not result["ok"],
+        retry=lambda run, results: run != "skipped",
+        on_result=lambda run, result: seen.append((run, result["ok"])),
+    )
+    assert list(results) == ["good", "flaky", "broken", "skipped"]
+    assert results["good"] == {"ok": True}
+    assert results["flaky"] == {"ok": True, "retried": {"ok": False}}
+    assert results["broken"] == {"ok": False, "retried": {"ok": False}}
+    assert results["skipped"] == {"ok": False}
+    assert attempts == {"good": 1, "flaky": 2, "broken": 2, "skipped": 1}
+    assert sorted(seen) == sorted(
+        [("good", True), ("flaky", False), ("broken", False), ("skipped", False)]
+        + [("flaky", True), ("broken", False)]
+    )
+
+
+def test_one_run_at_a_time_is_never_retried():
+
+    results = engines.run_in_parallel(["a"], lambda run: {"ok": False}, 1, lambda r: not r["ok"])
+    assert results == {"a": {"ok": False}}
