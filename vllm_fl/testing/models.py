@@ -84,6 +84,19 @@ def _train_tokenizer(path: Path) -> None:
     fast.save_pretrained(str(path))
 
 
+def _dense_layers(**extra) -> dict:
+    """What the tiny dense decoders share (Llama's layout): 2 layers of 2 query heads of head_dim
+    32 sharing 1 key/value head, RMSNorm, RoPE, a SiLU-gated MLP."""
+    layers = dict(
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HIDDEN_SIZE // NUM_HEADS,
+        intermediate_size=INTERMEDIATE_SIZE,
+    )
+    return {**layers, **extra}
+
+
 def build_tiny_llama(
     path: str | Path, hidden_size: int = HIDDEN_SIZE, rope_scaling: dict | None = None
 ) -> Path:
@@ -99,13 +112,7 @@ def build_tiny_llama(
         path,
         LlamaConfig,
         LlamaForCausalLM,
-        hidden_size=hidden_size,
-        intermediate_size=INTERMEDIATE_SIZE,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=hidden_size // NUM_HEADS,
-        **extra,
+        **_dense_layers(hidden_size=hidden_size, head_dim=hidden_size // NUM_HEADS, **extra),
     )
 
 
@@ -619,19 +626,6 @@ def build_tiny_bert(path: str | Path) -> Path:
         hidden_act="gelu",
         type_vocab_size=2,
         layer_norm_eps=1e-12,
-    )
-
-
-def _dense_layers(**extra) -> dict:
-    """What the tiny dense decoders share (Llama's layout): 2 layers of 2 query heads of head_dim
-    32 sharing 1 key/value head, RMSNorm, RoPE, a SiLU-gated MLP."""
-    return dict(
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HIDDEN_SIZE // NUM_HEADS,
-        intermediate_size=INTERMEDIATE_SIZE,
-        **extra,
     )
 
 
